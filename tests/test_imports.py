@@ -1,0 +1,33 @@
+"""`import floatlab` stays light: no sympy, matplotlib, numba or cupy until a feature asks for it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("sympy", "matplotlib", "numba", "llvmlite", "cupy", "torch", "scipy")
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    result: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_import_floatlab_pulls_in_nothing_heavy() -> None:
+    assert _heavy_modules_after("import floatlab") == []
+
+
+def test_public_api_is_exported() -> None:
+    import floatlab as fl
+
+    for name in fl.__all__:
+        assert hasattr(fl, name), name
+    assert {"decode", "encode", "decode_array", "encode_array", "round_array", "get_format"} <= set(
+        fl.__all__
+    )
