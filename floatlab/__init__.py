@@ -5,6 +5,7 @@
 65504.0
 """
 
+from floatlab import simulate
 from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
 from floatlab.formats import (
     BF16,
@@ -45,4 +46,5 @@ __all__ = [
     "parse_value",
     "register_format",
     "round_array",
+    "simulate",
 ]
