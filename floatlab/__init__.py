@@ -19,6 +19,7 @@ from floatlab.formats import (
     get_format,
     register_format,
 )
+from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
 from floatlab.rounding import ROUNDING_MODES, Flags, RoundingStats, encode_array, round_array
 
 __version__ = "0.1.0"
@@ -35,7 +36,10 @@ __all__ = [
     "Encoded",
     "Flags",
     "FloatFormat",
+    "GradHistogram",
     "RoundingStats",
+    "ScaleAdvice",
+    "Verdict",
     "__version__",
     "decode",
     "decode_array",
@@ -43,6 +47,7 @@ __all__ = [
     "encode_array",
     "format_names",
     "get_format",
+    "histogram",
     "parse_value",
     "register_format",
     "round_array",
