@@ -1,0 +1,60 @@
+"""A reference mixed-precision trainer in NumPy: every technique visible, switchable and measured.
+
+The same model trained in fp32, in pure fp16 or bf16, and in mixed precision, with each
+technique (master weights, loss scaling, fp32 reductions, ops kept in fp32) switched on and off
+on its own. Every conversion to a low-precision format goes through
+:func:`floatlab.round_array`; the GEMMs run as on a tensor core (inputs in the compute format,
+products and sums in fp32).
+
+>>> import floatlab.train as ft
+>>> h = ft.train("mlp", "underflow", "mixed-bf16", epochs=1, seed=0, hidden=(32,))
+>>> h.summary()["skipped_steps"], h.meta["policy"]["forward"], h.final["test_accuracy"] > 0.9
+(0, 'bf16', True)
+"""
+
+from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
+from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
+from floatlab.train.history import History, compare
+from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
+from floatlab.train.optim import SGD, AdamW, Optimizer, Schedule, clip_grad_norm, global_norm
+from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
+from floatlab.train.precision import Precision, gemm
+from floatlab.train.scaler import SCALER_PRESETS, LossScaler
+from floatlab.train.trainer import StepStats, TrainConfig, Trainer, make_scaler, train
+
+__all__ = [
+    "DATASETS",
+    "FP32_OPS",
+    "MLP",
+    "MODELS",
+    "POLICIES",
+    "SCALER_PRESETS",
+    "SGD",
+    "AdamW",
+    "AttentionNet",
+    "Dataset",
+    "History",
+    "LossScaler",
+    "Model",
+    "Optimizer",
+    "Policy",
+    "Precision",
+    "Schedule",
+    "StepStats",
+    "TrainConfig",
+    "Trainer",
+    "clip_grad_norm",
+    "compare",
+    "gemm",
+    "get_data",
+    "get_model",
+    "get_policy",
+    "global_norm",
+    "load_checkpoint",
+    "load_digits",
+    "make_scaler",
+    "make_underflow_task",
+    "policy_names",
+    "save_checkpoint",
+    "train",
+]

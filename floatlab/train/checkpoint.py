@@ -1,0 +1,127 @@
+"""Checkpoints: one ``.npz`` file, written atomically.
+
+A checkpoint is a nested dict whose leaves are numpy arrays or JSON values (numbers, strings,
+lists, None; non-finite floats too). Arrays go into the archive under their path
+(``params/W0``); everything else into one JSON document. The file is written to a temporary
+name in the same directory, flushed to disk, and renamed over the target, so that a crash
+leaves either the old checkpoint or the new one, never half of one.
+
+>>> import tempfile, os, numpy as np
+>>> with tempfile.TemporaryDirectory() as d:
+...     p = save_checkpoint(os.path.join(d, "ck.npz"), {"params": {"w": np.arange(3.0)}, "step": 7,
+...                                                     "scale": float("inf")})
+...     back = load_checkpoint(p)
+...     os.listdir(d)   # no temporary file left behind
+['ck.npz']
+>>> back["params"]["w"].tolist(), back["step"], back["scale"]
+([0.0, 1.0, 2.0], 7, inf)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
+
+_ARRAY = "__array__"
+_FLOAT = "__float__"
+_META = "__meta__"
+
+
+def _split(tree: Any, prefix: str, arrays: dict[str, np.ndarray[Any, Any]]) -> Any:
+    """Replace the arrays of ``tree`` by references, collecting them in ``arrays``."""
+    if isinstance(tree, np.ndarray):
+        arrays[prefix] = tree
+        return {_ARRAY: prefix}
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            if not isinstance(k, str) or "/" in k or k.startswith("__"):
+                raise ValueError(f"checkpoint key {k!r}: expected a string without '/' or a leading '__'")
+            out[k] = _split(v, f"{prefix}/{k}" if prefix else k, arrays)
+        return out
+    if isinstance(tree, (list, tuple)):
+        return [_split(v, f"{prefix}/{i}", arrays) for i, v in enumerate(tree)]
+    if isinstance(tree, np.generic):
+        return _split(tree.item(), prefix, arrays)
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return {_FLOAT: repr(tree)}
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    raise ValueError(f"checkpoint value at {prefix!r}: cannot store a {type(tree).__name__}")
+
+
+def _join(tree: Any, arrays: Any) -> Any:
+    if isinstance(tree, dict):
+        if set(tree) == {_ARRAY}:
+            return np.array(arrays[tree[_ARRAY]])
+        if set(tree) == {_FLOAT}:
+            return float(tree[_FLOAT])
+        return {k: _join(v, arrays) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_join(v, arrays) for v in tree]
+    return tree
+
+
+def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``path`` (a ``.npz`` name) atomically; return the path.
+
+    >>> import tempfile, os
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_checkpoint(os.path.join(d, "ck.npz"), {"w": np.zeros(2)}).name
+    'ck.npz'
+    """
+    p = Path(path)
+    if p.suffix != ".npz":
+        raise ValueError(f"checkpoint file {str(p)!r}: expected a .npz name")
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    meta = _split(state, "", arrays)
+    arrays[_META] = np.array(json.dumps(meta, allow_nan=False))
+    directory = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    # the rename lives in the directory: sync it too, or a crash may forget it
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return p
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    >>> import tempfile, os
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     load_checkpoint(save_checkpoint(os.path.join(d, "ck.npz"), {"step": 3, "opt": {"t": 1}}))
+    {'step': 3, 'opt': {'t': 1}}
+    """
+    p = Path(path)
+    with np.load(p, allow_pickle=False) as z:
+        if _META not in z.files:
+            raise ValueError(f"{str(p)!r} is not a floatlab checkpoint (no {_META} entry)")
+        meta = json.loads(str(z[_META]))
+        arrays = {k: z[k] for k in z.files if k != _META}
+        out = _join(meta, arrays)
+    if not isinstance(out, dict):
+        raise ValueError(f"{str(p)!r}: expected a dict at the top of the checkpoint")
+    return out

@@ -1,0 +1,296 @@
+"""The record of a training run: every step, every evaluation, gradient histograms at chosen steps.
+
+A :class:`History` holds columns (one value per step): ``loss``, ``accuracy`` (of the batch),
+``scale`` (the loss scale the step used), ``skipped``, ``flushed`` (share of the non-zero
+gradients stored as zero: underflow), ``swallowed`` (share of the non-zero updates that left
+the weight unchanged), ``lr`` and ``grad_norm``; and one row per evaluation. It saves as JSON or
+npz, and :func:`compare` plots several runs side by side.
+
+>>> h = History("demo")
+>>> h.log_step(step=1, epoch=0, loss=2.3, accuracy=0.1, scale=1.0, skipped=False, flushed=0.0,
+...            swallowed=0.0, lr=0.1, grad_norm=None)
+>>> h.log_eval(epoch=1, step=1, train_loss=2.2, test_loss=2.25, test_accuracy=0.12)
+>>> h.n_steps, h.final["test_accuracy"], History.from_dict(h.to_dict()).steps["loss"]
+(1, 0.12, [2.3])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["EVAL_FIELDS", "STEP_FIELDS", "History", "compare"]
+
+STEP_FIELDS: tuple[str, ...] = (
+    "step",
+    "epoch",
+    "loss",
+    "accuracy",
+    "scale",
+    "skipped",
+    "flushed",
+    "swallowed",
+    "lr",
+    "grad_norm",
+)
+EVAL_FIELDS: tuple[str, ...] = ("epoch", "step", "train_loss", "test_loss", "test_accuracy")
+
+
+def _json_float(v: Any) -> Any:
+    """Strict JSON: non-finite floats become their names."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _from_json_float(v: Any) -> Any:
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    return v
+
+
+@dataclass
+class History:
+    """Columns of per-step values, rows of evaluations, and gradient histograms by step.
+
+    >>> h = History("fp16", {"seed": 0})
+    >>> h.n_steps, h.final, h.label
+    (0, {}, 'fp16')
+    """
+
+    label: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in STEP_FIELDS})
+    evals: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in EVAL_FIELDS})
+    histograms: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the :class:`~floatlab.gradhist.GradHistogram` objects behind :attr:`histograms` (in memory
+    #: only: a saved history keeps their counts, verdicts and advice as plain data)
+    grad_histograms: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- recording --------------------------------------------------------------------------------
+    def log_step(self, **values: Any) -> None:
+        """Append one step; every field of :data:`STEP_FIELDS` must be given."""
+        missing = set(STEP_FIELDS) - set(values)
+        extra = set(values) - set(STEP_FIELDS)
+        if missing or extra:
+            raise ValueError(f"log_step: missing {sorted(missing)}, unknown {sorted(extra)}")
+        for k in STEP_FIELDS:
+            self.steps[k].append(values[k])
+
+    def log_eval(self, **values: Any) -> None:
+        """Append one evaluation; every field of :data:`EVAL_FIELDS` must be given."""
+        missing = set(EVAL_FIELDS) - set(values)
+        extra = set(values) - set(EVAL_FIELDS)
+        if missing or extra:
+            raise ValueError(f"log_eval: missing {sorted(missing)}, unknown {sorted(extra)}")
+        for k in EVAL_FIELDS:
+            self.evals[k].append(values[k])
+
+    def add_histogram(self, step: int, data: dict[str, Any], histogram: Any = None) -> None:
+        """Keep the gradient histogram taken at ``step``: its plain data, and the object itself."""
+        self.histograms[int(step)] = data
+        if histogram is not None:
+            self.grad_histograms[int(step)] = histogram
+
+    # ---- reading --------------------------------------------------------------------------------------
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps["step"])
+
+    def column(self, name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """One per-step column as a float array (None becomes NaN).
+
+        >>> h = History("x"); h.column("loss").shape
+        (0,)
+        """
+        if name not in self.steps:
+            raise ValueError(f"unknown history column {name!r}: expected one of {', '.join(STEP_FIELDS)}")
+        return _floats(self.steps[name])
+
+    def eval_column(self, name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """One column of the evaluations (``epoch``, ``step``, ``test_accuracy``, ...) as floats.
+
+        >>> History("x").eval_column("test_accuracy").shape
+        (0,)
+        """
+        if name not in self.evals:
+            raise ValueError(f"unknown evaluation column {name!r}: expected one of {', '.join(EVAL_FIELDS)}")
+        return _floats(self.evals[name])
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last evaluation row (empty when there was none)."""
+        if not self.evals["epoch"]:
+            return {}
+        return {k: v[-1] for k, v in self.evals.items()}
+
+    def summary(self) -> dict[str, Any]:
+        """Final test accuracy and loss, last training loss, skipped steps, mean flushed and
+        swallowed shares.
+
+        >>> History("x").summary()["steps"]
+        0
+        """
+        n = self.n_steps
+        f = self.final
+
+        def mean(col: str) -> float | None:
+            v = self.column(col)
+            return float(np.mean(v)) if len(v) else None
+
+        tail = self.column("loss")[-max(1, n // 10) :] if n else np.array([])
+        return {
+            "label": self.label,
+            "steps": n,
+            "skipped_steps": int(sum(bool(s) for s in self.steps["skipped"])),
+            "final_scale": self.steps["scale"][-1] if n else None,
+            "train_loss": float(np.mean(tail)) if len(tail) else None,
+            "test_loss": f.get("test_loss"),
+            "test_accuracy": f.get("test_accuracy"),
+            "mean_flushed": mean("flushed"),
+            "mean_swallowed": mean("swallowed"),
+        }
+
+    # ---- saving ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, strict-JSON-ready data."""
+
+        def clean(d: dict[str, list[Any]]) -> dict[str, list[Any]]:
+            return {k: [_json_float(v) for v in vs] for k, vs in d.items()}
+
+        hist = {
+            str(s): {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in h.items()}
+            for s, h in self.histograms.items()
+        }
+        return {
+            "label": self.label,
+            "meta": self.meta,
+            "steps": clean(self.steps),
+            "evals": clean(self.evals),
+            "histograms": hist,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> History:
+        """Inverse of :meth:`to_dict`."""
+        steps = {k: [_from_json_float(v) for v in d["steps"].get(k, [])] for k in STEP_FIELDS}
+        evals = {k: [_from_json_float(v) for v in d["evals"].get(k, [])] for k in EVAL_FIELDS}
+        hist = {int(s): dict(h) for s, h in d.get("histograms", {}).items()}
+        return cls(str(d["label"]), dict(d.get("meta", {})), steps, evals, hist)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write to ``path``: ``.json`` (everything) or ``.npz`` (columns as arrays, the rest as JSON).
+
+        >>> import tempfile, os
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     h = History("x"); p = h.save(os.path.join(d, "h.npz"))
+        ...     History.load(p).label
+        'x'
+        """
+        p = Path(path)
+        if p.suffix == ".json":
+            p.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        elif p.suffix == ".npz":
+            arrays = {f"steps/{k}": self.column(k) for k in STEP_FIELDS}
+            arrays.update({f"evals/{k}": self.eval_column(k) for k in EVAL_FIELDS})
+            d = self.to_dict()
+            rest = {"label": d["label"], "meta": d["meta"], "histograms": d["histograms"]}
+            np.savez(p, json=np.array(json.dumps(rest, allow_nan=False)), **arrays)  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> History:
+        """Read what :meth:`save` wrote (see :meth:`save` for an example)."""
+        p = Path(path)
+        if p.suffix == ".json":
+            return cls.from_dict(json.loads(p.read_text()))
+        if p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                rest = json.loads(str(z["json"]))
+                steps = {k: [_npz_value(k, v) for v in z[f"steps/{k}"].tolist()] for k in STEP_FIELDS}
+                evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
+            return cls.from_dict({**rest, "steps": steps, "evals": evals})
+        raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
+
+
+def _floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _npz_value(key: str, v: float) -> Any:
+    if key in ("step", "epoch"):
+        return int(v)
+    if key == "skipped":
+        return bool(v)
+    if key == "grad_norm" and math.isnan(v):
+        return None
+    return v
+
+
+def compare(
+    histories: Sequence[History],
+    path: str | os.PathLike[str] | None = None,
+    *,
+    title: str | None = None,
+) -> Figure:
+    """Plot the runs side by side: training loss, test accuracy, loss scale, and the shares of
+    flushed gradients and swallowed updates; save to ``path`` when given.
+
+    >>> import tempfile, os
+    >>> h = History("a"); h.log_step(step=1, epoch=0, loss=1.0, accuracy=0.5, scale=1.0, skipped=False,
+    ...     flushed=0.0, swallowed=0.0, lr=0.1, grad_norm=None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     fig = compare([h], os.path.join(d, "c.png")); os.path.exists(os.path.join(d, "c.png"))
+    True
+    """
+    if not histories:
+        raise ValueError("compare: expected at least one history")
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure as _Figure
+
+    fig = _Figure(figsize=(16, 4.2), layout="constrained")
+    axes = fig.subplots(1, 4)
+    for i, h in enumerate(histories):
+        color = f"C{i % 10}"  # one colour per run in every panel
+        steps = h.column("step")
+        axes[0].plot(steps, h.column("loss"), color=color, label=h.label, lw=1)
+        if h.evals["epoch"]:
+            axes[1].plot(
+                h.eval_column("step"),
+                100 * h.eval_column("test_accuracy"),
+                marker="o",
+                ms=3,
+                color=color,
+                label=h.label,
+            )
+        axes[2].plot(steps, h.column("scale"), color=color, label=h.label, lw=1)
+        axes[3].plot(steps, h.column("flushed"), color=color, label=f"{h.label} flushed", lw=1)
+        axes[3].plot(steps, h.column("swallowed"), color=color, label=f"{h.label} swallowed", lw=1, ls="--")
+    axes[0].set(title="training loss", xlabel="step")
+    axes[1].set(title="test accuracy (%)", xlabel="step")
+    axes[2].set(title="loss scale", xlabel="step", yscale="log")
+    axes[3].set(title="gradients flushed / updates swallowed", xlabel="step", ylim=(-0.02, 1.02))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[3].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    if path is not None:
+        fig.savefig(os.fspath(path), dpi=110)
+    return fig

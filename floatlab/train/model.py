@@ -1,0 +1,509 @@
+"""Models in NumPy with explicit forward and backward passes, precision at every storage point.
+
+Each layer is a pair of functions: ``*_forward(..., P)`` returns the output and what the backward
+pass needs; ``*_backward(dy, ..., P)`` returns the input gradient (and the parameter gradients).
+``P`` is a :class:`~floatlab.train.precision.Precision`: activations are stored in the forward
+format, gradients in the backward format, GEMMs run as on a tensor core, and the inner rounding
+points of softmax, layer norm and the reductions follow the policy's fp32 switches.
+
+Two models: :class:`MLP` (ReLU or GELU, softmax cross-entropy) and :class:`AttentionNet` (one
+pre-norm self-attention block over the rows of the image, with layer norms and mean pooling),
+where reductions matter.
+
+>>> import numpy as np
+>>> from floatlab.train.precision import Precision
+>>> m = MLP(64, (32,), 10)
+>>> w = m.init(np.random.default_rng(0))
+>>> logits, cache = m.forward(w, np.zeros((2, 64), np.float32), Precision("fp32"))
+>>> logits.shape, sorted(w)
+((2, 10), ['W0', 'W1', 'b0', 'b1'])
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from floatlab.train.precision import Array, Precision
+
+__all__ = [
+    "MODELS",
+    "AttentionNet",
+    "Model",
+    "Params",
+    "cross_entropy_backward",
+    "cross_entropy_forward",
+    "gelu_backward",
+    "gelu_forward",
+    "get_model",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "linear_backward",
+    "linear_forward",
+    "mean_pool_backward",
+    "mean_pool_forward",
+    "relu_backward",
+    "relu_forward",
+    "softmax_backward",
+    "softmax_forward",
+]
+
+Params = dict[str, Array]
+Cache = dict[str, Any]
+
+
+# ---- layers ---------------------------------------------------------------------------------------
+def linear_forward(x: Array, W: Array, b: Array | None, P: Precision) -> Array:
+    """``x @ W + b`` on the tensor core, stored in the forward format (``x`` may be batched).
+
+    >>> P = Precision("fp16")
+    >>> W = P.act(np.full((3, 1), 0.1, np.float32))   # weights stored in fp16: 0.0999755859375
+    >>> linear_forward(np.ones((1, 3), np.float32), W, None, P).tolist()   # 3 W, tie to even in fp16
+    [[0.2998046875]]
+    """
+    return P.matmul(x, W, P.fwd, bias=b)
+
+
+def linear_backward(
+    dy: Array, x: Array, W: Array, P: Precision, *, bias: bool = True, input_grad: bool = True
+) -> tuple[Array | None, Array, Array | None]:
+    """Gradients of :func:`linear_forward`: ``(dx, dW, db)``, each stored in the backward format;
+    ``dx`` is None with ``input_grad=False`` (the first layer: nothing needs the data's gradient).
+
+    >>> x, W, dy = np.ones((2, 3)), np.ones((3, 4)), np.ones((2, 4))
+    >>> [a.shape for a in linear_backward(dy, x, W, Precision("fp64"))]
+    [(2, 3), (3, 4), (4,)]
+    """
+    dx = P.matmul(dy, W.T, P.bwd) if input_grad else None
+    x2 = x.reshape(-1, x.shape[-1])
+    dy2 = dy.reshape(-1, dy.shape[-1])
+    dW = P.matmul(x2.T, dy2, P.bwd)
+    db = None
+    if bias:
+        rs = P.rounder(P.bwd, "sum")
+        db = rs.out(rs.sum(dy2, 0))
+    return dx, dW, db
+
+
+def relu_forward(x: Array) -> Array:
+    """max(x, 0): exact in every format, so nothing to round.
+
+    >>> relu_forward(np.array([-1.0, 2.0])).tolist()
+    [0.0, 2.0]
+    """
+    return np.maximum(x, 0)
+
+
+def relu_backward(dy: Array, x: Array) -> Array:
+    """``dy`` where ``x > 0``, else 0: exact (an inf where ``x <= 0`` does not leak through).
+
+    >>> relu_backward(np.array([5.0, np.inf]), np.array([1.0, -1.0])).tolist()
+    [5.0, 0.0]
+    """
+    out: Array = np.where(x > 0, dy, dy.dtype.type(0))
+    return out
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def gelu_forward(x: Array, P: Precision) -> Array:
+    """GELU (tanh form), computed in the wide precision as one fused kernel, stored once.
+
+    >>> gelu_forward(np.array([0.0, 1.0], np.float32), Precision("bf16")).tolist()
+    [0.0, 0.83984375]
+    """
+    t = x.dtype.type
+    inner = t(_GELU_C) * (x + t(0.044715) * x**3)
+    return P.act(t(0.5) * x * (t(1.0) + np.tanh(inner)))
+
+
+def gelu_backward(dy: Array, x: Array, P: Precision) -> Array:
+    """Gradient of :func:`gelu_forward`, one rounding to the backward format.
+
+    >>> gelu_backward(np.ones(1), np.zeros(1), Precision("fp64")).tolist()   # GELU'(0) = 1/2
+    [0.5]
+    """
+    t = x.dtype.type
+    inner = t(_GELU_C) * (x + t(0.044715) * x**3)
+    th = np.tanh(inner)
+    dinner = t(_GELU_C) * (t(1.0) + t(3 * 0.044715) * x * x)
+    d = t(0.5) * (t(1.0) + th) + t(0.5) * x * (t(1.0) - th * th) * dinner
+    return P.grad(dy * d)
+
+
+def softmax_forward(s: Array, P: Precision) -> Array:
+    """Softmax over the last axis; stepwise in the forward format unless "softmax" is kept in fp32.
+
+    >>> softmax_forward(np.array([[0.0, np.log(3.0)]], np.float32), Precision("fp16")).tolist()
+    [[0.25, 0.75]]
+    """
+    r = P.rounder(P.fwd, "softmax")
+    zs = r(s - s.max(axis=-1, keepdims=True))
+    e = r(np.exp(zs), "exp")
+    return r.out(e / r.sum(e, -1, keepdims=True))
+
+
+def softmax_backward(dp: Array, p: Array, P: Precision) -> Array:
+    """``p * (dp - sum(dp * p))`` along the last axis, in the backward format.
+
+    >>> softmax_backward(np.ones((1, 2)), np.array([[0.25, 0.75]]), Precision("fp64")).tolist()
+    [[0.0, 0.0]]
+    """
+    r = P.rounder(P.bwd, "softmax")
+    dot = r.sum(r(dp * p), -1, keepdims=True)
+    return r.out(p * r(dp - dot))
+
+
+def cross_entropy_forward(
+    logits: Array, y: Array, P: Precision, *, weight: float = 1.0
+) -> tuple[float, Cache]:
+    """Mean softmax cross-entropy of ``logits`` against integer labels ``y``.
+
+    Returns the (unweighted) loss as a float and the cache for :func:`cross_entropy_backward`;
+    ``weight`` multiplies the loss the gradients see (a weighted loss term).
+
+    >>> loss, cache = cross_entropy_forward(np.zeros((2, 4), np.float32), np.array([0, 3]), Precision("fp32"))
+    >>> round(loss, 6) == round(float(np.log(4)), 6)
+    True
+    """
+    n = logits.shape[0]
+    r = P.rounder(P.fwd, "softmax")
+    zs = r(logits - logits.max(axis=1, keepdims=True))
+    e = r(np.exp(zs), "exp")
+    s = r.sum(e, 1, keepdims=True)
+    logp = r(zs - r(np.log(s), "log"))
+    p = r(e / s)
+    nll = -logp[np.arange(n), y]
+    rs = P.rounder(P.fwd, "sum")
+    loss = rs(rs.sum(nll, 0) / nll.dtype.type(n))
+    return float(loss), {"p": p, "y": y, "weight": weight}
+
+
+def cross_entropy_backward(cache: Cache, P: Precision, seed: float = 1.0) -> Array:
+    """``d(seed * weight * loss) / d logits`` stored in the backward format.
+
+    ``seed`` is where the loss scale enters: backward starts from d(S * loss) = S.
+
+    >>> _, cache = cross_entropy_forward(np.zeros((1, 2), np.float32), np.array([0]), Precision("fp16"))
+    >>> cross_entropy_backward(cache, Precision("fp16"), seed=1024.0).tolist()   # (p - y) * S
+    [[-512.0, 512.0]]
+    """
+    p, y = cache["p"], cache["y"]
+    n = p.shape[0]
+    r = P.rounder(P.bwd, "softmax")
+    diff = np.array(p, copy=True)
+    diff[np.arange(n), y] -= p.dtype.type(1.0)
+    # the seed gradient S * weight / n is formed in the wide precision, as a float32 loss does
+    c = p.dtype.type(seed * cache["weight"] / n)
+    return P.grad(r(diff) * c)
+
+
+def layer_norm_forward(x: Array, g: Array, b: Array, P: Precision, eps: float = 1e-5) -> tuple[Array, Cache]:
+    """Layer norm over the last axis; its statistics follow the "norm" switch.
+
+    >>> y, _ = layer_norm_forward(np.array([[1.0, 3.0]]), np.ones(2), np.zeros(2), Precision("fp64"))
+    >>> np.round(y, 4).tolist()
+    [[-1.0, 1.0]]
+    """
+    r = P.rounder(P.fwd, "norm")
+    t = x.dtype.type
+    inv_d = t(1.0 / x.shape[-1])
+    mu = r(r.sum(x, -1, keepdims=True) * inv_d)
+    xc = r(x - mu)
+    var = r(r.sum(r(xc * xc), -1, keepdims=True) * inv_d)
+    rstd = r(t(1.0) / np.sqrt(var + t(eps)))
+    xhat = r(xc * rstd)
+    return r.out(xhat * g + b), {"xhat": xhat, "rstd": rstd}
+
+
+def layer_norm_backward(dy: Array, cache: Cache, g: Array, P: Precision) -> tuple[Array, Array, Array]:
+    """Gradients of :func:`layer_norm_forward`: ``(dx, dgamma, dbeta)``.
+
+    >>> P = Precision("fp64")
+    >>> y, cache = layer_norm_forward(np.array([[1.0, 3.0]]), np.ones(2), np.zeros(2), P)
+    >>> [np.round(a, 4).tolist() for a in layer_norm_backward(np.ones((1, 2)), cache, np.ones(2), P)]
+    [[[0.0, 0.0]], [-1.0, 1.0], [1.0, 1.0]]
+    """
+    r = P.rounder(P.bwd, "norm")
+    rs = P.rounder(P.bwd, "sum")
+    xhat, rstd = cache["xhat"], cache["rstd"]
+    d = dy.shape[-1]
+    t = dy.dtype.type
+    inv_d = t(1.0 / d)
+    dg = rs.out(rs.sum(r(dy * xhat).reshape(-1, d), 0))
+    db = rs.out(rs.sum(dy.reshape(-1, d), 0))
+    dxhat = r(dy * g)
+    a = r(r.sum(dxhat, -1, keepdims=True) * inv_d)
+    c = r(r.sum(r(dxhat * xhat), -1, keepdims=True) * inv_d)
+    dx = r.out(rstd * r(r(dxhat - a) - r(xhat * c)))
+    return dx, dg, db
+
+
+def mean_pool_forward(x: Array, P: Precision) -> Array:
+    """Mean over axis 1 (the tokens), a reduction under the "sum" switch.
+
+    >>> mean_pool_forward(np.arange(6.0).reshape(1, 3, 2), Precision("fp64")).tolist()
+    [[2.0, 3.0]]
+    """
+    r = P.rounder(P.fwd, "sum")
+    return r.out(r.sum(x, 1) * x.dtype.type(1.0 / x.shape[1]))
+
+
+def mean_pool_backward(dy: Array, n_tokens: int, P: Precision) -> Array:
+    """Gradient of :func:`mean_pool_forward`: ``dy / n`` broadcast over the tokens.
+
+    >>> mean_pool_backward(np.array([[3.0]]), 3, Precision("fp64")).tolist()
+    [[[1.0], [1.0], [1.0]]]
+    """
+    per = dy * dy.dtype.type(1.0 / n_tokens)
+    return P.grad(np.repeat(per[:, None, :], n_tokens, axis=1))
+
+
+# ---- models ---------------------------------------------------------------------------------------
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...], bound: float) -> Array:
+    u = rng.random(shape, dtype=np.float32)
+    out: Array = (u * np.float32(2.0) - np.float32(1.0)) * np.float32(bound)
+    return out
+
+
+class Model:
+    """A model: ``init(rng)`` -> parameters; ``forward(w, x, P)`` -> (logits, cache);
+    ``backward(w, cache, dlogits, P)`` -> gradients (same keys as the parameters).
+
+    >>> m = get_model("attention", 64, 10)
+    >>> isinstance(m, Model), sorted(m.init(np.random.default_rng(0)))[:3]
+    (True, ['Wc', 'We', 'Wo'])
+    """
+
+    name = "model"
+
+    def init(self, rng: np.random.Generator) -> Params:
+        raise NotImplementedError
+
+    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+        raise NotImplementedError
+
+    def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass
+class MLP(Model):
+    """Fully connected net ``n_in -> hidden... -> n_out`` with ReLU or GELU.
+
+    >>> MLP(784, (256, 256), 10).n_params
+    269322
+    """
+
+    n_in: int
+    hidden: Sequence[int]
+    n_out: int
+    activation: str = "relu"
+    name = "mlp"
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation={self.activation!r}: expected relu or gelu")
+        if min((self.n_in, self.n_out, *self.hidden)) < 1:
+            raise ValueError(
+                f"layer sizes {(self.n_in, *self.hidden, self.n_out)}: expected positive integers"
+            )
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return (self.n_in, *self.hidden, self.n_out)
+
+    @property
+    def n_params(self) -> int:
+        s = self.sizes
+        return sum(a * b + b for a, b in itertools.pairwise(s))
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": "mlp",
+            "n_in": self.n_in,
+            "hidden": list(self.hidden),
+            "n_out": self.n_out,
+            "activation": self.activation,
+        }
+
+    def init(self, rng: np.random.Generator) -> Params:
+        w: Params = {}
+        s = self.sizes
+        for i, (a, b) in enumerate(itertools.pairwise(s)):
+            bound = 1.0 / math.sqrt(a)  # torch.nn.Linear's default
+            w[f"W{i}"] = _uniform(rng, (a, b), bound)
+            w[f"b{i}"] = _uniform(rng, (b,), bound)
+        return w
+
+    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+        n = len(self.sizes) - 1
+        h = P.act(x.astype(P.dtype, copy=False))
+        inputs, pre = [], []
+        for i in range(n):
+            inputs.append(h)
+            z = linear_forward(h, w[f"W{i}"], w[f"b{i}"], P)
+            pre.append(z)
+            if i < n - 1:
+                h = relu_forward(z) if self.activation == "relu" else gelu_forward(z, P)
+        return pre[-1], {"inputs": inputs, "pre": pre}
+
+    def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
+        n = len(self.sizes) - 1
+        grads: Params = {}
+        dz = dlogits
+        for i in reversed(range(n)):
+            dh, grads[f"W{i}"], db = linear_backward(dz, cache["inputs"][i], w[f"W{i}"], P, input_grad=i > 0)
+            grads[f"b{i}"] = _some(db)
+            if i > 0:
+                z = cache["pre"][i - 1]
+                dh = _some(dh)
+                dz = relu_backward(dh, z) if self.activation == "relu" else gelu_backward(dh, z, P)
+        return {k: grads[k] for k in w}
+
+
+@dataclass
+class AttentionNet(Model):
+    """One pre-norm self-attention block over ``tokens`` rows of ``n_in / tokens`` features.
+
+    embed (+ position) -> LN -> single-head attention (fused QKV) -> residual -> LN -> mean over
+    tokens -> linear classifier. Softmax, both layer norms and the pooling are reductions.
+
+    >>> AttentionNet(64, 10, tokens=8, d_model=32).n_params
+    5130
+    """
+
+    n_in: int
+    n_out: int
+    tokens: int = 8
+    d_model: int = 32
+    name = "attention"
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1 or self.n_in % self.tokens:
+            raise ValueError(f"tokens={self.tokens}: expected a divisor of n_in={self.n_in}")
+        if self.d_model < 1 or self.n_out < 1:
+            raise ValueError(f"d_model={self.d_model}, n_out={self.n_out}: expected positive integers")
+
+    @property
+    def n_params(self) -> int:
+        f, d, t, c = self.n_in // self.tokens, self.d_model, self.tokens, self.n_out
+        return f * d + d + t * d + 2 * d + 3 * d * d + d * d + d + 2 * d + d * c + c
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": "attention",
+            "n_in": self.n_in,
+            "n_out": self.n_out,
+            "tokens": self.tokens,
+            "d_model": self.d_model,
+        }
+
+    def init(self, rng: np.random.Generator) -> Params:
+        f, d, t, c = self.n_in // self.tokens, self.d_model, self.tokens, self.n_out
+        return {
+            "We": _uniform(rng, (f, d), 1.0 / math.sqrt(f)),
+            "be": _uniform(rng, (d,), 1.0 / math.sqrt(f)),
+            "pos": _uniform(rng, (t, d), 0.1),
+            "ln1_g": np.ones(d, np.float32),
+            "ln1_b": np.zeros(d, np.float32),
+            "Wqkv": _uniform(rng, (d, 3 * d), 1.0 / math.sqrt(d)),
+            "Wo": _uniform(rng, (d, d), 1.0 / math.sqrt(d)),
+            "bo": _uniform(rng, (d,), 1.0 / math.sqrt(d)),
+            "ln2_g": np.ones(d, np.float32),
+            "ln2_b": np.zeros(d, np.float32),
+            "Wc": _uniform(rng, (d, c), 1.0 / math.sqrt(d)),
+            "bc": _uniform(rng, (c,), 1.0 / math.sqrt(d)),
+        }
+
+    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+        n, t, d = x.shape[0], self.tokens, self.d_model
+        xt = P.act(x.astype(P.dtype, copy=False)).reshape(n, t, -1)
+        # the position table rides in the GEMM epilogue with the bias, added in fp32
+        h0 = P.matmul(xt, w["We"], P.fwd, bias=w["be"] + w["pos"])
+        a, ln1 = layer_norm_forward(h0, w["ln1_g"], w["ln1_b"], P)
+        qkv = linear_forward(a, w["Wqkv"], None, P)
+        q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
+        alpha = 1.0 / math.sqrt(d)
+        s = P.matmul(q, k.transpose(0, 2, 1), P.fwd, alpha=alpha)
+        p = softmax_forward(s, P)
+        o = P.matmul(p, v, P.fwd)
+        h1 = P.act(h0 + linear_forward(o, w["Wo"], w["bo"], P))
+        c, ln2 = layer_norm_forward(h1, w["ln2_g"], w["ln2_b"], P)
+        m = mean_pool_forward(c, P)
+        logits = linear_forward(m, w["Wc"], w["bc"], P)
+        cache = {
+            "xt": xt,
+            "a": a,
+            "ln1": ln1,
+            "q": q,
+            "k": k,
+            "v": v,
+            "p": p,
+            "o": o,
+            "ln2": ln2,
+            "m": m,
+            "alpha": alpha,
+        }
+        return logits, cache
+
+    def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
+        t, d = self.tokens, self.d_model
+        g: Params = {}
+        dm, g["Wc"], db = linear_backward(dlogits, cache["m"], w["Wc"], P)
+        g["bc"] = _some(db)
+        dc = mean_pool_backward(_some(dm), t, P)
+        dh1, g["ln2_g"], g["ln2_b"] = layer_norm_backward(dc, cache["ln2"], w["ln2_g"], P)
+        do_, g["Wo"], db = linear_backward(dh1, cache["o"], w["Wo"], P)
+        g["bo"] = _some(db)
+        do = _some(do_)
+        p, q, k, v, alpha = cache["p"], cache["q"], cache["k"], cache["v"], cache["alpha"]
+        dp = P.matmul(do, v.transpose(0, 2, 1), P.bwd)
+        dv = P.matmul(p.transpose(0, 2, 1), do, P.bwd)
+        ds = softmax_backward(dp, p, P)
+        dq = P.matmul(ds, k, P.bwd, alpha=alpha)
+        dk = P.matmul(ds.transpose(0, 2, 1), q, P.bwd, alpha=alpha)
+        dqkv = np.concatenate([dq, dk, dv], axis=-1)
+        da, g["Wqkv"], _ = linear_backward(dqkv, cache["a"], w["Wqkv"], P, bias=False)
+        dln1, g["ln1_g"], g["ln1_b"] = layer_norm_backward(_some(da), cache["ln1"], w["ln1_g"], P)
+        # the residual stream's gradient: the skip path plus the attention path
+        dh0 = P.grad(dh1 + dln1)
+        _, g["We"], _ = linear_backward(dh0, cache["xt"], w["We"], P, bias=False, input_grad=False)
+        rs = P.rounder(P.bwd, "sum")
+        g["be"] = rs.out(rs.sum(dh0.reshape(-1, d), 0))
+        g["pos"] = rs.out(rs.sum(dh0, 0))
+        return {k_: g[k_] for k_ in w}
+
+
+def _some(a: Array | None) -> Array:
+    assert a is not None
+    return a
+
+
+MODELS: tuple[str, ...] = ("mlp", "attention")
+
+
+def get_model(name: str, n_in: int, n_out: int, **kwargs: Any) -> Model:
+    """``"mlp"`` (``hidden=(128, 128)``, ``activation="relu"``) or ``"attention"``
+    (``tokens=8``, ``d_model=32``) for ``n_in`` inputs and ``n_out`` classes.
+
+    >>> get_model("mlp", 64, 10, hidden=(16,)).sizes
+    (64, 16, 10)
+    """
+    key = name.strip().lower()
+    if key == "mlp":
+        hidden = kwargs.pop("hidden", (128, 128))
+        return MLP(n_in, tuple(hidden), n_out, **kwargs)
+    if key in ("attention", "attn", "transformer"):
+        return AttentionNet(n_in, n_out, **kwargs)
+    raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")

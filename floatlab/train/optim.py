@@ -1,0 +1,266 @@
+"""Optimizers (SGD with momentum, AdamW), gradient clipping and learning-rate schedules.
+
+The optimizers follow ``torch.optim.SGD`` and ``torch.optim.AdamW``; their state is held in the
+wide precision (fp32). :meth:`Optimizer.deltas` returns each parameter's update instead of
+applying it, so that the trainer can store the new weight in the policy's weight format and
+see which updates were swallowed.
+
+>>> import numpy as np
+>>> opt = SGD(lr=0.5, momentum=0.0)
+>>> opt.deltas({"w": np.ones(2, np.float32)}, {"w": np.array([1.0, -2.0], np.float32)})["w"].tolist()
+[-0.5, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from floatlab.train.precision import Array
+
+__all__ = ["SGD", "AdamW", "Optimizer", "Schedule", "clip_grad_norm", "global_norm", "make_optimizer"]
+
+
+class Optimizer:
+    """Base class: ``deltas(params, grads, lr)`` -> the update of each parameter, state in fp32.
+
+    >>> issubclass(SGD, Optimizer) and issubclass(AdamW, Optimizer)
+    True
+    """
+
+    name = "optimizer"
+
+    def __init__(self, lr: float) -> None:
+        if not (isinstance(lr, (int, float)) and 0 <= lr < math.inf):
+            raise ValueError(f"lr={lr!r}: expected a finite number >= 0")
+        self.lr = float(lr)
+        self.t = 0
+        self.state: dict[str, dict[str, Array]] = {}
+
+    def deltas(
+        self, params: Mapping[str, Array], grads: Mapping[str, Array], lr: float | None = None
+    ) -> dict[str, Array]:
+        """Advance the state by one step and return ``new_param - param`` for every parameter
+        (``lr`` overrides the optimizer's own, as a schedule does).
+
+        >>> SGD(lr=1.0, momentum=0.0).deltas({"w": np.ones(1)}, {"w": np.ones(1)}, lr=0.25)["w"].tolist()
+        [-0.25]
+        """
+        self.t += 1
+        step_lr = self.lr if lr is None else lr
+        return {k: self._delta(k, params[k], grads[k], step_lr) for k in params}
+
+    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
+        raise NotImplementedError
+
+    def hyper(self) -> dict[str, Any]:
+        """The hyper-parameters, for checkpoints and histories."""
+        return {"name": self.name, "lr": self.lr}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step count and per-parameter state arrays.
+
+        >>> SGD(lr=0.1).state_dict()["t"]
+        0
+        """
+        return {"t": self.t, "hyper": self.hyper(), "state": {k: dict(v) for k, v in self.state.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (arrays are copied)."""
+        self.t = int(state["t"])
+        self.state = {k: {n: np.array(a, copy=True) for n, a in v.items()} for k, v in state["state"].items()}
+
+
+class SGD(Optimizer):
+    """SGD with momentum and (coupled) weight decay, as ``torch.optim.SGD`` (dampening 0).
+
+    >>> opt = SGD(lr=1.0, momentum=0.5)
+    >>> p, g = {"w": np.zeros(1, np.float32)}, {"w": np.ones(1, np.float32)}
+    >>> [float(opt.deltas(p, g)["w"][0]) for _ in range(3)]
+    [-1.0, -1.5, -1.75]
+    """
+
+    name = "sgd"
+
+    def __init__(
+        self, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0, nesterov: bool = False
+    ):
+        super().__init__(lr)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum={momentum!r}: expected a number in [0, 1)")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay={weight_decay!r}: expected a number >= 0")
+        if nesterov and momentum == 0:
+            raise ValueError("nesterov=True needs momentum > 0")
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self.nesterov = nesterov
+
+    def hyper(self) -> dict[str, Any]:
+        return {
+            **super().hyper(),
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "nesterov": self.nesterov,
+        }
+
+    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
+        d = g + p.dtype.type(self.weight_decay) * p if self.weight_decay else g
+        if self.momentum:
+            st = self.state.get(key)
+            if st is None:
+                buf = np.array(d, copy=True)
+                self.state[key] = {"momentum": buf}
+            else:
+                buf = st["momentum"]
+                buf *= p.dtype.type(self.momentum)
+                buf += d
+            d = d + p.dtype.type(self.momentum) * buf if self.nesterov else buf
+        out: Array = -p.dtype.type(lr) * d
+        return out
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay, as ``torch.optim.AdamW``.
+
+    >>> opt = AdamW(lr=0.1, weight_decay=0.0)
+    >>> p, g = {"w": np.zeros(1, np.float32)}, {"w": np.full(1, 3.0, np.float32)}
+    >>> round(float(opt.deltas(p, g)["w"][0]), 6)   # the first step moves by lr (|g| >> eps)
+    -0.1
+    """
+
+    name = "adamw"
+
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> None:
+        super().__init__(lr)
+        b1, b2 = betas
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"betas={betas!r}: expected two numbers in [0, 1)")
+        if not eps >= 0:
+            raise ValueError(f"eps={eps!r}: expected a number >= 0")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay={weight_decay!r}: expected a number >= 0")
+        self.betas = (float(b1), float(b2))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+
+    def hyper(self) -> dict[str, Any]:
+        return {
+            **super().hyper(),
+            "betas": list(self.betas),
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
+        }
+
+    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
+        t = p.dtype.type
+        b1, b2 = self.betas
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = {"m": np.zeros_like(p), "v": np.zeros_like(p)}
+        m, v = st["m"], st["v"]
+        m *= t(b1)
+        m += t(1 - b1) * g
+        v *= t(b2)
+        v += t(1 - b2) * (g * g)
+        bc1 = 1.0 - b1**self.t
+        bc2 = 1.0 - b2**self.t
+        denom = np.sqrt(v) / t(math.sqrt(bc2)) + t(self.eps)
+        out: Array = -t(lr / bc1) * m / denom
+        if self.weight_decay:
+            out -= t(lr * self.weight_decay) * p
+        return out
+
+
+def make_optimizer(name: str, lr: float, **kwargs: Any) -> Optimizer:
+    """``"sgd"`` or ``"adamw"`` with ``lr`` and the optimizer's own keyword arguments.
+
+    >>> make_optimizer("adamw", 1e-3).name
+    'adamw'
+    """
+    key = name.strip().lower()
+    if key == "sgd":
+        return SGD(lr, **kwargs)
+    if key in ("adamw", "adam"):
+        return AdamW(lr, **kwargs)
+    raise ValueError(f"unknown optimizer {name!r}: expected sgd or adamw")
+
+
+def global_norm(grads: Mapping[str, Array]) -> float:
+    """The 2-norm of all gradients together, accumulated in float64.
+
+    >>> global_norm({"a": np.array([3.0], np.float32), "b": np.array([4.0], np.float32)})
+    5.0
+    """
+    total = 0.0
+    for g in grads.values():
+        flat = g.reshape(-1).astype(np.float64, copy=False)
+        total += float(np.dot(flat, flat))
+    return math.sqrt(total)
+
+
+def clip_grad_norm(grads: dict[str, Array], max_norm: float) -> float:
+    """Scale ``grads`` in place so that their global norm is at most ``max_norm`` (as
+    ``torch.nn.utils.clip_grad_norm_``); return the norm before clipping.
+
+    >>> g = {"w": np.array([3.0, 4.0], np.float32)}
+    >>> clip_grad_norm(g, 1.0), [round(float(v), 4) for v in g["w"]]
+    (5.0, [0.6, 0.8])
+    """
+    if not max_norm > 0:
+        raise ValueError(f"max_norm={max_norm!r}: expected a number > 0")
+    norm = global_norm(grads)
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for g in grads.values():
+            g *= g.dtype.type(coef)
+    return norm
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Learning-rate schedule over *optimizer* steps: a skipped step does not advance it.
+
+    ``kind`` is ``"constant"``, ``"cosine"`` (to ``min_ratio * lr`` at ``total`` steps) or
+    ``"linear"`` (to ``min_ratio * lr``); ``warmup`` steps ramp up linearly first.
+
+    >>> s = Schedule("cosine", total=100, warmup=10)
+    >>> [round(s(k, 1.0), 3) for k in (0, 9, 10, 55, 100)]
+    [0.1, 1.0, 1.0, 0.5, 0.0]
+    """
+
+    kind: Literal["constant", "cosine", "linear"] = "constant"
+    total: int = 0
+    warmup: int = 0
+    min_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("constant", "cosine", "linear"):
+            raise ValueError(f"schedule kind {self.kind!r}: expected constant, cosine or linear")
+        if self.kind != "constant" and self.total <= self.warmup:
+            raise ValueError(f"schedule total={self.total} must exceed warmup={self.warmup}")
+        if self.warmup < 0 or not 0.0 <= self.min_ratio <= 1.0:
+            raise ValueError(f"warmup={self.warmup}, min_ratio={self.min_ratio}: expected >= 0 and in [0, 1]")
+
+    def __call__(self, step: int, lr: float) -> float:
+        """The learning rate of optimizer step ``step`` (counted from 0)."""
+        if step < self.warmup:
+            return lr * (step + 1) / self.warmup
+        if self.kind == "constant":
+            return lr
+        frac = min(1.0, (step - self.warmup) / (self.total - self.warmup))
+        shape = 0.5 * (1.0 + math.cos(math.pi * frac)) if self.kind == "cosine" else 1.0 - frac
+        return lr * (self.min_ratio + (1.0 - self.min_ratio) * shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,290 @@
+"""Precision policies: which format each tensor of a training step is stored in.
+
+A :class:`Policy` is data. It names the format of the forward pass (activations, and the
+weights as the GEMMs see them) and of the backward pass (gradients), and holds one switch per
+technique of mixed-precision training:
+
+* ``master_weights``: keep an fp32 copy of the weights that the optimizer updates; without it
+  the weights live in the forward format and small updates are swallowed.
+* ``loss_scaling``: ``"none"``, ``"static"`` or ``"dynamic"``: multiply the loss so that small
+  gradients stay above the format's underflow threshold.
+* ``fp32_reductions``: accumulate sums (softmax denominators, norm statistics, bias gradients,
+  the loss) in fp32 instead of in the working format.
+* ``fp32_ops``: the operations computed in fp32 with one rounding at their output, as
+  autocast's fp32 list: ``"softmax"``, ``"log"``, ``"exp"``, ``"sum"``, ``"norm"``.
+
+The named policies are the ones users know:
+
+>>> [p for p in policy_names()]
+['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp64']
+>>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
+mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
+fp32 reductions, fp32 ops exp, log, norm, softmax, sum
+>>> get_policy("mixed-fp16").replace(loss_scaling="none").name
+'mixed-fp16*'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
+from floatlab.rounding import check_rounding
+
+__all__ = [
+    "FP32_OPS",
+    "LOSS_SCALING",
+    "POLICIES",
+    "LossScaling",
+    "Policy",
+    "get_policy",
+    "policy_names",
+]
+
+LossScaling = Literal["none", "static", "dynamic"]
+LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")
+# the ops a policy may keep in fp32 (autocast's fp32 list, as far as these models have them)
+FP32_OPS: frozenset[str] = frozenset({"softmax", "log", "exp", "sum", "norm"})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Where each tensor of a training step is stored, and which techniques are switched on.
+
+    ``forward`` and ``backward`` accept any registered format (name or :class:`FloatFormat`).
+    ``rounding`` is the rounding mode of every cast; ``update_rounding`` that of the weight
+    update when the weights are stored in a low-precision format (``"stochastic"`` there is
+    the classic cure for swallowed updates). ``saturate`` clamps overflowing casts to the
+    largest finite value; ``subnormals=False`` flushes subnormal results to zero.
+
+    >>> p = Policy("custom", forward="e4m3", backward="e5m2", loss_scaling="dynamic")
+    >>> p.forward.name, p.backward.name, p.weight_format.name
+    ('float8_e4m3fn', 'float8_e5m2', 'fp32')
+    """
+
+    name: str
+    forward: FloatFormat = FP32
+    backward: FloatFormat = FP32
+    master_weights: bool = True
+    loss_scaling: LossScaling = "none"
+    scaler: str = "torch"
+    static_scale: float = 2.0**10
+    fp32_reductions: bool = True
+    fp32_ops: frozenset[str] = field(default=FP32_OPS)
+    rounding: str = "rne"
+    update_rounding: str = ""
+    saturate: bool = False
+    subnormals: bool = True
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "forward", get_format(self.forward))
+        set_(self, "backward", get_format(self.backward))
+        if self.loss_scaling not in LOSS_SCALING:
+            raise ValueError(f"loss_scaling={self.loss_scaling!r}: expected one of {', '.join(LOSS_SCALING)}")
+        ops = frozenset(self.fp32_ops)
+        unknown = sorted(ops - FP32_OPS)
+        if unknown:
+            raise ValueError(f"fp32_ops {unknown}: expected names from {', '.join(sorted(FP32_OPS))}")
+        set_(self, "fp32_ops", ops)
+        set_(self, "rounding", check_rounding(self.rounding))
+        set_(self, "update_rounding", check_rounding(self.update_rounding or self.rounding))
+        if not (isinstance(self.static_scale, (int, float)) and 0 < self.static_scale < float("inf")):
+            raise ValueError(f"static_scale={self.static_scale!r}: expected a finite number > 0")
+        if (self.forward == FP64) != (self.backward == FP64):
+            raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
+        for f in (self.forward, self.backward):
+            if f != FP64 and not FP32.contains(f):
+                raise ValueError(
+                    f"format {f.name} does not fit in fp32 (values are held in float32 arrays): "
+                    "expected a format with at most 8 exponent and 23 fraction bits"
+                )
+
+    # ---- derived --------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype that holds every value: float64 for the fp64 reference, else float32."""
+        return np.dtype(np.float64) if self.forward == FP64 else np.dtype(np.float32)
+
+    @property
+    def wide(self) -> FloatFormat:
+        """The format of the holding arrays (fp32, or fp64 for the reference policy)."""
+        return FP64 if self.forward == FP64 else FP32
+
+    @property
+    def weight_format(self) -> FloatFormat:
+        """Where the weights the optimizer updates are stored: the master copy, or the forward format."""
+        return self.wide if self.master_weights else self.forward
+
+    @property
+    def is_wide(self) -> bool:
+        """True when nothing is ever rounded below the holding arrays' precision (fp32, fp64)."""
+        return self.forward == self.wide and self.backward == self.wide
+
+    def keeps_fp32(self, op: str) -> bool:
+        """Whether ``op`` is computed in fp32 with one rounding at its output."""
+        return op in self.fp32_ops
+
+    def replace(self, **changes: Any) -> Policy:
+        """A copy with ``changes``; its name gets a ``*`` unless a new ``name`` is given.
+
+        >>> get_policy("fp16").replace(master_weights=True).master_weights
+        True
+        """
+        if "name" not in changes:
+            changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line: formats and switches, in words."""
+        parts = [f"forward {self.forward.name}", f"backward {self.backward.name}"]
+        parts.append(f"{self.wide.name} master weights" if self.master_weights else "no master weights")
+        if self.loss_scaling == "dynamic":
+            parts.append(f"dynamic loss scaling ({self.scaler})")
+        elif self.loss_scaling == "static":
+            parts.append(f"static loss scale {self.static_scale:g}")
+        else:
+            parts.append("no loss scaling")
+        if not self.is_wide:
+            parts.append("fp32 reductions" if self.fp32_reductions else "low-precision reductions")
+            parts.append(f"fp32 ops {', '.join(sorted(self.fp32_ops))}" if self.fp32_ops else "no fp32 ops")
+            if self.rounding != "rne" or self.update_rounding != "rne":
+                parts.append(f"rounding {self.rounding}, updates {self.update_rounding}")
+        return f"{self.name}: {', '.join(parts)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready); :meth:`from_dict` inverts it.
+
+        >>> Policy.from_dict(get_policy("mixed-bf16").to_dict()) == get_policy("mixed-bf16")
+        True
+        """
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["forward"], d["backward"] = self.forward.name, self.backward.name
+        d["fp32_ops"] = sorted(self.fp32_ops)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Policy:
+        """The policy :meth:`to_dict` wrote."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ValueError(f"policy fields {extra}: expected only {', '.join(sorted(known))}")
+        d = dict(d)
+        d["fp32_ops"] = frozenset(d.get("fp32_ops", FP32_OPS))
+        return cls(**d)
+
+
+def _pure(name: str, fmt: FloatFormat) -> Policy:
+    # everything in one format: weights, activations, gradients, updates, reductions
+    return Policy(
+        name,
+        forward=fmt,
+        backward=fmt,
+        master_weights=False,
+        loss_scaling="none",
+        fp32_reductions=False,
+        fp32_ops=frozenset(),
+    )
+
+
+def _mixed(
+    name: str, forward: FloatFormat | str, backward: FloatFormat | str, scaling: LossScaling
+) -> Policy:
+    return Policy(
+        name,
+        forward=get_format(forward),
+        backward=get_format(backward),
+        master_weights=True,
+        loss_scaling=scaling,
+        fp32_reductions=True,
+        fp32_ops=FP32_OPS,
+    )
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("fp32"),
+        _pure("fp16", FP16),
+        _pure("bf16", BF16),
+        _mixed("mixed-fp16", FP16, FP16, "dynamic"),
+        _mixed("mixed-bf16", BF16, BF16, "none"),  # bf16 has fp32's range: no scaling needed
+        _mixed("mixed-fp8", "float8_e4m3fn", "float8_e5m2", "dynamic"),
+        Policy("fp64", forward=FP64, backward=FP64),
+    )
+}
+_ALIASES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "amp": "mixed-fp16",
+    "mixed": "mixed-fp16",
+    "float64": "fp64",
+    "mixed-float16": "mixed-fp16",
+    "mixed-bfloat16": "mixed-bf16",
+}
+
+
+def policy_names() -> list[str]:
+    """The named policies, simplest first.
+
+    >>> policy_names()[:3]
+    ['fp32', 'fp16', 'bf16']
+    """
+    return list(POLICIES)
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    """Look a policy up by name (``"mixed-fp16"``, ``"bf16"``, ...); a :class:`Policy` is returned as is.
+
+    >>> get_policy("amp").name
+    'mixed-fp16'
+    >>> get_policy("mixed-fp61")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown precision policy 'mixed-fp61': did you mean mixed-fp16? (known: fp32, fp16, ...)
+    """
+    if isinstance(policy, Policy):
+        return policy
+    if not isinstance(policy, str):
+        raise ValueError(f"precision policy {policy!r}: expected a policy name or a Policy")
+    key = policy.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key in POLICIES:
+        return POLICIES[key]
+    close = difflib.get_close_matches(key, list(POLICIES) + list(_ALIASES), n=1, cutoff=0.6)
+    hint = f"did you mean {_ALIASES.get(close[0], close[0])}? " if close else ""
+    raise ValueError(f"unknown precision policy {policy!r}: {hint}(known: {', '.join(POLICIES)})")
+
+
+def parse_fp32_ops(text: str | Iterable[str]) -> frozenset[str]:
+    """``"softmax,log"`` or ``"all"`` or ``"none"`` -> a set of op names.
+
+    >>> sorted(parse_fp32_ops("softmax, norm"))
+    ['norm', 'softmax']
+    >>> parse_fp32_ops("none")
+    frozenset()
+    """
+    if isinstance(text, str):
+        t = text.strip().lower()
+        if t == "all":
+            return FP32_OPS
+        if t in ("none", ""):
+            return frozenset()
+        names = [s.strip() for s in t.split(",") if s.strip()]
+    else:
+        names = list(text)
+    unknown = sorted(set(names) - FP32_OPS)
+    if unknown:
+        raise ValueError(
+            f"fp32 ops {unknown}: expected names from {', '.join(sorted(FP32_OPS))}, 'all' or 'none'"
+        )
+    return frozenset(names)

@@ -1,0 +1,254 @@
+"""The policy in action: every point of a training step where a value is stored in a format.
+
+:class:`Precision` is built from a :class:`~floatlab.train.policy.Policy` and is what the model
+code calls: ``P.act(x)`` stores an activation in the forward format, ``P.grad(g)`` a gradient in
+the backward format, ``P.matmul`` is the simulated tensor-core GEMM, and ``P.rounder(fmt, op)``
+marks the rounding points inside one operation (none when the op is kept in fp32).
+
+Every conversion goes through :func:`floatlab.rounding.round_array`. Values are held in
+float32 arrays: fp16, bf16, tf32 and the fp8/fp6/fp4 formats are subsets of fp32, so holding
+their values in float32 loses nothing.
+
+>>> import numpy as np
+>>> from floatlab.train.policy import get_policy
+>>> P = Precision(get_policy("fp16"))
+>>> P.act(np.array([0.1, 1e-8, 70000.0], dtype=np.float32)).tolist()
+[0.0999755859375, 0.0, inf]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from floatlab.formats import FP32, FloatFormat, get_format
+from floatlab.rounding import round_array
+from floatlab.train.policy import Policy, get_policy
+
+__all__ = ["Array", "Precision", "Rounder", "gemm"]
+
+Array = NDArray[Any]
+
+
+def gemm(
+    a: Array,
+    b: Array,
+    compute: FloatFormat | str = "fp16",
+    out: FloatFormat | str | None = None,
+    *,
+    bias: Array | None = None,
+    alpha: float | None = None,
+    rounding: str = "rne",
+    rng: np.random.Generator | None = None,
+) -> NDArray[np.float32]:
+    """Simulated tensor-core GEMM ``round_out(alpha * round_in(a) @ round_in(b) + bias)``.
+
+    The inputs are rounded to ``compute``; the products and their accumulation run in fp32
+    through a float32 BLAS call (a product of two fp16 or bf16 values has at most 22
+    significant bits, so it is exact in fp32, as in the hardware); ``bias`` is added in fp32
+    (the epilogue) and the result rounded once to ``out`` (default: ``compute``).
+
+    >>> a = np.full((1, 4096), 1.0, dtype=np.float32)
+    >>> b = np.full((4096, 1), 1e-4, dtype=np.float32)
+    >>> float(gemm(a, b, "fp16")[0, 0])     # fp32 accumulation: 4096 * fp16(1e-4), rounded once
+    0.40966796875
+    """
+    cf = get_format(compute)
+    of = cf if out is None else get_format(out)
+    if not FP32.contains(cf) or not FP32.contains(of):
+        raise ValueError(f"gemm formats {cf.name}, {of.name}: expected formats that fit in fp32")
+    sr = rng if rounding == "stochastic" else None
+    # round in the input's own dtype first: a float64 input then rounds once, straight to `cf`,
+    # and the float32 copy of the rounded value is exact
+    a32 = round_array(np.asarray(a), cf, rounding, rng=sr).astype(np.float32, copy=False)
+    b32 = round_array(np.asarray(b), cf, rounding, rng=sr).astype(np.float32, copy=False)
+    acc = np.matmul(a32, b32)
+    if alpha is not None:
+        acc *= np.float32(alpha)
+    if bias is not None:
+        acc += round_array(np.asarray(bias), FP32).astype(np.float32, copy=False)
+    result: NDArray[np.float32] = round_array(acc, of, rounding, rng=sr)
+    return result
+
+
+class Precision:
+    """The runtime side of a policy: casts, the tensor-core GEMM, reductions and underflow counts.
+
+    ``rng`` feeds stochastic rounding (a seeded generator makes it reproducible). Inside
+    ``with P.backward():`` every stored gradient is counted: :attr:`grad_values` non-zero values
+    were stored and :attr:`grad_flushed` of them became zero (underflow to zero).
+
+    >>> from floatlab.train.policy import get_policy
+    >>> P = Precision(get_policy("fp16"))
+    >>> with P.backward():
+    ...     g = P.grad(np.array([1e-3, 1e-8, 3e-8, 0.0], dtype=np.float32))
+    >>> P.grad_values, P.grad_flushed
+    (3, 1)
+    """
+
+    def __init__(self, policy: Policy | str, rng: np.random.Generator | None = None) -> None:
+        self.policy = get_policy(policy)
+        self.fwd: FloatFormat = self.policy.forward
+        self.bwd: FloatFormat = self.policy.backward
+        self.wide: FloatFormat = self.policy.wide
+        self.dtype: np.dtype[Any] = self.policy.dtype
+        self.fp32_ops = self.policy.fp32_ops
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self._counting = False
+        self.grad_values = 0
+        self.grad_flushed = 0
+
+    # ---- casts --------------------------------------------------------------------------------
+    def is_wide(self, fmt: FloatFormat) -> bool:
+        """True when storing in ``fmt`` changes nothing (the holding arrays' own format)."""
+        return fmt is self.wide or fmt == self.wide
+
+    def cast(self, x: Array, fmt: FloatFormat, rounding: str | None = None) -> Array:
+        """``x`` rounded to ``fmt`` (held in the policy's dtype); unchanged when ``fmt`` is fp32.
+
+        >>> from floatlab.formats import BF16
+        >>> Precision("fp32").cast(np.array([1 / 3], np.float32), BF16).tolist()
+        [0.333984375]
+        """
+        if self.is_wide(fmt):
+            return x
+        mode = rounding or self.policy.rounding
+        rng = self.rng if mode == "stochastic" else None
+        r: Array = round_array(
+            x, fmt, mode, rng=rng, saturate=self.policy.saturate, subnormals=self.policy.subnormals
+        )
+        return r.reshape(np.shape(x)) if r.ndim != np.ndim(x) else r
+
+    def store(self, x: Array, fmt: FloatFormat) -> Array:
+        """Store ``x`` in ``fmt``; inside :meth:`backward`, count the values flushed to zero.
+
+        >>> P = Precision("bf16")
+        >>> with P.backward():
+        ...     _ = P.store(np.array([1e-40, 1e-45, 2.0], np.float32), P.bwd)
+        >>> P.grad_flushed, P.grad_values   # bf16 keeps fp32's subnormals down to 2^-133
+        (1, 3)
+        """
+        r = self.cast(x, fmt)
+        if self._counting and r is not x:
+            # rounding keeps zeros at zero, so every lost non-zero is a value flushed by underflow
+            # (counting `x != 0`, a boolean array, is several times faster than counting floats)
+            nonzero = int(np.count_nonzero(x != 0))
+            self.grad_values += nonzero
+            self.grad_flushed += nonzero - int(np.count_nonzero(r != 0))
+        return r
+
+    def act(self, x: Array) -> Array:
+        """Store an activation in the forward format."""
+        return self.store(x, self.fwd)
+
+    def grad(self, g: Array) -> Array:
+        """Store a gradient in the backward format."""
+        return self.store(g, self.bwd)
+
+    def weights(self, params: Mapping[str, Array]) -> dict[str, Array]:
+        """The weights as the forward GEMMs see them: each cast once per step to the forward format.
+
+        >>> Precision("mixed-bf16").weights({"W": np.array([1 / 3], np.float32)})["W"].tolist()
+        [0.333984375]
+        """
+        if self.policy.weight_format == self.fwd:
+            return dict(params)
+        return {k: self.cast(v, self.fwd) for k, v in params.items()}
+
+    @contextmanager
+    def backward(self) -> Iterator[None]:
+        """Count the gradients stored inside the block (see :attr:`grad_flushed`)."""
+        self.grad_values = self.grad_flushed = 0
+        self._counting = True
+        try:
+            yield
+        finally:
+            self._counting = False
+
+    @property
+    def flushed_share(self) -> float:
+        """Share of the non-zero gradients of the last backward pass that were flushed to zero."""
+        return self.grad_flushed / self.grad_values if self.grad_values else 0.0
+
+    # ---- compute ------------------------------------------------------------------------------
+    def matmul(
+        self, a: Array, b: Array, out: FloatFormat, *, bias: Array | None = None, alpha: float | None = None
+    ) -> Array:
+        """The tensor-core GEMM on values already stored in their formats (see :func:`gemm`):
+        products and accumulation in the holding precision (fp32) via BLAS, bias added in the
+        epilogue, one rounding to ``out``.
+
+        >>> P = Precision("fp16")
+        >>> P.matmul(np.full((1, 2), 300.0, np.float32), np.full((2, 1), 200.0, np.float32), P.fwd).tolist()
+        [[inf]]
+        """
+        acc = np.matmul(a, b)
+        if alpha is not None:
+            acc *= acc.dtype.type(alpha)
+        if bias is not None:
+            acc += bias
+        return self.store(acc, out)
+
+    def rounder(self, fmt: FloatFormat, op: str) -> Rounder:
+        """The rounding points of operation ``op`` working in ``fmt``."""
+        return Rounder(self, fmt, op)
+
+    def low_sum(self, x: Array, axis: int, fmt: FloatFormat, keepdims: bool = False) -> Array:
+        """Sum the values of ``fmt`` along ``axis`` with a ``fmt`` accumulator: a tree of pairwise
+        sums, each rounded to ``fmt``, as a GPU reduction adds partial sums (``s[i] += s[i + h]``).
+
+        >>> from floatlab.formats import FP16
+        >>> float(Precision("fp16").low_sum(np.array([2048.0, 1.0, 1.0, 1.0], np.float32), 0, FP16))
+        2050.0
+        """
+        xm = np.moveaxis(x, axis, 0)
+        while xm.shape[0] > 1:
+            n = xm.shape[0]
+            h = n // 2
+            # the float32 sum of two values of a format with p <= 11 significant bits, rounded
+            # again to that format, is the correctly rounded sum (24 >= 2p + 2: no double rounding)
+            s = self.cast(xm[:h] + xm[h : 2 * h], fmt)
+            xm = np.concatenate([s, xm[2 * h :]]) if n % 2 else s
+        out = xm[0] if xm.shape[0] else np.zeros(xm.shape[1:], dtype=x.dtype)
+        return np.expand_dims(out, axis) if keepdims else out
+
+
+class Rounder:
+    """The rounding points inside one operation working in ``fmt``.
+
+    ``r(x, tag)`` rounds an intermediate result unless the whole op is in the policy's fp32
+    list, or its elementary step ``tag`` (``"exp"``, ``"log"``) is. ``r.sum`` reduces with an
+    fp32 accumulator (``fp32_reductions`` or ``"sum"`` in the fp32 list) or a low-precision one.
+    ``r.out`` stores the op's result in ``fmt`` whatever happened inside.
+
+    >>> from floatlab.train.policy import get_policy
+    >>> r = Precision(get_policy("fp16")).rounder(FP32, "softmax")
+    >>> r.fp32
+    True
+    """
+
+    def __init__(self, P: Precision, fmt: FloatFormat, op: str) -> None:
+        self.P = P
+        self.fmt = fmt
+        self.fp32 = op in P.fp32_ops or P.is_wide(fmt)
+        self.fp32_acc = self.fp32 or P.policy.fp32_reductions or "sum" in P.fp32_ops
+
+    def __call__(self, x: Array, tag: str | None = None) -> Array:
+        if self.fp32 or (tag is not None and tag in self.P.fp32_ops):
+            return x
+        return self.P.cast(x, self.fmt)
+
+    def sum(self, x: Array, axis: int, keepdims: bool = False) -> Array:
+        if self.fp32:
+            total: Array = x.sum(axis=axis, keepdims=keepdims)
+            return total
+        if self.fp32_acc:
+            return self.P.cast(x.sum(axis=axis, keepdims=keepdims), self.fmt)
+        return self.P.low_sum(x, axis, self.fmt, keepdims)
+
+    def out(self, x: Array) -> Array:
+        return self.P.store(x, self.fmt)

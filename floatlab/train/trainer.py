@@ -1,0 +1,556 @@
+"""The training loop, in the order of the lesson.
+
+One step (:meth:`Trainer.train_step`)::
+
+    1. cast       the weights as the compute format sees them (fp16 copies of fp32 masters)
+    2. forward    activations stored in the forward format, GEMMs on the simulated tensor core
+    3. scale      backward starts from d(S * loss) = S instead of 1
+    4. backward   gradients stored in the backward format; count those flushed to zero
+    5. unscale    multiply by 1/S: in fp32 with master weights, else in the gradient format
+    6. check      any inf or NaN?
+    7. clip       to a global norm, after unscaling
+    8. step       or skip the step when a gradient is not finite; count swallowed updates
+    9. update     the loss scale (back off on inf, grow after a run of clean steps)
+
+On the synthetic task whose gradients sit below fp16's range, pure fp16 learns nothing and
+mixed-fp16 (loss scaling, fp32 master weights) learns it:
+
+>>> pure = train(model="mlp", data="underflow", precision="fp16", epochs=1, seed=0, hidden=(32,))
+>>> mixed = train(model="mlp", data="underflow", precision="mixed-fp16", epochs=1, seed=0, hidden=(32,))
+>>> pure.n_steps, pure.summary()["mean_flushed"] > 0.9, pure.final["test_accuracy"] < 0.3
+(32, True, True)
+>>> mixed.final["test_accuracy"] > 0.9
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
+from floatlab.train.data import Dataset, get_data
+from floatlab.train.history import History
+from floatlab.train.model import Model, Params, cross_entropy_backward, cross_entropy_forward, get_model
+from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optimizer
+from floatlab.train.policy import Policy, get_policy
+from floatlab.train.precision import Array, Precision
+from floatlab.train.scaler import LossScaler
+
+__all__ = ["StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
+
+DEFAULT_LR = {"sgd": 0.05, "adamw": 2e-3}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs, as plain data (a checkpoint stores it; the CLI fills it).
+
+    ``lr`` is the learning rate for the *unweighted* loss: on a data set whose loss is weighted
+    by ``w`` the trainer gives SGD ``lr / w`` and AdamW ``eps * w``, so that the weighted run
+    trains at the pace of the unweighted one. ``policy`` overrides fields of the named
+    ``precision`` (``{"loss_scaling": "none"}``).
+
+    >>> TrainConfig(precision="bf16", epochs=3).make_policy().name
+    'bf16'
+    """
+
+    model: str = "mlp"
+    data: str = "digits"
+    precision: str = "mixed-fp16"
+    policy: dict[str, Any] = field(default_factory=dict)
+    epochs: int = 20
+    batch_size: int = 64
+    optimizer: str = "sgd"
+    lr: float | None = None
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    clip: float | None = None
+    schedule: str = "constant"
+    warmup: int = 0
+    seed: int = 0
+    data_seed: int = 0
+    hidden: tuple[int, ...] = (128, 128)
+    activation: str = "relu"
+    d_model: int = 32
+    histogram_steps: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
+            raise ValueError(f"epochs={self.epochs!r}: expected an integer >= 0")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size!r}: expected an integer >= 1")
+        if self.clip is not None and not self.clip > 0:
+            raise ValueError(f"clip={self.clip!r}: expected a number > 0 or None")
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "histogram_steps", tuple(int(s) for s in self.histogram_steps))
+
+    def make_policy(self) -> Policy:
+        base = get_policy(self.precision)
+        return base.replace(**self.policy) if self.policy else base
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["hidden"], d["histogram_steps"] = list(self.hidden), list(self.histogram_steps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ValueError(f"train config fields {extra}: expected only {', '.join(sorted(known))}")
+        d = dict(d)
+        d["hidden"] = tuple(d.get("hidden", (128, 128)))
+        d["histogram_steps"] = tuple(d.get("histogram_steps", ()))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one step did (see :meth:`Trainer.train_step`).
+
+    >>> StepStats(2.3, 0.1, 65536.0, False, 0.0, 0.0, 0.05, None).skipped
+    False
+    """
+
+    loss: float
+    accuracy: float
+    scale: float
+    skipped: bool
+    flushed: float
+    swallowed: float
+    lr: float
+    grad_norm: float | None
+
+
+def make_scaler(policy: Policy) -> LossScaler:
+    """The loss scaler a policy asks for.
+
+    >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
+    (65536.0, False)
+    """
+    if policy.loss_scaling == "dynamic":
+        return LossScaler.preset(policy.scaler)
+    if policy.loss_scaling == "static":
+        return LossScaler.static(policy.static_scale)
+    return LossScaler.disabled()
+
+
+def _as_params(params: Params, dtype: np.dtype[Any]) -> Params:
+    # float32 -> float64 widening is exact; no other change of dtype happens here
+    return {k: np.array(v, dtype=dtype, copy=True) for k, v in params.items()}
+
+
+class Trainer:
+    """Trains ``model`` on ``data`` under ``policy``; :meth:`fit` runs epochs, :meth:`train_step`
+    one step. ``seed`` fixes the initial weights, the batch order and the random bits of
+    stochastic rounding.
+
+    >>> from floatlab.train.data import make_underflow_task
+    >>> from floatlab.train.model import MLP
+    >>> data = make_underflow_task(n_train=128, n_test=64)
+    >>> tr = Trainer(MLP(64, (16,), 10), data, "mixed-fp16", seed=0)
+    >>> tr.params["W0"].dtype, tr.scaler.scale, tr.n_batches
+    (dtype('float32'), 65536.0, 2)
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        data: Dataset,
+        policy: Policy | str,
+        *,
+        optimizer: Optimizer | None = None,
+        scaler: LossScaler | None = None,
+        batch_size: int = 64,
+        seed: int = 0,
+        clip: float | None = None,
+        schedule: Schedule | None = None,
+        histogram_steps: Sequence[int] = (),
+        config: TrainConfig | None = None,
+        label: str | None = None,
+    ) -> None:
+        self.model = model
+        self.data = data
+        self.policy = get_policy(policy)
+        self.P = Precision(self.policy, rng=np.random.default_rng([seed, 1]))
+        self.order_rng = np.random.default_rng([seed, 2])
+        self.opt = optimizer if optimizer is not None else make_optimizer("sgd", DEFAULT_LR["sgd"])
+        self.scaler = scaler if scaler is not None else make_scaler(self.policy)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.clip = clip
+        self.schedule = schedule if schedule is not None else Schedule()
+        self.histogram_steps = frozenset(int(s) for s in histogram_steps)
+        self.config = config
+        init = model.init(np.random.default_rng([seed, 0]))
+        # the weights the optimizer updates: fp32 masters, or the forward format itself
+        params = _as_params(init, self.P.dtype)
+        self.params: Params = {k: self.P.cast(v, self.policy.weight_format) for k, v in params.items()}
+        self.step = 0  # iterations, skipped ones included
+        self.opt_steps = 0  # optimizer steps taken: what the learning-rate schedule counts
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.perm: Array | None = None
+        meta = {
+            "policy": self.policy.to_dict(),
+            "policy_text": self.policy.describe(),
+            "model": model.config(),
+            "data": data.info(),
+            "optimizer": self.opt.hyper(),
+            "seed": seed,
+            "batch_size": batch_size,
+        }
+        if config is not None:
+            meta["config"] = config.to_dict()
+        self.history = History(label or self.policy.name, meta)
+
+    # ---- construction from a config -------------------------------------------------------------
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, data: Dataset | None = None) -> Trainer:
+        """Build model, data, optimizer, scaler and schedule from ``cfg``.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp16"), make_underflow_task())
+        >>> tr.opt.lr == 0.05 * 2**20   # SGD's lr for the loss weighted by 2^-20
+        True
+        """
+        data = data if data is not None else get_data(cfg.data, seed=cfg.data_seed)
+        kw: dict[str, Any] = {}
+        if cfg.model == "mlp":
+            kw = {"hidden": cfg.hidden, "activation": cfg.activation}
+        elif cfg.model in ("attention", "attn", "transformer"):
+            kw = {"d_model": cfg.d_model}
+        model = get_model(cfg.model, data.n_features, data.n_classes, **kw)
+        name = cfg.optimizer.strip().lower()
+        lr = cfg.lr if cfg.lr is not None else DEFAULT_LR.get(name, 0.05)
+        opt: Optimizer
+        if name == "sgd":
+            # the step is lr * weight * gradient: divide the loss weight back out
+            opt = make_optimizer(
+                "sgd", lr * data.lr_scale, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+            )
+        else:
+            opt = make_optimizer(name, lr, weight_decay=cfg.weight_decay, eps=1e-8 * data.loss_weight)
+        n_batches = math.ceil(len(data.y_train) / cfg.batch_size)
+        total = max(cfg.epochs * n_batches, cfg.warmup + 1)
+        schedule = Schedule(cfg.schedule, total=total, warmup=cfg.warmup)  # type: ignore[arg-type]
+        policy = cfg.make_policy()
+        return cls(
+            model,
+            data,
+            policy,
+            optimizer=opt,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            clip=cfg.clip,
+            schedule=schedule,
+            histogram_steps=cfg.histogram_steps,
+            config=cfg,
+        )
+
+    # ---- one step -----------------------------------------------------------------------------------
+    def train_step(self, x: Array, y: Array) -> StepStats:
+        """One training step on the batch ``(x, y)``, in the order of the lesson.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64, n_test=64)
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp16", hidden=(16,)), d)
+        >>> st = tr.train_step(d.x_train, d.y_train)
+        >>> st.flushed, st.skipped, st.scale   # every output gradient underflowed in fp16
+        (1.0, False, 1.0)
+        """
+        # overflow to inf, and the NaNs that follow, are what the formats do: no warnings
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._step(x, y)
+
+    def _step(self, x: Array, y: Array) -> StepStats:
+        P, scaler = self.P, self.scaler
+        # 1. cast: the weights as the compute format sees them
+        w = P.weights(self.params)
+        # 2. forward in the forward format
+        logits, cache = self.model.forward(w, x, P)
+        loss, loss_cache = cross_entropy_forward(logits, y, P, weight=self.data.loss_weight)
+        # 3. scale the loss: backward starts from d(S * loss) = S, so every gradient is S times larger
+        scale = scaler.scale
+        # 4. backward in the backward format, counting the gradients that underflow to zero
+        with P.backward():
+            dlogits = cross_entropy_backward(loss_cache, P, seed=scale)
+            grads = self.model.backward(w, cache, dlogits, P)
+        # 5. unscale: multiply by 1/S (into fp32 with master weights, else in the gradient format)
+        grads = self._unscale(grads)
+        # 6. check finite
+        found_inf = not all(bool(np.isfinite(g).all()) for g in grads.values())
+        # 7. clip (only meaningful, and only done, when every gradient is finite)
+        norm: float | None = None
+        if self.clip is not None and not found_inf:
+            norm = clip_grad_norm(grads, self.clip)
+        # 8. step, or skip it when a gradient is not finite and the scaler says so
+        skipped = found_inf and scaler.skips_nonfinite
+        lr = self.schedule(self.opt_steps, self.opt.lr)
+        swallowed = 0.0
+        if not skipped:
+            swallowed = self._apply(self.opt.deltas(self.params, grads, lr))
+            self.opt_steps += 1
+        # 9. update the loss scale
+        scaler.update(found_inf, underflow=P.flushed_share)
+
+        self.step += 1
+        if self.step in self.histogram_steps:
+            self._record_histogram(grads)
+        acc = float(np.mean(np.argmax(logits, axis=1) == y)) if len(y) else 0.0
+        return StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm)
+
+    def _unscale(self, grads: Params) -> Params:
+        inv = self.scaler.inv_scale
+        if inv == 1.0:
+            return grads
+        t = self.P.dtype.type
+        if self.policy.master_weights:
+            # into the masters' precision: 1/S is a power of two for the usual scales, so exact
+            return {k: g * t(inv) for k, g in grads.items()}
+        # without master weights the gradients stay in their format: unscaling can underflow again
+        return {k: self.P.cast(g * t(inv), self.policy.backward) for k, g in grads.items()}
+
+    def _apply(self, deltas: dict[str, Array]) -> float:
+        """Add the updates to the weights in the weight format; return the share of the non-zero
+        updates that did not change their weight (swallowed: the update underflowed, or it was
+        below half an ulp of the weight)."""
+        fmt = self.policy.weight_format
+        mode = self.policy.update_rounding
+        intended = changed = 0
+        for k, d in deltas.items():
+            old = self.params[k]
+            # a pure policy stores the update in the weight format too, then the sum: two roundings
+            # (fp32 + fp32 is one rounding by the hardware itself)
+            wide = self.P.is_wide(fmt)
+            new = old + d if wide else self.P.cast(old + self.P.cast(d, fmt, mode), fmt, mode)
+            intended += int(np.count_nonzero(d != 0))
+            changed += int(np.count_nonzero(new != old))
+            self.params[k] = new
+        return (intended - changed) / intended if intended else 0.0
+
+    def _record_histogram(self, grads: Params) -> None:
+        """Histogram of the unscaled gradients (the values the optimizer sees), with what the
+        backward format would do to them unscaled and the loss scale that would save them."""
+        from floatlab.gradhist import histogram
+
+        h = histogram(*grads.values())
+        data: dict[str, Any] = {"histogram": h.to_dict(), "format": self.policy.backward.name}
+        if not self.P.is_wide(self.policy.backward):
+            data["verdict"] = h.verdict(self.policy.backward).to_dict()
+            data["advice"] = h.recommend_scale(self.policy.backward).to_dict()
+        self.history.add_histogram(self.step, data, h)
+
+    # ---- epochs ---------------------------------------------------------------------------------
+    def evaluate(self, x: Array, y: Array, batch_size: int = 1024) -> tuple[float, float]:
+        """Loss and accuracy of the current weights on ``(x, y)``, forward in the policy's precision.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64, n_test=64)
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(16,)), d)
+        >>> loss, acc = tr.evaluate(d.x_test, d.y_test)
+        >>> 0.0 <= acc <= 1.0 and loss > 0
+        True
+        """
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._evaluate(x, y, batch_size)
+
+    def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
+        w = self.P.weights(self.params)
+        total_loss = 0.0
+        correct = 0
+        for i in range(0, len(y), batch_size):
+            xb, yb = x[i : i + batch_size], y[i : i + batch_size]
+            logits, _ = self.model.forward(w, xb, self.P)
+            loss, _ = cross_entropy_forward(logits, yb, self.P)
+            total_loss += loss * len(yb)
+            correct += int(np.sum(np.argmax(logits, axis=1) == yb))
+        n = max(len(y), 1)
+        return total_loss / n, correct / n
+
+    @property
+    def n_batches(self) -> int:
+        return math.ceil(len(self.data.y_train) / self.batch_size)
+
+    def fit(
+        self,
+        epochs: int,
+        *,
+        callback: Callable[[Trainer, StepStats], None] | None = None,
+        stop_after: int | None = None,
+    ) -> History:
+        """Train until ``epochs`` epochs are done (counting those already done: a resumed trainer
+        continues); ``stop_after`` ends early after that many steps in total. Evaluates on the
+        test set after each epoch.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=128, n_test=64)
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="mixed-bf16", hidden=(16,)), d)
+        >>> h = tr.fit(2, stop_after=3)
+        >>> tr.step, tr.epoch, tr.batch_in_epoch, len(h.evals["epoch"])
+        (3, 1, 1, 1)
+        >>> tr.fit(2).n_steps, tr.epoch
+        (4, 2)
+        """
+        x, y = self.data.x_train, self.data.y_train
+        while self.epoch < epochs:
+            if self.perm is None:
+                self.perm = self.order_rng.permutation(len(y))
+            while self.batch_in_epoch < self.n_batches:
+                if stop_after is not None and self.step >= stop_after:
+                    return self.history
+                b = self.batch_in_epoch
+                idx = self.perm[b * self.batch_size : (b + 1) * self.batch_size]
+                stats = self.train_step(x[idx], y[idx])
+                self.batch_in_epoch += 1
+                self.history.log_step(step=self.step, epoch=self.epoch, **dataclasses.asdict(stats))
+                if callback is not None:
+                    callback(self, stats)
+            self.epoch += 1
+            self.batch_in_epoch = 0
+            self.perm = None
+            self._log_eval()
+        return self.history
+
+    def _log_eval(self) -> None:
+        test_loss, test_acc = self.evaluate(self.data.x_test, self.data.y_test)
+        recent = self.history.steps["loss"][-self.n_batches :]
+        train_loss = float(np.mean(recent)) if recent else math.nan
+        self.history.log_eval(
+            epoch=self.epoch,
+            step=self.step,
+            train_loss=train_loss,
+            test_loss=test_loss,
+            test_accuracy=test_acc,
+        )
+
+    # ---- state ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Weights, optimizer and scaler state, counters, random-generator states and history:
+        all that resuming needs to continue bit for bit.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64)
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
+        >>> sorted(tr.state_dict())[:4]
+        ['config', 'counters', 'format', 'history']
+        """
+        return {
+            "format": "floatlab-trainer-1",
+            "config": self.config.to_dict() if self.config is not None else None,
+            "policy": self.policy.to_dict(),
+            "params": {k: np.array(v) for k, v in self.params.items()},
+            "optimizer": self.opt.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "counters": {
+                "step": self.step,
+                "opt_steps": self.opt_steps,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+            },
+            "perm": None if self.perm is None else np.array(self.perm),
+            "rng": {"order": self.order_rng.bit_generator.state, "round": self.P.rng.bit_generator.state},
+            "history": self.history.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output into this trainer (same model and policy).
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64, n_test=64)
+        >>> cfg = TrainConfig(data="underflow", hidden=(8,))
+        >>> a, b = Trainer.from_config(cfg, d), Trainer.from_config(cfg, d)
+        >>> _ = a.fit(1); b.load_state_dict(a.state_dict()); b.step
+        1
+        """
+        if state.get("format") != "floatlab-trainer-1":
+            raise ValueError(f"trainer state format {state.get('format')!r}: expected 'floatlab-trainer-1'")
+        if Policy.from_dict(state["policy"]) != self.policy:
+            raise ValueError(
+                f"checkpoint policy {state['policy'].get('name')!r} differs from {self.policy.name!r}"
+            )
+        if set(state["params"]) != set(self.params):
+            raise ValueError(f"checkpoint parameters {sorted(state['params'])} differ from the model's")
+        for k, v in state["params"].items():
+            if v.shape != self.params[k].shape:
+                raise ValueError(
+                    f"checkpoint parameter {k} has shape {v.shape}: expected {self.params[k].shape}"
+                )
+            self.params[k] = np.array(v, dtype=self.P.dtype)
+        self.opt.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        c = state["counters"]
+        self.step, self.opt_steps = int(c["step"]), int(c["opt_steps"])
+        self.epoch, self.batch_in_epoch = int(c["epoch"]), int(c["batch_in_epoch"])
+        self.perm = None if state["perm"] is None else np.array(state["perm"])
+        self.order_rng.bit_generator.state = state["rng"]["order"]
+        self.P.rng.bit_generator.state = state["rng"]["round"]
+        self.history = History.from_dict(state["history"])
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`
+        and :meth:`load` read it.
+
+        >>> import tempfile, os
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64, n_test=64)
+        >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,), epochs=2), d)
+        >>> _ = tr.fit(1)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     back = Trainer.resume(tr.save(os.path.join(tmp, "ck.npz")), d)
+        >>> back.epoch, all((back.params[k] == tr.params[k]).all() for k in tr.params)
+        (1, True)
+        """
+        return save_checkpoint(path, self.state_dict())
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str], data: Dataset | None = None) -> Trainer:
+        """A trainer rebuilt from the config stored in the checkpoint at ``path``, state restored
+        (see :meth:`save` for an example)."""
+        state = load_checkpoint(path)
+        if state.get("config") is None:
+            raise ValueError(
+                f"checkpoint {os.fspath(path)!r} has no config: build the Trainer and call load()"
+            )
+        trainer = cls.from_config(TrainConfig.from_dict(state["config"]), data)
+        trainer.load_state_dict(state)
+        return trainer
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore the checkpoint at ``path`` into this trainer (see :meth:`save` and
+        :meth:`load_state_dict`)."""
+        self.load_state_dict(load_checkpoint(path))
+
+
+def train(
+    model: str = "mlp",
+    data: str | Dataset = "digits",
+    precision: str = "mixed-fp16",
+    epochs: int = 20,
+    seed: int = 0,
+    *,
+    callback: Callable[[Trainer, StepStats], None] | None = None,
+    label: str | None = None,
+    **kwargs: Any,
+) -> History:
+    """Train and return the history; ``kwargs`` are :class:`TrainConfig` fields.
+
+    >>> h = train("mlp", "underflow", "mixed-fp16", epochs=1, hidden=(16,), histogram_steps=(1,))
+    >>> h.summary()["steps"], h.histograms[1]["advice"]["log2_scale"] > 16
+    (32, True)
+    """
+    name = data.name if isinstance(data, Dataset) else data
+    cfg = TrainConfig(model=model, data=name, precision=precision, epochs=epochs, seed=seed, **kwargs)
+    trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None)
+    if label is not None:
+        trainer.history.label = label
+    return trainer.fit(epochs, callback=callback)

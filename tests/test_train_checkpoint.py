@@ -1,0 +1,178 @@
+"""Checkpoints: written atomically, and resuming trains bit for bit as if it had never stopped."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import floatlab.train as ft
+from floatlab.train import History, TrainConfig, Trainer
+from floatlab.train import checkpoint as ck
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_compiled_thread() -> Iterator[None]:
+    # many round_array calls on small arrays: thread start-up would dominate on two shared cores
+    numba = pytest.importorskip("numba")
+    n = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(n)
+
+
+def _data() -> ft.Dataset:
+    return ft.make_underflow_task(n_train=320, n_test=64, loss_weight=2.0**-20)
+
+
+def _same(a: Trainer, b: Trainer) -> None:
+    for k in a.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k], err_msg=k)
+        assert a.params[k].dtype == b.params[k].dtype
+    assert a.scaler.state_dict() == b.scaler.state_dict()
+    assert (a.step, a.opt_steps, a.epoch) == (b.step, b.opt_steps, b.epoch)
+    ha, hb = a.history.to_dict(), b.history.to_dict()
+    assert ha["steps"] == hb["steps"]
+    assert ha["evals"] == hb["evals"]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        TrainConfig(
+            data="underflow",
+            precision="mixed-fp16",
+            epochs=3,
+            hidden=(16,),
+            optimizer="adamw",
+            schedule="cosine",
+            warmup=3,
+            clip=1.0,
+        ),
+        # stochastic rounding: the random stream must resume where it stopped
+        TrainConfig(
+            data="underflow",
+            precision="bf16",
+            epochs=3,
+            hidden=(16,),
+            policy={"update_rounding": "stochastic", "rounding": "stochastic"},
+        ),
+        TrainConfig(
+            data="underflow",
+            model="attention",
+            precision="mixed-fp16",
+            epochs=3,
+            d_model=8,
+            optimizer="adamw",
+        ),
+    ],
+    ids=["mixed-fp16-adamw", "bf16-stochastic", "attention"],
+)
+@pytest.mark.parametrize("stop", [7, 10])  # mid-epoch, and on an epoch boundary (5 batches per epoch)
+def test_resume_is_bit_identical(cfg: TrainConfig, stop: int, tmp_path: Path) -> None:
+    data = _data()
+    straight = Trainer.from_config(cfg, data)
+    straight.fit(cfg.epochs)
+
+    first = Trainer.from_config(cfg, data)
+    first.fit(cfg.epochs, stop_after=stop)
+    assert first.step == stop
+    path = first.save(tmp_path / "ck.npz")
+    del first
+    resumed = Trainer.resume(path, data)
+    assert resumed.step == stop
+    resumed.fit(cfg.epochs)
+    _same(straight, resumed)
+
+
+def test_resume_into_an_existing_trainer(tmp_path: Path) -> None:
+    cfg = TrainConfig(data="underflow", precision="fp16", epochs=2, hidden=(8,))
+    a = Trainer.from_config(cfg, _data())
+    a.fit(1)
+    a.save(tmp_path / "a.npz")
+    b = Trainer.from_config(cfg, _data())
+    b.load(tmp_path / "a.npz")
+    a.fit(2)
+    b.fit(2)
+    _same(a, b)
+    other = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(8,)), _data())
+    with pytest.raises(ValueError, match="checkpoint policy 'fp16' differs from 'bf16'"):
+        other.load(tmp_path / "a.npz")
+
+
+def test_checkpoint_round_trip_of_values(tmp_path: Path) -> None:
+    state: dict[str, Any] = {
+        "a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": 3},
+        "lst": [np.zeros(2), {"x": -np.inf}, None, "text", True],
+        "big": 2**127 + 5,
+    }
+    back = ck.load_checkpoint(ck.save_checkpoint(tmp_path / "s.npz", state))
+    assert back["a"]["w"].dtype == np.float32
+    assert back["a"]["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert back["a"]["n"] == 3
+    assert back["big"] == 2**127 + 5
+    assert back["lst"][1]["x"] == -np.inf
+    assert back["lst"][2:] == [None, "text", True]
+    with pytest.raises(ValueError, match=r"expected a \.npz name"):
+        ck.save_checkpoint(tmp_path / "s.pt", state)
+    with pytest.raises(ValueError, match="cannot store a set"):
+        ck.save_checkpoint(tmp_path / "s.npz", {"s": {1, 2}})
+    with pytest.raises(ValueError, match="checkpoint key"):
+        ck.save_checkpoint(tmp_path / "s.npz", {"a/b": 1})
+
+
+def test_a_failed_write_keeps_the_old_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ck.npz"
+    ck.save_checkpoint(path, {"v": np.ones(3)})
+    before = path.read_bytes()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(OSError, match="disk full"):
+        ck.save_checkpoint(path, {"v": np.zeros(3)})
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ck.npz"]  # the temporary file is gone too
+
+
+def test_writes_go_through_a_temporary_file_and_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(src: Any, dst: Any) -> None:
+        calls.append(f"replace {Path(src).parent == tmp_path} {Path(dst).name}")
+        real_replace(src, dst)
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    ck.save_checkpoint(tmp_path / "c.npz", {"v": np.ones(2)})
+    # data synced before the rename, in the same directory; the directory synced after it
+    assert calls == ["fsync", "replace True c.npz", "fsync"]
+
+
+def test_history_save_and_load(tmp_path: Path) -> None:
+    h = ft.train("mlp", _data(), "mixed-fp16", epochs=1, hidden=(8,), clip=1.0, histogram_steps=(2,))
+    for name in ("h.json", "h.npz"):
+        back = History.load(h.save(tmp_path / name))
+        assert back.steps == h.steps
+        assert back.evals == h.evals
+        assert back.label == h.label
+        assert back.histograms.keys() == h.histograms.keys()
+        assert back.meta == h.meta
+    with pytest.raises(ValueError, match=r"expected a \.json or \.npz name"):
+        h.save(tmp_path / "h.csv")
+    with pytest.raises(ValueError, match="log_step: missing"):
+        h.log_step(step=1)
+    with pytest.raises(ValueError, match="unknown history column"):
+        h.column("speed")
