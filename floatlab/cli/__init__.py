@@ -1,0 +1,125 @@
+"""The ``floatlab`` command line.
+
+Each command lives in its own module with ``NAME``, ``register(subparsers)`` (adds its parser and
+sets ``run`` as its default) and ``run(args, ui) -> int``. A new command is one module and one
+entry in :data:`COMMANDS`. Command modules import only light things at module level; anything
+heavy (numba kernels, matplotlib, sympy) is imported inside the ``run`` that needs it, so that
+``floatlab decode`` starts fast.
+
+Bad input never gives a traceback: the message goes to stderr as one line starting
+``floatlab: error:`` and the exit status is 2.
+
+>>> main(["decode", "0x3C00", "--no-color"])  # doctest: +ELLIPSIS
+0x3C00 ...
+0
+>>> main(["decode", "0xZZ"])
+2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from types import ModuleType
+from typing import NoReturn
+
+from floatlab.cli import decode, demo, encode, formats, histogram_cmd, simulate_cmds, train_cmds
+from floatlab.cli._common import UI, add_common_options, want_color
+
+__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_USAGE", "UsageError", "build_parser", "main"]
+
+# the commands, in the order `floatlab --help` lists them
+COMMANDS: tuple[ModuleType, ...] = (decode, encode, formats, simulate_cmds, histogram_cmd, train_cmds, demo)
+
+EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a tool killed by a closed pipe reports
+
+
+class UsageError(Exception):
+    """A command-line mistake caught by argparse; ``prog`` names the (sub)command."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of printing usage and exiting, so that ``main``
+    can report every mistake as one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command of :data:`COMMANDS`.
+
+    >>> build_parser().parse_args(["formats", "fp16"]).fmt
+    'fp16'
+    """
+    from floatlab import __version__
+
+    parser = _Parser(
+        prog="floatlab",
+        description="See, bit by bit, what low-precision floating point does to numbers.",
+        epilog="Run 'floatlab COMMAND --help' for a command's options; 'floatlab demo' for a tour.",
+    )
+    parser.add_argument("--version", action="version", version=f"floatlab {__version__}")
+    add_common_options(parser)
+    sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"floatlab: error: {_one_line(message)}\n")
+    sys.stderr.flush()
+    return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    stdout = sys.__stdout__
+    if stdout is None or sys.stdout is not stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    >>> main(["formats", "no-such-format"])
+    2
+    """
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # --help and --version print and exit 0
+            return exit_.code if isinstance(exit_.code, int) else 0
+        if getattr(args, "run", None) is None:
+            names = ", ".join(c.NAME for c in COMMANDS)
+            return _error(f"missing command: expected one of {names} (see 'floatlab --help')")
+        ui = UI(color=want_color(getattr(args, "color", None)), json=getattr(args, "json", False))
+        status: int = args.run(args, ui)
+        return status
+    except UsageError as e:
+        hint = f" (see '{e.prog} --help')"
+        return _error(f"{e}{hint}")
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except (ValueError, OSError, ArithmeticError) as e:
+        return _error(str(e) or type(e).__name__)
+    except KeyboardInterrupt:
+        return 130

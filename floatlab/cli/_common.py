@@ -1,0 +1,373 @@
+"""Shared pieces of the command line: the output object, colours, tables and argument parsing.
+
+Every command builds a :class:`View` (the terminal text and the JSON-ready data of one answer)
+and hands it to :meth:`UI.show`, which prints one or the other. Commands that stream (a long
+benchmark, say) may call :meth:`UI.write` several times instead.
+
+>>> ui = UI(color=False, json=True)
+>>> ui.dumps({"x": float("inf"), "q": Fraction(1, 3)})
+'{\\n  "x": "inf",\\n  "q": "1/3"\\n}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import decimal
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, TextIO
+
+from floatlab.formats import FORMATS, FloatFormat, get_format
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = [
+    "DEFAULT_FORMAT_BY_WIDTH",
+    "UI",
+    "View",
+    "add_common_options",
+    "bold",
+    "dim",
+    "hex_code",
+    "parse_code",
+    "parse_formats",
+    "sci",
+    "short_decimal",
+    "style",
+    "table",
+    "want_color",
+]
+
+# ---- colours ------------------------------------------------------------------------------------
+_ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
+
+
+def style(text: str, *names: str, color: bool = True) -> str:
+    """Wrap ``text`` in the ANSI codes ``names`` (bold, dim, red, ...) when ``color`` is true.
+
+    >>> style("x", "bold", color=False), style("x", "bold", "red")
+    ('x', '\\x1b[1;31mx\\x1b[0m')
+    """
+    if not color or not names or not text:
+        return text
+    return f"\x1b[{';'.join(_ANSI[n] for n in names)}m{text}\x1b[0m"
+
+
+def bold(text: str, color: bool) -> str:
+    """``text`` in bold when ``color`` is true.
+
+    >>> bold("title", False)
+    'title'
+    """
+    return style(text, "bold", color=color)
+
+
+def dim(text: str, color: bool) -> str:
+    """``text`` dimmed when ``color`` is true.
+
+    >>> dim("note", False)
+    'note'
+    """
+    return style(text, "dim", color=color)
+
+
+def want_color(
+    flag: bool | None, stream: TextIO | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether to colour the output: the explicit ``--color``/``--no-color`` flag wins; otherwise
+    colour only when ``stream`` is a terminal and ``NO_COLOR`` is unset (or empty, as no-color.org
+    asks).
+
+    >>> import io
+    >>> want_color(None, io.StringIO()), want_color(True, io.StringIO()), want_color(False)
+    (False, True, False)
+    """
+    if flag is not None:
+        return flag
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR", ""):
+        return False
+    out = sys.stdout if stream is None else stream
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream is no terminal
+        return False
+
+
+# ---- output -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class View:
+    """One answer of a command: ``text`` for the terminal, ``data`` for ``--json``.
+
+    >>> View("65504", {"value": 65504.0}).text
+    '65504'
+    """
+
+    text: str
+    data: Any = field(default=None)
+
+
+def _jsonable(obj: Any) -> Any:
+    """Make ``obj`` strict JSON: non-finite floats and Fractions become strings."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        # strict JSON has no inf/nan literals; their names keep the meaning
+        return obj if math.isfinite(obj) else ("nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
+    if isinstance(obj, Fraction):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalars
+        return _jsonable(obj.item())
+    raise ValueError(f"cannot write {type(obj).__name__} value {obj!r} as JSON")
+
+
+@dataclass
+class UI:
+    """Where and how a command prints: colour on or off, text or JSON, and the stream.
+
+    >>> import io
+    >>> buf = io.StringIO()
+    >>> UI(json=False, stream=buf).show(View("hello", {"greeting": "hello"}))
+    >>> buf.getvalue()
+    'hello\\n'
+    """
+
+    color: bool = False
+    json: bool = False
+    stream: TextIO | None = None
+
+    @property
+    def out(self) -> TextIO:
+        """The output stream (``sys.stdout`` at the time of the call unless one was given)."""
+        return sys.stdout if self.stream is None else self.stream
+
+    def write(self, text: str) -> None:
+        """Print ``text`` and a newline."""
+        self.out.write(text + "\n")
+
+    def dumps(self, data: Any) -> str:
+        """``data`` as indented strict JSON."""
+        return json.dumps(_jsonable(data), indent=2, allow_nan=False)
+
+    def show(self, view: View) -> None:
+        """Print the view: its JSON data with ``--json``, its text otherwise."""
+        self.write(self.dumps(view.data) if self.json else view.text)
+        self.out.flush()
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json`` and ``--color``/``--no-color`` to ``parser``.
+
+    The defaults are suppressed so that the options may stand before or after the command
+    name without the subcommand's defaults overwriting what was given before it.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_common_options(p)
+    >>> vars(p.parse_args(["--json", "--no-color"]))
+    {'json': True, 'color': False}
+    """
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of text"
+    )
+    group.add_argument(
+        "--color",
+        dest="color",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="colour the output even when it is not a terminal",
+    )
+    group.add_argument(
+        "--no-color",
+        dest="color",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="never colour (also: set NO_COLOR); default: colour on a terminal",
+    )
+
+
+# ---- tables and numbers -------------------------------------------------------------------------
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    align: str = "",
+    color: bool = False,
+    indent: int = 2,
+) -> str:
+    """Lay ``rows`` out in columns under ``header``; ``align`` holds '<' or '>' per column.
+
+    >>> print(table(["a", "bb"], [["1", "22"], ["333", "4"]], align="<>"))
+      a    bb
+      1    22
+      333   4
+    """
+    widths = [len(h) for h in header]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"table row {list(row)!r} has {len(row)} cells: expected {len(header)}")
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    pad = " " * indent
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
+            parts.append(c.rjust(w) if i < len(align) and align[i] == ">" else c.ljust(w))
+        return (pad + "  ".join(parts)).rstrip()
+
+    head = line(header)
+    lines = [bold(head, color) if color else head]
+    lines += [line(r) for r in rows]
+    return "\n".join(lines)
+
+
+def _to_decimal(q: Fraction | int | float, digits: int) -> decimal.Decimal:
+    # a local context with a huge exponent range: 2^-1074 and 2^1024 and far beyond stay exact in
+    # scale, where float(q) would underflow to 0 or overflow
+    ctx = decimal.Context(prec=digits, Emin=-(10**9), Emax=10**9, rounding=decimal.ROUND_HALF_EVEN)
+    q = Fraction(q)
+    return ctx.divide(decimal.Decimal(q.numerator), decimal.Decimal(q.denominator))
+
+
+def sci(q: Fraction | int | float | None, digits: int = 3) -> str:
+    """``q`` in scientific notation with ``digits`` significant digits, computed exactly
+    (no float overflow or underflow); "-" for None.
+
+    >>> sci(Fraction(1, 3)), sci(Fraction(1, 2**1100)), sci(0), sci(None)
+    ('3.33e-01', '7.36e-332', '0', '-')
+    """
+    if q is None:
+        return "-"
+    if isinstance(q, float) and not math.isfinite(q):
+        return str(q)
+    if q == 0:
+        return "0"
+    d = _to_decimal(q, digits)
+    mant, _, exp = f"{d:.{digits - 1}e}".partition("e")
+    return f"{mant}e{int(exp):+03d}"
+
+
+def short_decimal(exact: str, q: Fraction | None, width: int = 28) -> str:
+    """The exact decimal string when it fits in ``width`` characters, else ``q`` rounded to 20
+    significant digits and marked with "...".
+
+    >>> short_decimal("0.0999755859375", Fraction(1638, 16384))
+    '0.0999755859375'
+    >>> short_decimal("0.1000000000000000055511151231257827021181583404541015625",
+    ...               Fraction(3602879701896397, 2**55))
+    '0.10000000000000000555...'
+    """
+    if len(exact) <= width or q is None:
+        return exact
+    d = _to_decimal(q, 20)
+    text = f"{d:f}" if d == 0 or 1e-6 <= abs(d) < 1e21 else f"{d:e}"
+    return text + "..."
+
+
+def hex_code(code: int, fmt: FloatFormat) -> str:
+    """``code`` in hex, zero-padded to the width of ``fmt``.
+
+    >>> from floatlab.formats import FP16
+    >>> hex_code(0x3C00, FP16), hex_code(1, FP16)
+    ('0x3C00', '0x0001')
+    """
+    return f"0x{code:0{(fmt.bits + 3) // 4}X}"
+
+
+# ---- codes --------------------------------------------------------------------------------------
+DEFAULT_FORMAT_BY_WIDTH: dict[int, str] = {16: "fp16", 32: "fp32", 64: "fp64"}
+_EXPECTED = "expected hex (0x7BFF), binary (0b0111101111111111) or, with -f FMT, a decimal integer"
+
+
+def _candidates(width: int, hex_digits: bool) -> list[str]:
+    def fits(f: FloatFormat) -> bool:
+        return (f.bits + 3) // 4 * 4 == width if hex_digits else f.bits == width
+
+    return [f.name for f in FORMATS.values() if fits(f)]
+
+
+def parse_code(text: str, fmt: FloatFormat | str | None = None) -> tuple[int, FloatFormat]:
+    """Parse a code written as hex, binary or (with a format) decimal; return (code, format).
+
+    Without a format the width of the literal chooses one: 4 hex digits or 16 bits are fp16,
+    8 hex digits or 32 bits fp32, 16 hex digits or 64 bits fp64. Other widths (2 hex digits
+    could be any 8-bit format) need the format named.
+
+    >>> parse_code("0x7bff")[0], parse_code("0x7bff")[1].name
+    (31743, 'fp16')
+    >>> parse_code("0b0_01111_0000000000")[1].name
+    'fp16'
+    >>> parse_code("56", "e4m3")[0]
+    56
+    >>> parse_code("0x38")
+    Traceback (most recent call last):
+    ...
+    ValueError: code '0x38' has 2 hex digits (8 bits): that could be float8_e5m2, float8_e4m3fn, \
+float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format with -f FMT
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"empty code {text!r}: {_EXPECTED}")
+    body = text.strip().replace("_", "")
+    low = body.lower()
+    if low.startswith("0x"):
+        digits, base, bits_per_digit, charset = low[2:], 16, 4, "0123456789abcdef"
+    elif low.startswith("0b"):
+        digits, base, bits_per_digit, charset = low[2:], 2, 1, "01"
+    else:
+        digits, base, bits_per_digit, charset = low, 10, 0, "0123456789"
+    if not digits or any(ch not in charset for ch in digits) or text.strip().endswith("_"):
+        raise ValueError(f"not a code: {text!r}: {_EXPECTED}")
+    code = int(digits, base)
+    if fmt is not None:
+        f = get_format(fmt)
+    elif base == 10:
+        raise ValueError(
+            f"decimal code {text!r} needs its format: add -f FMT, or write it in hex ({code:#x}) "
+            "so that its width tells the format"
+        )
+    else:
+        width = len(digits) * bits_per_digit
+        name = DEFAULT_FORMAT_BY_WIDTH.get(width)
+        if name is None:
+            unit = f"{len(digits)} hex digits" if base == 16 else f"{len(digits)} binary digits"
+            cands = _candidates(width, base == 16)
+            what = f"that could be {', '.join(cands)}" if cands else "no format has that width"
+            raise ValueError(
+                f"code {text!r} has {unit} ({width} bits): {what}; name the format with -f FMT"
+                if cands
+                else f"code {text!r} has {unit} ({width} bits): {what}; expected 4, 8 or 16 hex digits "
+                "(fp16, fp32, fp64) or 16, 32 or 64 binary digits, or name the format with -f FMT"
+            )
+        f = get_format(name)
+    if code > f.code_mask:
+        raise ValueError(
+            f"code {text!r} is too wide for {f.name}: expected {f.bits} bits, 0 to {hex_code(f.code_mask, f)}"
+        )
+    return code, f
+
+
+def parse_formats(items: Sequence[str] | None, default: Sequence[str] = ()) -> list[FloatFormat]:
+    """The formats named by repeated ``-f`` options, each possibly a comma-separated list;
+    ``default`` when none was given.
+
+    >>> [f.name for f in parse_formats(["fp16,bf16", "e4m3"])]
+    ['fp16', 'bf16', 'float8_e4m3fn']
+    >>> [f.name for f in parse_formats(None, default=["fp32"])]
+    ['fp32']
+    """
+    if not items:
+        return [get_format(n) for n in default]
+    names = [n.strip() for item in items for n in item.split(",")]
+    if any(not n for n in names):
+        raise ValueError(f"empty format name in {', '.join(items)!r}: expected names such as fp16,bf16")
+    return [get_format(n) for n in names]

@@ -1,0 +1,83 @@
+"""``floatlab decode CODE [CODE ...] [-f FMT]``: what a bit pattern means.
+
+>>> from floatlab.cli import main
+>>> main(["decode", "0x3C00", "--json"]) == 0  # doctest: +ELLIPSIS
+[...
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from floatlab.cli._common import UI, View, add_common_options, parse_code
+from floatlab.codec import decode
+from floatlab.formats import FloatFormat, get_format
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+
+__all__ = ["NAME", "decode_view", "register", "run"]
+
+NAME = "decode"
+
+_EPILOG = """\
+examples:
+  floatlab decode 0x7bff                 largest finite fp16 (4 hex digits: fp16)
+  floatlab decode 0x3f800000 0x00000001  fp32: one, and the smallest subnormal
+  floatlab decode 0x7e -f e4m3           8-bit codes need the format named
+  floatlab decode 0b0011110000000000     binary: 16 digits is fp16
+  floatlab decode 15360 -f bf16          a decimal code, with its format
+"""
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``decode`` command to ``subparsers``."""
+    p = subparsers.add_parser(
+        NAME,
+        help="show what one or more codes (bit patterns) mean",
+        description="Decode codes (bit patterns) into sign, exponent, fraction and exact value.\n"
+        "Without -f the width of a hex or binary literal picks the format: 4 hex digits\n"
+        "(16 binary digits) fp16, 8 fp32, 16 fp64; other widths need -f.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "codes", nargs="+", metavar="CODE", help="hex (0x7bff), binary (0b...) or, with -f, decimal"
+    )
+    p.add_argument(
+        "-f", "--format", dest="fmt", metavar="FMT", help="the format of every CODE (fp16, bf16, e4m3, ...)"
+    )
+    add_common_options(p)
+    p.set_defaults(run=run)
+    return p
+
+
+def decode_view(
+    codes: Sequence[str | int], fmt: FloatFormat | str | None = None, *, color: bool = False
+) -> View:
+    """Decode ``codes`` (strings as typed on the command line, or ints with ``fmt``) into one view.
+
+    >>> print(decode_view(["0x3C00"]).data[0]["value"])
+    1.0
+    """
+    f = None if fmt is None else get_format(fmt)
+    decoded = []
+    for c in codes:
+        if isinstance(c, int):
+            if f is None:
+                raise ValueError(f"code {c!r} is an integer: name its format")
+            code, cf = parse_code(str(c), f)
+        else:
+            code, cf = parse_code(c, f)
+        decoded.append(decode(code, cf))
+    text = "\n\n".join(d.report(color=color) for d in decoded)
+    return View(text, [d.to_dict() for d in decoded])
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """Print the decoded ``args.codes``."""
+    ui.show(decode_view(args.codes, args.fmt, color=ui.color))
+    return 0

@@ -1,0 +1,234 @@
+"""``floatlab formats [FMT]``: every registered format side by side, or one in detail.
+
+>>> from floatlab.cli import main
+>>> main(["formats", "fp16", "--json"]) == 0  # doctest: +ELLIPSIS
+{
+  "name": "fp16",
+...
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from floatlab.cli._common import UI, View, add_common_options, bold, dim, hex_code, table
+from floatlab.codec import decode, encode
+from floatlab.formats import FORMATS, FloatFormat, get_format
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+
+__all__ = ["NAME", "format_detail_view", "formats_table_view", "register", "run"]
+
+NAME = "formats"
+
+_ENCODING_WORDS = {
+    "ieee": "IEEE 754 style: the top exponent holds +-inf and NaNs",
+    "fn": "finite: no infinities",
+    "fnuz": "finite, unsigned zero: no infinities, no -0; the code of -0 is the NaN",
+}
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``formats`` command to ``subparsers``."""
+    p = subparsers.add_parser(
+        NAME,
+        help="list the formats side by side, or show one in detail",
+        description="Without FMT: a table of every registered format (layout, bias, range,\n"
+        "precision, special values). With FMT: all its properties and the codes of its\n"
+        "landmark values (0, 1, max, smallest normal and subnormal, inf, NaN).",
+        epilog="examples:\n  floatlab formats\n  floatlab formats bf16\n  floatlab formats e4m3 --json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "fmt", nargs="?", metavar="FMT", help="a format name or alias (fp16, half, bfloat16, e4m3, ...)"
+    )
+    add_common_options(p)
+    p.set_defaults(run=run)
+    return p
+
+
+def _g(x: float) -> str:
+    """Compact float: whole numbers as they are, others to 4 significant digits."""
+    if math.isfinite(x) and x == int(x) and x < 1e6:
+        return str(int(x))
+    return f"{x:.4g}"
+
+
+def _nan_word(fmt: FloatFormat) -> str:
+    if not fmt.has_nan:
+        return "no"
+    return "yes" if fmt.encoding == "ieee" else "one"
+
+
+def _pow2(k: int) -> str:
+    return f"2^{k}"
+
+
+def _exact_words(q: Fraction) -> str:
+    """A value for the detail page: the float repr, and the power of two when it is one."""
+    x = float(q)  # every registered landmark lies inside float64's range
+    # 17 significant digits show a dyadic value exactly or nearly; "%g" drops trailing zeros
+    text = str(int(x)) if x == int(x) and x < 1e17 else f"{x:.17g}"
+    if q > 0 and q.numerator & (q.numerator - 1) == 0 and q.denominator & (q.denominator - 1) == 0:
+        k = q.numerator.bit_length() - q.denominator.bit_length()
+        text += f" = {_pow2(k)}"
+    return text
+
+
+def _summary(fmt: FloatFormat) -> dict[str, Any]:
+    return {
+        "name": fmt.name,
+        "description": fmt.description,
+        "bits": fmt.bits,
+        "exponent_bits": fmt.exponent_bits,
+        "mantissa_bits": fmt.mantissa_bits,
+        "encoding": fmt.encoding,
+        "bias": fmt.bias,
+        "emin": fmt.emin,
+        "emax": fmt.emax,
+        "smallest_subnormal": fmt.smallest_subnormal,
+        "smallest_normal": fmt.smallest_normal,
+        "max": fmt.max,
+        "eps": fmt.eps,
+        "unit_roundoff": fmt.unit_roundoff,
+        "decimal_digits": fmt.decimal_digits,
+        "has_inf": fmt.has_inf,
+        "has_nan": fmt.has_nan,
+        "has_negative_zero": fmt.has_negative_zero,
+    }
+
+
+def formats_table_view(*, color: bool = False) -> View:
+    """The side-by-side table of every registered format.
+
+    >>> v = formats_table_view()
+    >>> v.data[0]["name"], v.data[0]["max"]
+    ('fp64', 1.7976931348623157e+308)
+    """
+    header = [
+        "format",
+        "bits",
+        "e",
+        "m",
+        "bias",
+        "min subnormal",
+        "min normal",
+        "max",
+        "eps",
+        "digits",
+        "inf",
+        "NaN",
+    ]
+    rows = [
+        [
+            f.name,
+            str(f.bits),
+            str(f.exponent_bits),
+            str(f.mantissa_bits),
+            str(f.bias),
+            _g(f.smallest_subnormal),
+            _g(f.smallest_normal),
+            _g(f.max),
+            _g(f.eps),
+            str(f.decimal_digits),
+            "yes" if f.has_inf else "no",
+            _nan_word(f),
+        ]
+        for f in FORMATS.values()
+    ]
+    text = table(header, rows, align="<>>>>>>>>><<", color=color)
+    note = "  digits: decimal digits always kept; NaN 'one': a single NaN code (per sign)"
+    return View(text + "\n" + dim(note, color), [_summary(f) for f in FORMATS.values()])
+
+
+def _landmarks(fmt: FloatFormat) -> list[tuple[str, int | None, str]]:
+    """(name, code or None, note) for 0, 1, max, smallest normal/subnormal, inf and NaN."""
+    marks: list[tuple[str, int | None, str]] = [
+        ("zero", 0, ""),
+        ("one", int(encode(1.0, fmt)), ""),
+        ("max", fmt.max_code, ""),
+        ("smallest normal", 1 << fmt.mantissa_bits, ""),
+    ]
+    if fmt.mantissa_bits > 0:
+        marks.append(("smallest subnormal", 1, ""))
+    else:
+        marks.append(("smallest subnormal", None, "none: no fraction bits"))
+    if fmt.has_inf:
+        marks.append(("+inf", fmt.inf_code, ""))
+    else:
+        marks.append(
+            ("+inf", None, "none: overflow gives NaN or saturates" if fmt.has_nan else "none: saturates")
+        )
+    nan = fmt.nan_code
+    marks.append(("NaN", nan, "" if nan is not None else "none: every code is a number"))
+    return marks
+
+
+def format_detail_view(fmt: FloatFormat | str, *, color: bool = False) -> View:
+    """All properties of one format and the codes of its landmark values.
+
+    >>> v = format_detail_view("bf16")
+    >>> v.data["bias"], v.data["codes"]["one"]["hex"]
+    (127, '0x3F80')
+    """
+    f = get_format(fmt)
+    lines = [bold(f"{f.name}: {f.description}" if f.description else f.name, color), ""]
+    props = [
+        ("layout", f"1 sign + {f.exponent_bits} exponent + {f.mantissa_bits} fraction bits = {f.bits} bits"),
+        ("encoding", f"{f.encoding} ({_ENCODING_WORDS[f.encoding]})"),
+        ("bias", str(f.bias)),
+        ("exponents", f"emin {f.emin}, emax {f.emax}"),
+        (
+            "precision",
+            f"{f.precision} bits ({f.mantissa_bits} stored + 1 implicit), {f.decimal_digits} decimal digits",
+        ),
+        ("eps", _exact_words(Fraction(2) ** -f.mantissa_bits)),
+        ("unit roundoff", _exact_words(Fraction(2) ** (-f.mantissa_bits - 1))),
+        ("max", _exact_words(f.max_exact)),
+        ("smallest normal", _exact_words(f.smallest_normal_exact)),
+        ("smallest subnormal", _exact_words(f.smallest_subnormal_exact) if f.mantissa_bits else "none"),
+        ("dynamic range", f"{f.dynamic_range_log2} binades"),
+        ("infinities", "yes" if f.has_inf else "no"),
+        ("NaN", {"no": "no", "yes": "yes, many codes", "one": "one code"}[_nan_word(f)]),
+        ("negative zero", "yes" if f.has_negative_zero else "no"),
+    ]
+    width = max(len(k) for k, _ in props)
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in props]
+    lines.append("")
+
+    rows: list[list[str]] = []
+    codes: dict[str, dict[str, Any] | None] = {}
+    for name, code, note in _landmarks(f):
+        if code is None:
+            rows.append([name, "-", "", note])
+            codes[name] = None
+            continue
+        d = decode(code, f)
+        bits = " ".join(b for b in (d.sign_bits, d.exponent_bits, d.fraction_bits) if b)
+        rows.append([name, hex_code(code, f), bits, d.decimal if len(d.decimal) <= 24 else repr(d.value)])
+        codes[name] = {"code": code, "hex": hex_code(code, f), "bits": bits, "value": d.value}
+    lines.append(table(["value", "code", "sign exponent fraction", "is"], rows, color=color))
+    data = _summary(f)
+    data.update(
+        precision=f.precision,
+        dynamic_range_log2=f.dynamic_range_log2,
+        max_exact=str(f.max_exact),
+        smallest_normal_exact=str(f.smallest_normal_exact),
+        smallest_subnormal_exact=str(f.smallest_subnormal_exact),
+        codes=codes,
+    )
+    return View("\n".join(lines), data)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """Print the formats table, or the detail of ``args.fmt``."""
+    if args.fmt is None:
+        ui.show(formats_table_view(color=ui.color))
+    else:
+        ui.show(format_detail_view(args.fmt, color=ui.color))
+    return 0

@@ -1,0 +1,327 @@
+"""``floatlab histogram FILE -f fp16 [--scale S | --recommend] [--plot out.png] [--json]``.
+
+Reads gradients from ``.npy`` (memory-mapped, counted chunk by chunk), ``.npz`` (every array, per
+name and in total) or a torch ``.pt`` file (when torch is installed), counts them by base-2
+exponent and says what a format does to them: the share that flushes to zero, turns subnormal or
+overflows, unscaled and at a loss scale, and which power-of-two scale rescues the most.
+
+The library is imported inside the functions: ``import floatlab.cli`` stays light, and numba
+and matplotlib load only for large inputs and ``--plot``.
+
+>>> import numpy as np, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "g.npy")
+>>> np.save(path, np.array([2.0**-30, 2.0**-10, 0.0], np.float32))
+>>> h = load_histograms([path])["g.npy"]
+>>> h.total, h.verdict("fp16").flushed
+(3, 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from floatlab.cli import demo
+from floatlab.cli._common import UI, View, add_common_options, bold, dim, parse_formats
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+    from floatlab.gradhist import GradHistogram
+
+__all__ = [
+    "NAME",
+    "histogram_view",
+    "load_histograms",
+    "parse_scale",
+    "register",
+    "run",
+    "synthetic_gradients",
+]
+
+NAME = "histogram"
+
+_CHUNK = 1 << 24  # values per update when streaming a memory-mapped .npy
+
+_EPILOG = """\
+examples:
+  floatlab histogram grads.npy -f fp16                 what fp16 does to these gradients
+  floatlab histogram grads.npy -f fp16 --recommend     ... and the loss scale that saves them
+  floatlab histogram grads.npy -f fp16 --scale 2^12    ... at a loss scale of 4096
+  floatlab histogram step*.npz -f fp16,bf16,e5m2       every array of several files, three formats
+  floatlab histogram model_grads.pt --plot grads.png   a torch state file, and a figure
+"""
+
+
+def parse_scale(text: str) -> Fraction:
+    """A loss scale as typed: ``1024``, ``2^10``, ``2**10``, ``0.5``, ``1/8``.
+
+    >>> parse_scale("2^10"), parse_scale("2**-3"), parse_scale("1e3")
+    (Fraction(1024, 1), Fraction(1, 8), Fraction(1000, 1))
+    """
+    t = text.strip().replace(" ", "")
+    m = re.fullmatch(r"2(?:\^|\*\*)([+-]?\d+)", t)
+    try:
+        q = Fraction(2) ** int(m.group(1)) if m else Fraction(t)
+    except (ValueError, ZeroDivisionError):
+        q = Fraction(-1)
+    if q <= 0:
+        raise ValueError(f"--scale {text!r}: expected a positive number such as 1024, 2^10 or 0.5")
+    return q
+
+
+# ---- reading ----------------------------------------------------------------------------------
+def _npy(path: str) -> GradHistogram:
+    import numpy as np
+
+    from floatlab.gradhist import GradHistogram
+
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        raise ValueError(f"cannot read {path!r} as a .npy array: {e}") from None
+    h = GradHistogram()
+    flat = arr.reshape(-1) if arr.flags.c_contiguous else np.asarray(arr).reshape(-1)
+    for start in range(0, max(flat.size, 1), _CHUNK):
+        h.update(flat[start : start + _CHUNK])  # a memory-mapped dump larger than memory streams
+    return h
+
+
+def _npz(path: str) -> dict[str, GradHistogram]:
+    import numpy as np
+
+    from floatlab.gradhist import GradHistogram
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {name: GradHistogram(z[name]) for name in z.files}
+    except ValueError as e:
+        raise ValueError(f"cannot read {path!r} as a .npz archive of numeric arrays: {e}") from None
+
+
+def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    """Collect the floating-point tensors of a (nested) state dict, list or tensor."""
+    if hasattr(obj, "is_floating_point") and hasattr(obj, "detach"):
+        if obj.is_floating_point():
+            out[prefix or "tensor"] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _tensors(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _tensors(v, f"{prefix}.{i}" if prefix else str(i), out)
+
+
+def _pt(path: str) -> dict[str, GradHistogram]:
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(
+            f"reading {path!r} needs torch: pip install torch (or save the gradients as .npz)"
+        ) from None
+    from floatlab.gradhist import GradHistogram
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds for a file that is not a state file
+        raise ValueError(f"cannot read {path!r} as a torch file: {e}") from None
+    found: dict[str, Any] = {}
+    _tensors(obj, "", found)
+    if not found:
+        raise ValueError(
+            f"{path!r} holds no floating-point tensors: expected a tensor or a state dict of them"
+        )
+    return {name: GradHistogram(t) for name, t in found.items()}
+
+
+def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
+    """One histogram per array: a .npy file is one array, a .npz or .pt file one per entry
+    (named ``file:entry`` when several files are given)."""
+    out: dict[str, GradHistogram] = {}
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(f"no such file: {path!r} (expected a .npy, .npz or .pt file)")
+        low = path.lower()
+        if low.endswith(".npz"):
+            parts = _npz(path)
+        elif low.endswith((".pt", ".pth")):
+            parts = _pt(path)
+        elif low.endswith(".npy"):
+            parts = {"": _npy(path)}
+        else:
+            raise ValueError(f"{path!r}: expected a .npy, .npz or .pt/.pth file")
+        base = os.path.basename(path)
+        for name, h in parts.items():
+            key = base if not name else (name if len(paths) == 1 else f"{base}:{name}")
+            out[key] = out[key] + h if key in out else h
+    return out
+
+
+# ---- the view ---------------------------------------------------------------------------------
+def _plot_paths(path: str, names: list[str]) -> list[str]:
+    if len(names) == 1:
+        return [path]
+    stem, ext = os.path.splitext(path)
+    return [f"{stem}-{n}{ext or '.png'}" for n in names]
+
+
+def histogram_view(
+    hists: dict[str, GradHistogram],
+    fmts: list[str] | None = None,
+    *,
+    scale: Fraction | None = None,
+    recommend: bool = False,
+    headroom: int = 2,
+    rounding: str = "rne",
+    plot: str | None = None,
+    width: int = 40,
+    color: bool = False,
+) -> View:
+    """The report for histograms ``hists`` (name -> histogram) in the formats ``fmts``.
+
+    >>> import numpy as np
+    >>> from floatlab.gradhist import histogram
+    >>> v = histogram_view({"g": histogram(np.array([2.0**-30, 1.0], np.float32))}, ["fp16"], recommend=True)
+    >>> v.data["formats"][0]["advice"]["log2_scale"]  # 2^-30 * 2^6 is fp16's smallest subnormal
+    6
+    """
+    from floatlab.gradhist import GradHistogram
+
+    formats = parse_formats(fmts, default=["fp16"])
+    total = sum(hists.values(), GradHistogram())
+    lines: list[str] = []
+    data: dict[str, Any] = {"arrays": {k: h.to_dict() for k, h in hists.items()}, "total": total.to_dict()}
+    if len(hists) > 1:
+        lines.append(bold(f"{len(hists)} arrays", color))
+        wname = max(len(k) for k in hists)
+        f0 = formats[0]
+        lines.append(f"  {'array':<{wname}}  {'values':>12}  {f0.name + ' flushed':>14}  {'subnormal':>9}")
+        for k, h in hists.items():
+            v = h.verdict(f0, 1, rounding)
+            lines.append(
+                f"  {k:<{wname}}  {h.total:>12,}  {100 * v.fraction('flushed'):>13.3g}%  "
+                f"{100 * v.fraction('subnormal'):>8.3g}%"
+            )
+        lines.append("")
+    results = []
+    for i, f in enumerate(formats):
+        entry: dict[str, Any] = {"format": f.name, "verdict": total.verdict(f, 1, rounding).to_dict()}
+        s = scale
+        if recommend:
+            advice = total.recommend_scale(f, headroom=headroom, rounding=rounding)
+            entry["advice"] = advice.to_dict()
+            s = Fraction(2) ** advice.log2_scale
+        if s is not None:
+            entry["scaled"] = total.verdict(f, s, rounding).to_dict()
+        if i == 0:
+            lines.append(total.text(f, s if s is not None else 1, rounding, width=width))
+        else:
+            lines.append(str(total.verdict(f, 1, rounding)))
+            if s is not None and s != 1:
+                lines.append(str(total.verdict(f, s, rounding)))
+        if recommend:
+            lines.append(bold(f"recommended scale for {f.name}: 2^{entry['advice']['log2_scale']}", color))
+            lines.append(entry["advice"]["reason"])
+        results.append(entry)
+        if plot is not None:
+            path = _plot_paths(plot, [g.name for g in formats])[i]
+            total.plot(f, scale=s, recommend=recommend, headroom=headroom, rounding=rounding, path=path)
+            entry["plot"] = path
+            lines.append(dim(f"figure written to {path}", color))
+        lines.append("")
+    data["formats"] = results
+    return View("\n".join(lines).rstrip(), data)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """Read the files, count, and print the report (text or JSON)."""
+    if args.scale is not None and args.recommend:
+        raise ValueError("--scale and --recommend: give one of them (--recommend picks the scale)")
+    scale = parse_scale(args.scale) if args.scale is not None else None
+    if args.headroom < 0:
+        raise ValueError(f"--headroom {args.headroom}: expected a number of bits >= 0")
+    hists = load_histograms(args.files)
+    ui.show(
+        histogram_view(
+            hists,
+            args.fmt,
+            scale=scale,
+            recommend=args.recommend,
+            headroom=args.headroom,
+            rounding=args.rounding,
+            plot=args.plot,
+            width=args.width,
+            color=ui.color,
+        )
+    )
+    return 0
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``histogram`` command to ``subparsers``."""
+    p = subparsers.add_parser(
+        NAME,
+        help="count gradients by exponent: what flushes, turns subnormal or overflows in a format",
+        description="Count the values of .npy, .npz or torch .pt files by base-2 exponent (exactly, "
+        "from the bit fields) and say what a format does to them: the share that flushes to zero, "
+        "turns subnormal or overflows, unscaled and at a loss scale; --recommend picks the "
+        "power-of-two scale that rescues the most values.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .pt/.pth (torch) files")
+    p.add_argument(
+        "-f",
+        "--format",
+        dest="fmt",
+        action="append",
+        metavar="FMT",
+        help="target format(s): fp16, bf16, e4m3, ... (repeat or comma-separate; default fp16)",
+    )
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--scale", metavar="S", help="a loss scale: 1024, 2^10, 0.5 (exact for powers of two)")
+    group.add_argument("--recommend", action="store_true", help="pick the power-of-two scale that saves most")
+    p.add_argument(
+        "--headroom", type=int, default=2, metavar="BITS", help="keep max|x|*scale <= max/2^BITS (default 2)"
+    )
+    p.add_argument("-r", "--rounding", metavar="MODE", default="rne", help="rne, rna, rtz, rup, rdown, rodd")
+    p.add_argument("--plot", metavar="OUT.png", help="write a figure (PNG, SVG or PDF by suffix)")
+    p.add_argument("--width", type=int, default=40, metavar="N", help="width of the text bars (default 40)")
+    add_common_options(p)
+    p.set_defaults(run=run)
+    return p
+
+
+# ---- the tour -----------------------------------------------------------------------------------
+def synthetic_gradients(n: int = 16_000, seed: int = 0) -> Any:
+    """Gradient-like float32 values: a log-normal bulk around 2^-14 and a 5% tail far below 2^-24.
+
+    >>> x = synthetic_gradients()
+    >>> x.dtype.name, x.size, int((abs(x) < 2.0**-24).sum())
+    ('float32', 16000, 800)
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    k = n // 20
+    bulk = np.exp2(np.clip(rng.normal(-14, 3, n - k), -23, -1))
+    tail = np.exp2(rng.uniform(-40, -25.5, k))
+    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    return (np.concatenate([bulk, tail]) * sign).astype(np.float32)
+
+
+def _demo_histogram(color: bool) -> View:
+    from floatlab.gradhist import GradHistogram
+
+    view = histogram_view(
+        {"synthetic": GradHistogram(synthetic_gradients())}, ["fp16"], recommend=True, width=30, color=color
+    )
+    intro = dim("16,000 synthetic gradients, 5% of them below 2^-24 (the smallest fp16 subnormal)", color)
+    return View(intro + "\n" + view.text, view.data)
+
+
+demo.add_section(
+    demo.Section("Gradient underflow in fp16, and the loss scale that rescues it", _demo_histogram)
+)

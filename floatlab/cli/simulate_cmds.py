@@ -1,0 +1,554 @@
+"""``floatlab add``, ``round``, ``underflow`` and ``accumulate``: the simulators on the command line.
+
+One module, four commands: each has its ``*_view`` function (a :class:`~floatlab.cli._common.View`
+from plain arguments, used by tests and the demo) and a ``run_*`` that prints it. The library
+(:mod:`floatlab.simulate`, :mod:`floatlab.rounding`) is imported inside the functions, so that
+loading the command line stays light.
+
+>>> from floatlab.cli import main
+>>> main(["add", "1", "0.0001", "--json"]) == 0  # doctest: +ELLIPSIS
+{...
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from floatlab.cli import demo
+from floatlab.cli._common import UI, View, add_common_options, bold, dim, hex_code, sci
+from floatlab.formats import FloatFormat, get_format
+from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from floatlab.cli._common import Subparsers
+
+__all__ = [
+    "MAX_TERMS",
+    "NAME",
+    "NAMES",
+    "accumulate_view",
+    "add_view",
+    "register",
+    "round_array_view",
+    "round_value_view",
+    "underflow_view",
+]
+
+NAMES: tuple[str, ...] = ("add", "round", "underflow", "accumulate")
+# this module registers several commands; the command list prints their names together
+NAME = ", ".join(NAMES)
+MAX_TERMS = 10_000_000
+
+# a negative number in any notation the value parser takes is an argument, not an option
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)")
+_POWER_OF_TWO = re.compile(r"2\^([-+]?\d+)")
+_MODES_HELP = f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne)"
+_FORMAT_HELP = "the format: fp16, bf16, e4m3, ... (default: fp16)"
+_SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
+_FTZ_HELP = "flush subnormals to zero"
+
+
+# ---- shared -------------------------------------------------------------------------------------
+def _parser(
+    subparsers: Subparsers, name: str, help_: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        name,
+        help=help_,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
+    return p
+
+
+def _format_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--format", dest="fmt", metavar="FMT", default="fp16", help=_FORMAT_HELP)
+    p.add_argument("-r", "--rounding", metavar="MODE", default="rne", help=_MODES_HELP)
+    p.add_argument("--seed", type=int, metavar="N", help=_SEED_HELP)
+
+
+def _rounding_options(p: argparse.ArgumentParser) -> None:
+    _format_options(p)
+    p.add_argument("--saturate", action="store_true", help="overflow to the largest finite value")
+    p.add_argument("--no-subnormals", dest="subnormals", action="store_false", help=_FTZ_HELP)
+
+
+def _rng(mode: str, seed: int | None) -> np.random.Generator | None:
+    if mode != "stochastic":
+        return None
+    if seed is None:
+        raise ValueError("rounding 'stochastic' needs --seed N: its random draws must be reproducible")
+    import numpy as np
+
+    return np.random.default_rng(seed)
+
+
+def _is_array_file(arg: str) -> bool:
+    return arg.lower().endswith(".npy") or os.path.isfile(arg)
+
+
+def _load(path: str) -> npt.NDArray[Any]:
+    import numpy as np
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except ValueError as e:  # pickled object arrays, or not a .npy file at all
+        raise ValueError(f"cannot read {path!r} as a numeric .npy array: {e}") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiub":
+        kind = type(arr).__name__ if not isinstance(arr, np.ndarray) else f"dtype {arr.dtype}"
+        raise ValueError(f"{path!r} holds {kind}: expected a .npy array of numbers (float, int or bool)")
+    return arr
+
+
+def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> list[str]:
+    notes = []
+    if saturate:
+        notes.append("overflow saturates to the largest finite value")
+    if not subnormals:
+        notes.append("subnormal results flush to zero")
+    if mode == "stochastic" and seed is not None:
+        notes.append(f"stochastic rounding drawn with seed {seed}")
+    return notes
+
+
+def _with_notes(text: str, notes: list[str], color: bool) -> str:
+    return text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
+
+
+# ---- add ----------------------------------------------------------------------------------------
+def add_view(
+    a: str,
+    b: str,
+    fmt: str = "fp16",
+    rounding: str = "rne",
+    *,
+    seed: int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    color: bool = False,
+) -> View:
+    """``a + b`` in ``fmt``, explained (:func:`floatlab.simulate.explain_add`).
+
+    >>> add_view("1", "0.0001").data["swallowed"]
+    True
+    """
+    from floatlab.simulate import explain_add
+
+    mode = check_rounding(rounding)
+    e = explain_add(a, b, fmt, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals)
+    lines = e.report().split("\n")
+    lines[0] = bold(lines[0], color)
+    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
+
+
+def run_add(args: argparse.Namespace, ui: UI) -> int:
+    """Print the explained sum."""
+    ui.show(
+        add_view(
+            args.a,
+            args.b,
+            args.fmt,
+            args.rounding,
+            seed=args.seed,
+            saturate=args.saturate,
+            subnormals=args.subnormals,
+            color=ui.color,
+        )
+    )
+    return 0
+
+
+# ---- round --------------------------------------------------------------------------------------
+def round_value_view(
+    value: str,
+    fmt: str = "fp16",
+    rounding: str = "rne",
+    *,
+    seed: int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    color: bool = False,
+) -> View:
+    """One value (parsed exactly) rounded into ``fmt``: its code, stored value and error.
+
+    >>> v = round_value_view("0.1")
+    >>> v.data["hex"], v.data["value"]
+    ('0x2E66', 0.0999755859375)
+    """
+    from floatlab.codec import encode, parse_value
+
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"empty value {value!r}: expected a number such as 0.1, 1/3 or 0x1.8p-3")
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    enc = encode(parse_value(value), f, mode, saturate=saturate, subnormals=subnormals, rng=_rng(mode, seed))
+    d = enc.decoded
+    err, rel = enc.error, enc.relative_error
+    flags = [str(flag.name).lower() for flag in type(enc.flags) if flag and flag in enc.flags]
+    title = f"{value.strip()} in {f.name}, {MODE_DESCRIPTIONS[mode]}"
+    lines = [bold(title, color), f"  stored as {hex_code(int(enc), f)} = {d.decimal}"]
+    if err is not None:
+        lines.append(f"  error {sci(err)} (relative {sci(rel)})" if err else "  exact: no rounding error")
+    lines.append(f"  flags: {', '.join(flags) or 'none'}")
+    data = {
+        "input": value.strip(),
+        "format": f.name,
+        "rounding": mode,
+        "code": int(enc),
+        "hex": hex_code(int(enc), f),
+        "value": d.value,
+        "exact": d.decimal,
+        "error": None if err is None else str(err),
+        "relative_error": None if rel is None else str(rel),
+        "flags": flags,
+    }
+    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+
+
+def round_array_view(
+    path: str,
+    fmt: str = "fp16",
+    rounding: str = "rne",
+    *,
+    seed: int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    out: str | None = None,
+    force: bool = False,
+    color: bool = False,
+) -> View:
+    """Round the array in ``path`` (a .npy file) into ``fmt``; write it to ``out`` if given.
+
+    The result keeps the input's float dtype (integers become float64). ``out`` may not be the
+    input file unless ``force`` is true.
+    """
+    import numpy as np
+
+    from floatlab.rounding import round_array
+
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    if out is not None and not force and _same_file(path, out):
+        raise ValueError(f"-o {out!r} is the input file: expected another name (or --force to overwrite it)")
+    x = _load(path)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    rounded, stats = round_array(
+        x, f, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals, flags=True
+    )
+    counts = {k: _count(stats, k) for k in ("inexact", "underflow", "overflow", "invalid")}
+    x64 = x.astype(np.float64).reshape(-1)
+    r64 = np.asarray(rounded, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(x64) & (x64 != 0) & np.isfinite(r64)
+    with np.errstate(all="ignore"):
+        rel = np.abs(r64[ok] - x64[ok]) / np.abs(x64[ok])
+    max_rel = float(rel.max()) if rel.size else 0.0
+    if out is not None:
+        with open(out, "wb") as fh:  # np.save on a name would append ".npy" to one without it
+            np.save(fh, rounded, allow_pickle=False)
+    n = int(x.size)
+    lines = [
+        bold(f"{path}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color),
+        *(f"  {k:<10}{v:>12,}  {100 * v / n if n else 0:.3g}%" for k, v in counts.items()),
+        f"  largest relative error {max_rel:.3g} (over {int(ok.sum()):,} finite nonzero values)",
+    ]
+    if out is not None:
+        lines.append(f"  written to {out} ({np.asarray(rounded).dtype})")
+    data = {
+        "input": path,
+        "format": f.name,
+        "rounding": mode,
+        "n": n,
+        "dtype": str(x.dtype),
+        **counts,
+        "max_relative_error": max_rel,
+        "output": out,
+    }
+    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _count(stats: Any, name: str) -> int:
+    value = stats[name] if isinstance(stats, dict) else getattr(stats, name)
+    return int(value)
+
+
+def run_round(args: argparse.Namespace, ui: UI) -> int:
+    """Print the rounded value, or the summary of the rounded array."""
+    common: dict[str, Any] = {
+        "seed": args.seed,
+        "saturate": args.saturate,
+        "subnormals": args.subnormals,
+        "color": ui.color,
+    }
+    if _is_array_file(args.value):
+        view = round_array_view(args.value, args.fmt, args.rounding, out=args.out, force=args.force, **common)
+    else:
+        if args.out is not None:
+            raise ValueError(f"-o {args.out!r} needs an array: expected VALUE to be a .npy file")
+        view = round_value_view(args.value, args.fmt, args.rounding, **common)
+    ui.show(view)
+    return 0
+
+
+# ---- underflow ----------------------------------------------------------------------------------
+def underflow_view(
+    path: str,
+    fmt: str = "fp16",
+    rounding: str = "rne",
+    *,
+    scale: str | float = 1.0,
+    seed: int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    color: bool = False,
+) -> View:
+    """Where the values of the array in ``path`` land in ``fmt`` (:func:`floatlab.simulate.underflow`)."""
+    from floatlab.simulate import underflow
+
+    mode = check_rounding(rounding)
+    s = _scale(scale)
+    rng = _rng(mode, seed)
+    r = underflow(_load(path), fmt, scale=s, rounding=mode, rng=rng, saturate=saturate, subnormals=subnormals)
+    lines = r.report().split("\n")
+    lines[0] = bold(f"{path}: {lines[0]}", color)
+    data = {"input": path, **r.to_dict()}
+    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+
+
+def _scale(scale: str | float) -> float:
+    """A scale given as a number or as a power of two written 2^k (loss scales usually are)."""
+    if isinstance(scale, str):
+        from floatlab.codec import parse_value
+
+        power = _POWER_OF_TWO.fullmatch(scale.strip())
+        if power is not None:
+            k = int(power.group(1))
+            if abs(k) > 1000:
+                raise ValueError(f"--scale {scale!r}: expected 2^k with |k| <= 1000")
+            return math.ldexp(1.0, k)
+        value = float(parse_value(scale))
+    else:
+        value = float(scale)
+    if not math.isfinite(value) or value == 0:
+        raise ValueError(f"--scale {scale!r}: expected a finite nonzero number such as 1024")
+    return value
+
+
+def run_underflow(args: argparse.Namespace, ui: UI) -> int:
+    """Print the underflow report."""
+    ui.show(
+        underflow_view(
+            args.file,
+            args.fmt,
+            args.rounding,
+            scale=args.scale,
+            seed=args.seed,
+            saturate=args.saturate,
+            subnormals=args.subnormals,
+            color=ui.color,
+        )
+    )
+    return 0
+
+
+# ---- accumulate ---------------------------------------------------------------------------------
+def _terms(source: str, value: str, fmt: FloatFormat) -> tuple[npt.NDArray[np.float64], str]:
+    """The terms to sum and a phrase naming them: N copies of ``value`` or an array file."""
+    import numpy as np
+
+    if _is_array_file(source):
+        return np.asarray(_load(source), dtype=np.float64).reshape(-1), source
+    text = source.strip().replace("_", "")
+    if not text.isdigit():
+        raise ValueError(f"{source!r}: expected a count N (such as 10000) or a .npy file")
+    n = int(text)
+    if not 1 <= n <= MAX_TERMS:
+        raise ValueError(f"N={n:,}: expected 1 to {MAX_TERMS:,} terms")
+    from floatlab.codec import encode, parse_value
+
+    # the value is stored in the format exactly as the codec rounds it (no detour through float64)
+    stored = encode(parse_value(value), fmt, "rne").decoded.value
+    return np.full(n, stored, dtype=np.float64), f"{n:,} x {value.strip()}"
+
+
+def accumulate_view(
+    source: str,
+    fmt: str = "fp16",
+    rounding: str = "rne",
+    *,
+    value: str = "1.0",
+    method: str | None = None,
+    accumulator: str | None = None,
+    wide: str = "fp32",
+    seed: int | None = None,
+    color: bool = False,
+) -> View:
+    """Sum N copies of ``value`` (or the array in a .npy file) in ``fmt``.
+
+    Without ``method`` and ``accumulator``: sequential, pairwise and Kahan in ``fmt`` and
+    sequential with a ``wide`` accumulator side by side, then the sequential sum in detail.
+
+    >>> v = accumulate_view("3000")
+    >>> [r["sum"] for r in v.data["results"]]
+    [2048.0, 3000.0, 3000.0, 3000.0]
+    """
+    from floatlab.simulate import accumulate, compare_accumulation
+
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    x, what = _terms(source, value, f)
+    rng = _rng(mode, seed)
+    notes = _notes(False, True, seed, mode)
+    if method is None and accumulator is None:
+        cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
+        lines = cmp.report().split("\n")
+        lines[0] = bold(f"{what}: {lines[0]}", color)
+        detail = cmp.results[0].report().split("\n")[2:]
+        text = "\n".join(lines + (["", f"  sequential in {f.name}:", *detail] if detail else []))
+        return View(_with_notes(text, notes, color), {"terms": what, **cmp.to_dict()})
+    r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)
+    lines = r.report().split("\n")
+    lines[0] = bold(f"{what}: {lines[0]}", color)
+    return View(_with_notes("\n".join(lines), notes, color), {"terms": what, **r.to_dict()})
+
+
+def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
+    """Print the accumulation report."""
+    ui.show(
+        accumulate_view(
+            args.source,
+            args.fmt,
+            args.rounding,
+            value=args.value,
+            method=args.method,
+            accumulator=args.accumulator,
+            wide=args.wide,
+            seed=args.seed,
+            color=ui.color,
+        )
+    )
+    return 0
+
+
+# ---- registration -------------------------------------------------------------------------------
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add ``add``, ``round``, ``underflow`` and ``accumulate`` to ``subparsers``; return the last."""
+    p = _parser(
+        subparsers,
+        "add",
+        "explain a + b in a format: stored operands, exact sum, what rounding kept",
+        "Add A and B (parsed exactly) in a format, one rounding of the exact sum of the stored "
+        "operands, and explain why a small update next to a large weight vanishes.",
+        "examples:\n"
+        "  floatlab add 1 0.0001                  the update is swallowed in fp16\n"
+        "  floatlab add 1 0.0001 -f bf16 -r rup   ... unless rounding up\n"
+        "  floatlab add 1 -0.0003                 a negative update: the gap below 1 is half an ulp\n",
+    )
+    p.add_argument("a", metavar="A", help="the first operand (the weight): 1, 0.1, 1/3, 0x1.8p-3, ...")
+    p.add_argument("b", metavar="B", help="the second operand (the update)")
+    _rounding_options(p)
+    add_common_options(p)
+    p.set_defaults(run=run_add)
+
+    p = _parser(
+        subparsers,
+        "round",
+        "round a value, or a .npy array, into a format",
+        "Round VALUE (parsed exactly) into a format and show the stored code, value and error; "
+        "or round every value of a .npy array and summarise the flags and the largest error.",
+        "examples:\n"
+        "  floatlab round 0.1 -f bf16\n"
+        "  floatlab round grads.npy -f e4m3 --saturate -o grads_e4m3.npy\n"
+        "  floatlab round w.npy -f bf16 -r stochastic --seed 0 -o w_bf16.npy\n",
+    )
+    p.add_argument("value", metavar="VALUE|FILE.npy", help="a number, or a .npy file of numbers")
+    _rounding_options(p)
+    p.add_argument("-o", "--out", metavar="OUT.npy", help="write the rounded array here (the input's dtype)")
+    p.add_argument("--force", action="store_true", help="allow -o to name the input file and overwrite it")
+    add_common_options(p)
+    p.set_defaults(run=run_round)
+
+    p = _parser(
+        subparsers,
+        "underflow",
+        "count the values of a .npy array that flush, turn subnormal or overflow in a format",
+        "Store every value of a .npy array (times --scale, a loss scale) in a format and count the "
+        "ones that flush to zero, turn subnormal, overflow or stay normal, with a histogram of the "
+        "relative rounding error.",
+        "examples:\n"
+        "  floatlab underflow grads.npy -f fp16\n"
+        "  floatlab underflow grads.npy -f fp16 --scale 1024     with a loss scale of 2^10\n",
+    )
+    p.add_argument("file", metavar="FILE.npy", help="a .npy file of numbers")
+    _rounding_options(p)
+    p.add_argument(
+        "--scale",
+        default="1",
+        metavar="S",
+        help="multiply by S first: 1024 or 2^10 (exact for powers of two)",
+    )
+    add_common_options(p)
+    p.set_defaults(run=run_underflow)
+
+    p = _parser(
+        subparsers,
+        "accumulate",
+        "sum N copies of a value (or a .npy array) in a format: stagnation and overflow",
+        "Sum the terms in a format: sequentially, pairwise, with Kahan's compensation, and with a "
+        "wider accumulator. Shows where a running sum stops changing (1.0 in fp16 stops at 2048) "
+        "and where it overflows. Sequential sums are serial: up to a million terms take seconds.",
+        "examples:\n"
+        "  floatlab accumulate 10000              1.0 ten thousand times in fp16\n"
+        "  floatlab accumulate 1000 --value 100   past 65504 an fp16 sum is inf\n"
+        "  floatlab accumulate 10000 -f bf16 -r stochastic --seed 0\n"
+        "  floatlab accumulate losses.npy -f bf16 --method kahan\n",
+    )
+    p.add_argument("source", metavar="N|FILE.npy", help="how many copies of --value, or a .npy file of terms")
+    _format_options(p)
+    p.add_argument("--value", default="1.0", metavar="V", help="the term to repeat N times (default: 1.0)")
+    p.add_argument(
+        "--method", choices=("sequential", "pairwise", "kahan"), help="one method only (default: compare all)"
+    )
+    p.add_argument("--accumulator", metavar="FMT", help="accumulate in this format (default: -f FMT itself)")
+    p.add_argument(
+        "--wide", default="fp32", metavar="FMT", help="the wider accumulator to compare (default: fp32)"
+    )
+    add_common_options(p)
+    p.set_defaults(run=run_accumulate)
+    return p
+
+
+# ---- the tour -----------------------------------------------------------------------------------
+def _demo_add(color: bool) -> View:
+    return add_view("1", "0.0001", "fp16", color=color)
+
+
+def _demo_accumulate(color: bool) -> View:
+    return accumulate_view("3000", "fp16", color=color)
+
+
+def _add_demo_sections() -> None:
+    anchor = "Encoding 0.1"
+    after = anchor if any(s.title.startswith(anchor) for s in demo.SECTIONS) else None
+    first = demo.Section("A swallowed update: 1 + 0.0001 in fp16", _demo_add)
+    demo.add_section(first, after=after)
+    demo.add_section(demo.Section("Summing 1.0 in fp16 stops at 2048", _demo_accumulate), after=first.title)
+
+
+_add_demo_sections()

@@ -1,0 +1,483 @@
+"""``floatlab train`` and ``floatlab compare``: the mixed-precision trainer on the command line.
+
+``train`` runs one policy with a progress bar and ends with a summary; ``compare`` runs several
+policies with the same seed and settings, prints them side by side and can plot their curves.
+The trainer (:mod:`floatlab.train`) is imported inside the commands, so that loading the
+command line stays light.
+
+>>> parser = argparse.ArgumentParser()
+>>> _ = register(parser.add_subparsers())
+>>> args = parser.parse_args(["train", "--data", "underflow", "--precision", "fp16", "--epochs", "0", "-q"])
+>>> args.run(args, UI())  # doctest: +ELLIPSIS
+fp16: forward fp16, backward fp16, no master weights, no loss scaling, ...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from floatlab.cli._common import UI, View, bold, dim, style, table
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+    from floatlab.train import History, StepStats, TrainConfig, Trainer
+
+__all__ = [
+    "NAME",
+    "NAMES",
+    "Progress",
+    "compare_view",
+    "config_from_args",
+    "register",
+    "run_compare",
+    "run_train",
+    "train_view",
+]
+
+NAMES: tuple[str, ...] = ("train", "compare")
+# this module registers several commands; the command list prints their names together
+NAME = ", ".join(NAMES)
+
+
+# ---- options ------------------------------------------------------------------------------------
+def _on_off(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("on", "yes", "true", "1"):
+        return True
+    if t in ("off", "no", "false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: expected on or off")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected layer sizes such as 128,128") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive layer sizes such as 128,128")
+    return sizes
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("output")
+    group.add_argument(
+        "--json",
+        nargs="?",
+        const=True,
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="print the summary as JSON; with FILE, write the full history there as JSON instead",
+    )
+    group.add_argument(
+        "--color",
+        dest="color",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="colour the output even when it is not a terminal",
+    )
+    group.add_argument(
+        "--no-color",
+        dest="color",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="never colour (also: set NO_COLOR)",
+    )
+    group.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    run = p.add_argument_group("run")
+    run.add_argument("--model", default="mlp", help="mlp or attention (default: mlp)")
+    run.add_argument("--data", default="digits", help="digits or underflow (default: digits)")
+    run.add_argument("--epochs", type=int, default=20, help="epochs (default: 20)")
+    run.add_argument(
+        "--seed", type=int, default=0, help="seed of the weights, batch order, rounding (default: 0)"
+    )
+    run.add_argument("--batch-size", type=int, default=64, help="batch size (default: 64)")
+    run.add_argument("--optimizer", default="sgd", help="sgd or adamw (default: sgd)")
+    run.add_argument("--lr", type=float, help="learning rate (default: 0.05 for sgd, 0.002 for adamw)")
+    run.add_argument("--momentum", type=float, default=0.9, help="sgd momentum (default: 0.9)")
+    run.add_argument("--weight-decay", type=float, default=0.0, help="weight decay (default: 0)")
+    run.add_argument("--clip", type=float, help="clip gradients to this global norm (after unscaling)")
+    run.add_argument("--schedule", default="constant", help="constant, cosine or linear (default: constant)")
+    run.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: 0)")
+    run.add_argument("--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)")
+    run.add_argument("--activation", default="relu", help="MLP activation: relu or gelu (default: relu)")
+    run.add_argument("--d-model", type=int, default=32, help="attention model width (default: 32)")
+
+
+def _switch_options(p: argparse.ArgumentParser) -> None:
+    sw = p.add_argument_group("precision switches (override the policy's)")
+    sw.add_argument(
+        "--forward", metavar="FMT", help="format of the forward pass (activations, weights in GEMMs)"
+    )
+    sw.add_argument("--backward", metavar="FMT", help="format of the backward pass (gradients)")
+    sw.add_argument("--master-weights", type=_on_off, metavar="on|off", help="fp32 master weights")
+    sw.add_argument("--loss-scaling", choices=("none", "static", "dynamic"), help="loss scaling")
+    sw.add_argument(
+        "--scaler", metavar="PRESET", help="dynamic scaler preset: torch, keras, tf1, apex, mindspore"
+    )
+    sw.add_argument("--static-scale", type=float, metavar="S", help="the scale of static loss scaling")
+    sw.add_argument("--fp32-reductions", type=_on_off, metavar="on|off", help="accumulate reductions in fp32")
+    sw.add_argument(
+        "--fp32-ops", metavar="LIST", help="ops kept in fp32: softmax,log,exp,sum,norm, all or none"
+    )
+    sw.add_argument("--rounding", metavar="MODE", help="rounding mode of every cast (default: rne)")
+    sw.add_argument("--update-rounding", metavar="MODE", help="rounding of low-precision weight updates")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from floatlab.train.policy import parse_fp32_ops
+
+    out: dict[str, Any] = {}
+    for name in (
+        "forward",
+        "backward",
+        "master_weights",
+        "loss_scaling",
+        "scaler",
+        "static_scale",
+        "fp32_reductions",
+        "rounding",
+        "update_rounding",
+    ):
+        v = getattr(args, name, None)
+        if v is not None:
+            out[name] = v
+    if getattr(args, "fp32_ops", None) is not None:
+        out["fp32_ops"] = parse_fp32_ops(args.fp32_ops)
+    return out
+
+
+def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
+    """The :class:`~floatlab.train.TrainConfig` the options describe, for policy ``precision``.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = register(parser.add_subparsers())
+    >>> args = parser.parse_args(["train", "--loss-scaling", "none", "--epochs", "3"])
+    >>> cfg = config_from_args(args, "mixed-fp16")
+    >>> cfg.epochs, cfg.policy, cfg.make_policy().loss_scaling
+    (3, {'loss_scaling': 'none'}, 'none')
+    """
+    from floatlab.train import TrainConfig
+
+    return TrainConfig(
+        model=args.model,
+        data=args.data,
+        precision=precision,
+        policy=_overrides(args),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        clip=args.clip,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        seed=args.seed,
+        hidden=args.hidden,
+        activation=args.activation,
+        d_model=args.d_model,
+    )
+
+
+# ---- progress -----------------------------------------------------------------------------------
+class Progress:
+    """A progress bar on a terminal (redrawn in place), one line per epoch elsewhere.
+
+    >>> import io
+    >>> buf = io.StringIO()
+    >>> p = Progress(buf, total=4, label="fp16", tty=False)
+    >>> p.epoch_done(1, 3, {"test_accuracy": 0.5, "test_loss": 1.25})
+    >>> buf.getvalue()
+    'fp16 epoch 1/3: test accuracy 50.00 %, test loss 1.2500\\n'
+    """
+
+    def __init__(
+        self, stream: TextIO, total: int, label: str, tty: bool | None = None, width: int = 30
+    ) -> None:
+        self.stream = stream
+        self.total = max(total, 1)
+        self.label = label
+        self.width = width
+        if tty is None:
+            try:
+                tty = stream.isatty()
+            except (AttributeError, ValueError):
+                tty = False
+        self.tty = tty
+
+    def step(self, done: int, epoch: int, epochs: int, stats: StepStats) -> None:
+        if not self.tty:
+            return
+        filled = round(self.width * min(done, self.total) / self.total)
+        bar = "#" * filled + "." * (self.width - filled)
+        skip = " skipped" if stats.skipped else ""
+        self.stream.write(
+            f"\r{self.label} [{bar}] {done}/{self.total} epoch {epoch + 1}/{epochs} "
+            f"loss {stats.loss:.4f} scale {stats.scale:g}{skip}   "
+        )
+        self.stream.flush()
+
+    def epoch_done(self, epoch: int, epochs: int, final: dict[str, Any]) -> None:
+        line = (
+            f"{self.label} epoch {epoch}/{epochs}: test accuracy {100 * final['test_accuracy']:.2f} %, "
+            f"test loss {final['test_loss']:.4f}"
+        )
+        if self.tty:
+            if epoch < epochs:
+                return
+            self.stream.write("\r" + " " * (self.width + 70) + "\r")
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _fit(cfg: TrainConfig, quiet: bool, label: str | None = None, resume: str | None = None) -> Trainer:
+    from floatlab.train import Trainer
+
+    trainer = Trainer.resume(resume) if resume else Trainer.from_config(cfg)
+    if label:
+        trainer.history.label = label
+    total = cfg.epochs * trainer.n_batches
+    progress = None if quiet else Progress(sys.stderr, total, trainer.history.label)
+    epochs_seen = [trainer.epoch]
+
+    def callback(tr: Trainer, stats: StepStats) -> None:
+        if progress is None:
+            return
+        progress.step(tr.step, tr.epoch, cfg.epochs, stats)
+
+    while trainer.epoch < cfg.epochs:
+        trainer.fit(trainer.epoch + 1, callback=callback)
+        if progress is not None and trainer.epoch != epochs_seen[-1]:
+            progress.epoch_done(trainer.epoch, cfg.epochs, trainer.history.final)
+            epochs_seen.append(trainer.epoch)
+    return trainer
+
+
+# ---- train --------------------------------------------------------------------------------------
+def _pct(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f} %"
+
+
+def _num(v: float | None, fmt: str = ".4f") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def train_view(trainer: Trainer, *, color: bool = False) -> View:
+    """The summary of a finished run.
+
+    >>> from floatlab.train import TrainConfig, Trainer
+    >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", epochs=0))
+    >>> train_view(tr).data["summary"]["steps"]
+    0
+    """
+    h = trainer.history
+    s = h.summary()
+    m = trainer.model.config()
+    shape = (
+        "-".join(str(v) for v in [m["n_in"], *m.get("hidden", []), m["n_out"]])
+        if m["name"] == "mlp"
+        else (f"{m['tokens']} tokens x {m['d_model']}")
+    )
+    d = trainer.data.info()
+    hyper = trainer.opt.hyper()
+    lines = [
+        bold(trainer.policy.describe(), color),
+        dim(
+            f"{m['name']} {shape} on {d['name']} ({d['n_train']} train, {d['n_test']} test), {hyper['name']} "
+            f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {trainer.epoch} epochs, seed {trainer.seed}",
+            color,
+        ),
+        "",
+    ]
+    scales = h.column("scale")
+    start = f"{scales[0]:g}" if len(scales) else "-"
+    acc = s["test_accuracy"]
+    acc_text = _pct(acc)
+    rows = [
+        [
+            "test accuracy",
+            style(acc_text, "green", color=color) if acc is not None and acc > 0.9 else acc_text,
+        ],
+        ["test loss", _num(s["test_loss"])],
+        ["train loss", _num(s["train_loss"]) + dim("  (last tenth of the steps)", color)],
+        ["steps", f"{s['steps']} ({s['skipped_steps']} skipped)"],
+        ["loss scale", f"{trainer.scaler.scale:g} (start {start})" if trainer.scaler.enabled else "none"],
+        ["flushed", _pct(s["mean_flushed"]) + dim("  of the non-zero gradients, per step", color)],
+        ["swallowed", _pct(s["mean_swallowed"]) + dim("  of the non-zero updates, per step", color)],
+    ]
+    lines += ["  " + f"{k:<15}{v}" for k, v in rows]
+    data = {"policy": trainer.policy.to_dict(), "summary": s, "model": m, "data": d, "optimizer": hyper}
+    return View("\n".join(lines), data)
+
+
+def run_train(args: argparse.Namespace, ui: UI) -> int:
+    """Train one policy; print its summary (or JSON), and write the history / checkpoint if asked.
+
+    See the module docstring for an example.
+    """
+    cfg = config_from_args(args, args.precision)
+    cfg.make_policy()  # a bad switch fails here, before any work
+    trainer = _fit(cfg, args.quiet, resume=args.resume)
+    if args.checkpoint:
+        trainer.save(args.checkpoint)
+    if args.history:
+        trainer.history.save(args.history)
+    view = train_view(trainer, color=ui.color)
+    json_opt = getattr(args, "json", None)
+    if isinstance(json_opt, str):
+        _write_json(json_opt, {**view.data, "history": trainer.history.to_dict()})
+        UI(color=ui.color, json=False, stream=ui.stream).show(view)
+    else:
+        ui.show(view)
+    return 0
+
+
+def _write_json(path: str, data: Any) -> None:
+    from floatlab.cli._common import _jsonable
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_jsonable(data), f, indent=1, allow_nan=False)
+        f.write("\n")
+
+
+# ---- compare ------------------------------------------------------------------------------------
+def compare_view(histories: list[History], *, color: bool = False) -> View:
+    """The runs side by side.
+
+    >>> from floatlab.train import History
+    >>> print(compare_view([History("fp32")]).text)  # doctest: +NORMALIZE_WHITESPACE
+      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale
+      fp32    -         -          -           0        -        -          -
+    """
+    rows = []
+    for h in histories:
+        s = h.summary()
+        scale = s["final_scale"]
+        rows.append(
+            [
+                h.label,
+                _pct(s["test_accuracy"]),
+                _num(s["test_loss"]),
+                _num(s["train_loss"]),
+                str(s["skipped_steps"]),
+                _pct(s["mean_flushed"], 1),
+                _pct(s["mean_swallowed"], 1),
+                "-" if scale is None else f"{scale:g}",
+            ]
+        )
+    header = [
+        "policy",
+        "test acc",
+        "test loss",
+        "train loss",
+        "skipped",
+        "flushed",
+        "swallowed",
+        "final scale",
+    ]
+    text = table(header, rows, align="<>>>>>>>", color=color)
+    return View(text, {"runs": [h.summary() for h in histories]})
+
+
+def run_compare(args: argparse.Namespace, ui: UI) -> int:
+    """Train each policy with the same settings; print the table, plot if asked.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = register(parser.add_subparsers())
+    >>> args = parser.parse_args(["compare", "fp32", "fp16", "--data", "underflow", "--epochs", "1",
+    ...                           "--hidden", "8", "-q"])
+    >>> run_compare(args, UI())  # doctest: +ELLIPSIS
+      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale
+      fp32 ...
+      fp16 ...  100.0 % ...
+    0
+    """
+    if not args.policies:
+        raise ValueError("compare needs at least one policy, e.g. fp32 fp16 bf16 mixed-fp16")
+    configs = [config_from_args(args, p) for p in args.policies]
+    for c in configs:
+        c.make_policy()
+    histories = []
+    for c in configs:
+        trainer = _fit(c, args.quiet, label=c.precision)
+        histories.append(trainer.history)
+    view = compare_view(histories, color=ui.color)
+    if args.plot:
+        from floatlab.train import compare
+
+        compare(histories, args.plot, title=f"{args.model} on {args.data}, seed {args.seed}")
+        view = View(
+            view.text + "\n" + dim(f"  curves written to {args.plot}", ui.color),
+            {**view.data, "plot": args.plot},
+        )
+    json_opt = getattr(args, "json", None)
+    if isinstance(json_opt, str):
+        _write_json(json_opt, {**view.data, "histories": [h.to_dict() for h in histories]})
+        UI(color=ui.color, json=False, stream=ui.stream).show(view)
+    else:
+        ui.show(view)
+    return 0
+
+
+# ---- registration -------------------------------------------------------------------------------
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add ``train`` and ``compare`` to ``subparsers``; return the last.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> register(parser.add_subparsers()).prog.split()[-1]
+    'compare'
+    """
+    from floatlab.train.policy import policy_names
+
+    names = ", ".join(policy_names())
+    p = subparsers.add_parser(
+        "train",
+        help="train a model in a precision policy and report what the format did",
+        description="Train a NumPy model (explicit forward and backward passes) with every low-precision "
+        "storage point simulated: the policy's formats, master weights, loss scaling, fp32 reductions "
+        f"and fp32 ops. Policies: {names}; the switches below change one technique at a time.",
+        epilog="examples:\n"
+        "  floatlab train --model mlp --data digits --precision mixed-fp16 --epochs 20 --seed 0\n"
+        "  floatlab train --data underflow --precision fp16\n"
+        "  floatlab train --precision mixed-fp16 --loss-scaling none --json run.json\n"
+        "  floatlab train --precision fp16 --lr 0.005 --momentum 0 --update-rounding stochastic\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--precision", default="mixed-fp16", metavar="POLICY", help=f"{names} (default: mixed-fp16)"
+    )
+    _run_options(p)
+    _switch_options(p)
+    files = p.add_argument_group("files")
+    files.add_argument("--checkpoint", metavar="FILE.npz", help="write a checkpoint at the end")
+    files.add_argument("--resume", metavar="FILE.npz", help="continue from a checkpoint (its settings win)")
+    files.add_argument("--history", metavar="FILE", help="save the history (.json or .npz)")
+    _output_options(p)
+    p.set_defaults(run=run_train)
+
+    p = subparsers.add_parser(
+        "compare",
+        help="train several precision policies with the same seed and compare them",
+        description="Run each POLICY with the same model, data, seed and settings; print final accuracy, "
+        "loss, skipped steps, flushed gradients and swallowed updates side by side; --plot draws the curves.",
+        epilog="examples:\n"
+        "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
+        "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("policies", nargs="*", metavar="POLICY", help=names)
+    p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")
+    _run_options(p)
+    _switch_options(p)
+    _output_options(p)
+    p.set_defaults(run=run_compare)
+    return p
