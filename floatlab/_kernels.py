@@ -22,6 +22,7 @@ functions below are plain Python until :func:`_compile` wraps them.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -55,6 +56,8 @@ _encode_one: Any = None
 _decode_one: Any = None
 _random32: Any = None
 _mix32: Any = None
+_half: Any = None
+_unhalf: Any = None
 
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
@@ -97,8 +100,33 @@ def encode_params(
     ``full`` asks for the loop that counts flags (it needs the true exponent of every
     subnormal input). ``specials_from`` (default ``fmt``) decides what infinities and NaNs
     become: the pass-through of round_array rounds into ``src`` itself with the specials
-    of the wider format.
+    of the wider format. ``key`` is the stochastic-rounding key (two uint32).
+
+    >>> import floatlab as fl
+    >>> p = encode_params(fl.FP32, fl.FP16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32)
+    >>> len(p), p[7]  # 34 integers; the eighth is the target's mantissa width
+    (34, 10)
     """
+    # the format-dependent part is cached: deriving it costs more than rounding a small array
+    base = _encode_params_base(
+        src, fmt, mode, bool(saturate), bool(subnormals), int(random_bits), lanes, bool(full), specials_from
+    )
+    return (*base, key[0] & 0xFFFFFFFF, key[1] & 0xFFFFFFFF)
+
+
+@functools.lru_cache(maxsize=512)
+def _encode_params_base(
+    src: FloatFormat,
+    fmt: FloatFormat,
+    mode: str,
+    saturate: bool,
+    subnormals: bool,
+    random_bits: int,
+    lanes: int,
+    full: bool,
+    specials_from: FloatFormat | None,
+) -> tuple[int, ...]:
+    """encode_params without the key (every entry but the last two)."""
     sp = fmt if specials_from is None else specials_from
     m_in, m_t = src.mantissa_bits, fmt.mantissa_bits
     # inf input: the target's inf, or its largest finite value, or its NaN (as round_scalar)
@@ -162,8 +190,6 @@ def encode_params(
         1 << (m_in - 1),
         int(sp.has_nan),
         int(sp.has_inf),
-        key[0] & 0xFFFFFFFF,
-        key[1] & 0xFFFFFFFF,
     )
 
 
@@ -188,6 +214,7 @@ def _special_into(sp: FloatFormat, own: FloatFormat, what: str, saturate: bool) 
 _NAN_IEEE, _NAN_FN, _NAN_FNUZ, _NAN_NONE = 0, 1, 2, 3
 
 
+@functools.lru_cache(maxsize=256)
 def decode_params(fmt: FloatFormat, out: FloatFormat, lanes: int) -> DecodeParams:
     """Integers describing "decode codes of ``fmt`` into the IEEE format ``out`` (rne)"."""
     if fmt.encoding == "ieee":
@@ -261,6 +288,36 @@ def _shr_typer(typingctx: Any, a: Any, n: Any) -> Any:
         return builder.lshr(args[0], k)
 
     return a(a, n), codegen
+
+
+def _half_typer(typingctx: Any, bits: Any) -> Any:
+    """fp16 code (as uint16) of the float32 with bit pattern ``bits``: the CPU's own conversion.
+
+    LLVM's ``fptrunc float to half`` is IEEE round-to-nearest-even with subnormals, inf and
+    quiet NaNs (payload's top bits kept); on x86 with F16C it is one vector instruction
+    (vcvtps2ph) that ignores MXCSR's flush-to-zero. The generic loops must give the same bits:
+    a test compares the two on every float32.
+    """
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        f = builder.bitcast(args[0], ir.FloatType())
+        return builder.bitcast(builder.fptrunc(f, ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(bits), codegen
+
+
+def _unhalf_typer(typingctx: Any, code: Any) -> Any:
+    """float32 bit pattern (uint32) of the fp16 code ``code`` (exact: every fp16 is a float32)."""
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        h = builder.bitcast(args[0], ir.HalfType())
+        return builder.bitcast(builder.fpext(h, ir.FloatType()), ir.IntType(32))
+
+    return types.uint32(code), codegen
 
 
 def _clz_typer(typingctx: Any, a: Any) -> Any:
@@ -446,6 +503,18 @@ def _encode_kernel_py(x: Any, out: Any, z: Any, p: Any) -> None:
         out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p)[0]
 
 
+def _half_encode_kernel_py(x: Any, out: Any) -> None:
+    """float32 bits to fp16 codes, round to nearest even (the hardware conversion)."""
+    for i in prange(x.size):
+        out[i] = _half(x[i])
+
+
+def _half_round_kernel_py(x: Any, out: Any) -> None:
+    """float32 bits rounded to fp16 and back, round to nearest even (the hardware conversion)."""
+    for i in prange(x.size):
+        out[i] = _unhalf(_half(x[i]))
+
+
 def _round_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
     for i in prange(x.size):
@@ -530,7 +599,7 @@ def _compile() -> dict[str, Any]:
 
         g = globals()
         g["prange"] = numba.prange
-        for name in ("_u", "_s", "_shl", "_shr", "_clz"):
+        for name in ("_u", "_s", "_shl", "_shr", "_clz", "_half", "_unhalf"):
             g[name] = intrinsic(g[name + "_typer"])
         # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
         # element functions as calls, and a loop with a call does not vectorise
@@ -540,10 +609,37 @@ def _compile() -> dict[str, Any]:
         loop = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
         for name in ("encode", "round", "full", "general", "decode", "gather"):
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
+        # the hardware conversion runs at memory speed on one core: no threads to wake
+        serial = numba.njit(cache=True, nogil=True, error_model="numpy")
+        for name in ("half_encode", "half_round"):
+            _compiled[name] = serial(g[f"_{name}_kernel_py"])
         return _compiled
 
 
 # ---- entry points ------------------------------------------------------------------------------
+#: arrays smaller than this run on one thread. Waking the other cores costs more than they save
+#: on a small array, and worse, between the GEMMs of a training step the BLAS threads and the
+#: loop threads (OpenMP's spin-wait) then take turns on the same cores, which costs milliseconds.
+SERIAL_BELOW = 1 << 18
+
+
+def _launch(name: str, n: int, *args: Any) -> Any:
+    """Run compiled loop ``name`` over ``n`` elements: on one thread when ``n`` is small."""
+    loop = _compiled.get(name) or _compile()[name]
+    if n >= SERIAL_BELOW:
+        return loop(*args)
+    import numba
+
+    threads = numba.get_num_threads()
+    if threads == 1:
+        return loop(*args)
+    numba.set_num_threads(1)  # per calling thread, so concurrent callers do not interfere
+    try:
+        return loop(*args)
+    finally:
+        numba.set_num_threads(threads)
+
+
 def _zero(lanes: int) -> Any:
     """The zero whose type tells a loop its lane width."""
     return np.uint32(0) if lanes == 32 else np.uint64(0)
@@ -552,14 +648,42 @@ def _zero(lanes: int) -> Any:
 def run_encode(bits: np.ndarray, out_dtype: np.dtype[Any], lanes: int, p: EncodeParams) -> np.ndarray:
     """Codes of the 1-d contiguous bit patterns ``bits`` (deterministic modes only)."""
     out = np.empty(bits.size, out_dtype)
-    _compile()["encode"](bits, out, _zero(lanes), p)
+    _launch("encode", bits.size, bits, out, _zero(lanes), p)
+    return out
+
+
+def half_hardware() -> bool:
+    """True when this CPU converts float32 to fp16 in hardware (x86 F16C, or AArch64), so that
+    the float32 -> fp16 round-to-nearest-even loops can use the CPU's own conversion."""
+    global _half_hw
+    if _half_hw is None:
+        import platform
+
+        from llvmlite import binding
+
+        machine = platform.machine().lower()
+        features = binding.get_host_cpu_features() if machine in ("x86_64", "amd64") else None
+        _half_hw = machine in ("aarch64", "arm64") or bool(features and features.get("f16c"))
+    return _half_hw
+
+
+_half_hw: bool | None = None
+
+
+def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
+    """float32 bit patterns (uint32) to fp16 codes, or with ``back`` to float32 bit patterns of
+    the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
+    Call only where :func:`half_hardware` is true."""
+    out = np.empty(bits.size, np.uint32 if back else np.uint16)
+    loop = _compiled.get("half_round") or _compile()["half_round"]
+    (loop if back else _compiled["half_encode"])(bits, out)
     return out
 
 
 def run_round(bits: np.ndarray, lanes: int, p: EncodeParams, d: DecodeParams) -> np.ndarray:
     """Bit patterns of ``bits`` rounded to the target and back (deterministic modes only)."""
     out = np.empty_like(bits)
-    _compile()["round"](bits, out, _zero(lanes), p, d)
+    _launch("round", bits.size, bits, out, _zero(lanes), p, d)
     return out
 
 
@@ -573,7 +697,7 @@ def run_full(
     """
     z = _zero(lanes)
     out = np.empty(bits.size, z.dtype)
-    counts = _compile()["full"](bits, out, z, p, d, to_input)
+    counts = _launch("full", bits.size, bits, out, z, p, d, to_input)
     return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
 
 
@@ -584,7 +708,7 @@ def run_general(bits: np.ndarray, lanes: int, p: EncodeParams, d: DecodeParams, 
     """
     z = _zero(lanes)
     out = np.empty(bits.size, z.dtype)
-    _compile()["general"](bits, out, z, p, d, to_input)
+    _launch("general", bits.size, bits, out, z, p, d, to_input)
     return out
 
 
@@ -592,7 +716,7 @@ def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarra
     """Output-format bit patterns (uint64 for 64 lanes) of the 1-d contiguous ``codes``."""
     z = _zero(lanes)
     out = np.empty(codes.size, z.dtype)
-    _compile()["decode"](codes, out, z, d)
+    _launch("decode", codes.size, codes, out, z, d)
     return out
 
 
@@ -631,7 +755,7 @@ def decode_codes(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     c = np.ascontiguousarray(a.astype(cdt, copy=False)).reshape(-1)
     if cdt.itemsize <= 2:
         out = np.empty(c.size, np.float64)
-        _compile()["gather"](c, _decode_table(fmt, 8 * cdt.itemsize), out)
+        _launch("gather", c.size, c, _decode_table(fmt, 8 * cdt.itemsize), out)
         return out.reshape(a.shape)
     bits = run_decode(c, decode_params(fmt, FP64, 64))
     return bits.view(np.float64).reshape(a.shape)

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -246,13 +247,7 @@ class FloatFormat:
         >>> FP32.contains(BF16), BF16.contains(FP16), FP16.contains(FP8_E4M3FN)
         (True, False, True)
         """
-        # with at least as many fraction bits, a finer-or-equal subnormal step and a larger
-        # max, every binade of `other` sits on a grid at least as fine in `self`
-        return (
-            other.mantissa_bits <= self.mantissa_bits
-            and other.emin - other.mantissa_bits >= self.emin - self.mantissa_bits
-            and other.max_exact <= self.max_exact
-        )
+        return _contains(self, other)
 
     def summary(self) -> str:
         """One line: name, bit layout, range and precision."""
@@ -407,3 +402,15 @@ FP4_E2M1FN = register_format(
     "e2m1",
     "fp4",
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _contains(big: FloatFormat, small: FloatFormat) -> bool:
+    # with at least as many fraction bits, a finer-or-equal subnormal step and a larger
+    # max, every binade of `small` sits on a grid at least as fine in `big` (cached: the
+    # exact maxima are Fractions, and round_array asks on every call)
+    return (
+        small.mantissa_bits <= big.mantissa_bits
+        and small.emin - small.mantissa_bits >= big.emin - big.mantissa_bits
+        and small.max_exact <= big.max_exact
+    )

@@ -354,6 +354,7 @@ class RoundingStats:
 
 _FLOAT_FORMATS: dict[str, FloatFormat] = {"float64": FP64, "float32": FP32, "float16": FP16, "bfloat16": BF16}
 _UINT_OF_BITS = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+_FORMAT_OF_DTYPE: dict[np.dtype[Any], FloatFormat] = {}  # (filled on first sight of each dtype)
 
 
 def _as_float_array(x: ArrayLike) -> tuple[np.ndarray, FloatFormat]:
@@ -362,15 +363,18 @@ def _as_float_array(x: ArrayLike) -> tuple[np.ndarray, FloatFormat]:
     kind = a.dtype.kind
     if kind in "biu":
         a = a.astype(np.float64)  # integers and booleans are taken as float64 values
-    name = a.dtype.name if kind != "V" else str(a.dtype)
-    if name not in _FLOAT_FORMATS:
-        raise ValueError(
-            f"x has dtype {a.dtype}: expected float64, float32, float16 or bfloat16 "
-            "(integers and booleans are converted to float64)"
-        )
+    fmt = _FORMAT_OF_DTYPE.get(a.dtype)
+    if fmt is None:
+        name = a.dtype.name if kind != "V" else str(a.dtype)
+        if name not in _FLOAT_FORMATS:
+            raise ValueError(
+                f"x has dtype {a.dtype}: expected float64, float32, float16 or bfloat16 "
+                "(integers and booleans are converted to float64)"
+            )
+        fmt = _FORMAT_OF_DTYPE[a.dtype] = _FLOAT_FORMATS[name]
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))  # a byte swap, no float conversion
-    return np.asarray(a, order="C"), _FLOAT_FORMATS[name]  # (keeps a 0-d array 0-d)
+    return (a if a.flags.c_contiguous else np.ascontiguousarray(a)), fmt  # (keeps a 0-d array 0-d)
 
 
 def _stochastic_key(rng: np.random.Generator | int | None, mode: str) -> tuple[int, int]:
@@ -421,6 +425,18 @@ def _run(
     cdt = k.code_dtype(target)
     lanes = 64 if max(src.bits, target.bits) > 32 else 32
     fast = mode != "stochastic" and not flags and (back or src.bits == 64 or cdt.itemsize * 8 <= src.bits)
+    if (
+        fast
+        and src == FP32
+        and target == FP16
+        and mode == "rne"
+        and specials is None
+        and opts["subnormals"]
+        and not opts["saturate"]
+        and k.half_hardware()
+    ):
+        # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
+        return k.run_half(bits, back), (0, 0, 0, 0)
     if fast:
         # the lean loops: deterministic modes, no flags, one compiled loop per dtype pair
         p = k.encode_params(src, target, mode, lanes=lanes, specials_from=specials, **opts)

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import floatlab as fl
 from floatlab import _kernels
 from floatlab.formats import (
     BF16,
@@ -654,3 +655,55 @@ def test_decode_ignores_bits_above_the_format() -> None:
 def test_decode_rejects_non_integer_codes() -> None:
     with pytest.raises(ValueError, match="expected unsigned integer codes"):
         _kernels.decode_codes(np.array([1.0]), FP16)
+
+
+# ---- the hardware float32 -> fp16 path -----------------------------------------------------------
+def _fp32_patterns() -> np.ndarray:
+    """Every combination of sign, exponent and top 11 fraction bits, with low-bit tails that
+    sit below, on and above each halfway point, plus random patterns (about 13 million)."""
+    high = np.arange(1 << 20, dtype=np.uint32) << np.uint32(12)
+    tails = np.array([0, 1, 0x7FF, 0x800, 0x801, 0xFFF], np.uint32)
+    rand = np.random.default_rng(7).integers(0, 2**32, size=1 << 21, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([(high[:, None] | tails[None, :]).reshape(-1), rand])
+
+
+@pytest.mark.skipif(not _kernels.half_hardware(), reason="this CPU has no float32 -> fp16 instruction")
+@pytest.mark.parametrize("back", [False, True], ids=["encode", "round"])
+def test_hardware_half_path_equals_the_generic_loops(back: bool) -> None:
+    bits = _fp32_patterns()
+    fast = _kernels.run_half(bits, back)
+    p = _kernels.encode_params(
+        fl.FP32, fl.FP16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
+    )
+    if back:
+        generic = _kernels.run_round(bits, 32, p, _kernels.decode_params(fl.FP16, fl.FP32, 32))
+    else:
+        generic = _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
+    assert np.array_equal(fast, generic)
+    # and the oracle: numpy's own cast (NaNs compared by class, numpy keeps other payload bits)
+    x = bits.view(np.float32)
+    with np.errstate(over="ignore"):
+        ref = x.astype(np.float16)
+    got = fast.view(np.float32) if back else fast.view(np.float16)
+    ok = np.isnan(x)
+    assert np.array_equal(np.isnan(got), ok)
+    want = ref.astype(np.float32) if back else ref
+    assert np.array_equal(
+        got[~ok].view(np.uint32 if back else np.uint16), want[~ok].view(np.uint32 if back else np.uint16)
+    )
+
+
+def test_hardware_half_path_ignores_flush_to_zero() -> None:
+    """A library that switches the CPU to flush-to-zero (torch.set_flush_denormal) must not
+    change floatlab's fp16 subnormals."""
+    torch = pytest.importorskip("torch")
+    x = np.array([2.0**-24, 3 * 2.0**-25, -(2.0**-20), 2.0**-15 * 1.5], np.float32)
+    want = fl.round_array(x.astype(np.float64), "fp16").astype(np.float32)  # the generic float64 loops
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        got = fl.round_array(x, "fp16")
+    finally:
+        torch.set_flush_denormal(False)
+    assert got.tolist() == want.tolist()
+    assert all(v != 0 for v in got.tolist())
