@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +12,6 @@ import pytest
 import floatlab.train as ft
 from floatlab.train import History, TrainConfig, Trainer
 from floatlab.train import checkpoint as ck
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_compiled_thread() -> Iterator[None]:
-    # many round_array calls on small arrays: thread start-up would dominate on two shared cores
-    numba = pytest.importorskip("numba")
-    n = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(n)
 
 
 def _data() -> ft.Dataset:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,16 +14,6 @@ from floatlab.cli import train_cmds
 from floatlab.train import StepStats
 
 Main = Callable[[list[str]], int]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_compiled_thread() -> Iterator[None]:
-    # many round_array calls on small arrays: thread start-up would dominate on two shared cores
-    numba = pytest.importorskip("numba")
-    n = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(n)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,17 +10,6 @@ import pytest
 
 import floatlab.train as ft
 from floatlab.train import History, TrainConfig, Trainer
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_compiled_thread() -> Iterator[None]:
-    # a step makes dozens of round_array calls on small arrays; on two shared cores, starting
-    # the kernel's threads for each costs more than the work itself
-    numba = pytest.importorskip("numba")
-    n = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(n)
 
 
 @functools.cache

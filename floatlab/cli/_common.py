@@ -180,6 +180,17 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of text"
     )
+    add_color_options(group)
+
+
+def add_color_options(group: argparse._ArgumentGroup) -> None:
+    """Add ``--color``/``--no-color`` (defaults suppressed, as in :func:`add_common_options`).
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_color_options(p.add_argument_group("output"))
+    >>> vars(p.parse_args(["--color"]))
+    {'color': True}
+    """
     group.add_argument(
         "--color",
         dest="color",

@@ -21,7 +21,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.cli._common import UI, View, bold, dim, style, table
+from floatlab.cli._common import UI, View, add_color_options, bold, dim, style, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -74,20 +74,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="print the summary as JSON; with FILE, write the full history there as JSON instead",
     )
-    group.add_argument(
-        "--color",
-        dest="color",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="colour the output even when it is not a terminal",
-    )
-    group.add_argument(
-        "--no-color",
-        dest="color",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="never colour (also: set NO_COLOR)",
-    )
+    add_color_options(group)
     group.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
