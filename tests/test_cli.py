@@ -14,6 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from oracles import ORACLE_TYPES
 
 from floatlab.cli import COMMANDS, EXIT_BROKEN_PIPE, main
 from floatlab.cli import demo as demo_cmd
@@ -21,31 +22,18 @@ from floatlab.cli._common import UI, View, parse_code, sci, want_color
 from floatlab.codec import decode
 
 # format name -> numpy dtype holding it, for the independent oracle (views of the raw bits)
-NP_TYPES: dict[str, Any] = {
-    "fp64": np.float64,
-    "fp32": np.float32,
-    "fp16": np.float16,
-    "bf16": ml_dtypes.bfloat16,
-    "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
-    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
-    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
-}
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def oracle_value(code: int, fmt: str) -> float:
     """The value of ``code`` in ``fmt`` according to numpy / ml_dtypes (a view of the bits)."""
-    t = np.dtype(NP_TYPES[fmt])
+    t = np.dtype(ORACLE_TYPES[fmt])
     return float(np.array([code], dtype=UINT[t.itemsize]).view(t)[0])
 
 
 def oracle_code(x: float, fmt: str) -> int:
     """The code numpy / ml_dtypes give to the float64 ``x`` cast to ``fmt``."""
-    t = np.dtype(NP_TYPES[fmt])
+    t = np.dtype(ORACLE_TYPES[fmt])
     with np.errstate(over="ignore"):  # overflow to inf is the answer asked for, not a mistake
         return int(np.array([x]).astype(t).view(UINT[t.itemsize])[0])
 
@@ -121,7 +109,7 @@ def test_decode_binary_and_decimal_literals(capsys: pytest.CaptureFixture[str]) 
     "fmt", ["fp16", "fp32", "fp64", "bf16", "float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn"]
 )
 def test_decode_many_codes_in_one_call_match_numpy(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
-    t = np.dtype(NP_TYPES[fmt])
+    t = np.dtype(ORACLE_TYPES[fmt])
     nbits = 4 if fmt == "float4_e2m1fn" else 8 * t.itemsize
     rng = np.random.default_rng(20240611)
     codes = [int(c) for c in rng.integers(0, 2**nbits, size=25, dtype=np.uint64)]
@@ -295,8 +283,8 @@ def test_encode_text_table(capsys: pytest.CaptureFixture[str]) -> None:
 # ---- formats ------------------------------------------------------------------------------------
 def test_formats_table_matches_finfo(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {r["name"]: r for r in run_json(capsys, "formats")}
-    assert set(NP_TYPES) <= set(rows)
-    for name, t in NP_TYPES.items():
+    assert set(ORACLE_TYPES) <= set(rows)
+    for name, t in ORACLE_TYPES.items():
         fi = finfo(t)
         r = rows[name]
         assert r["max"] == float(fi.max), name
@@ -311,9 +299,9 @@ def test_formats_table_matches_finfo(capsys: pytest.CaptureFixture[str]) -> None
     assert "448" in text
 
 
-@pytest.mark.parametrize("fmt", list(NP_TYPES))
+@pytest.mark.parametrize("fmt", list(ORACLE_TYPES))
 def test_formats_detail_codes_are_the_landmarks(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
-    t = NP_TYPES[fmt]
+    t = ORACLE_TYPES[fmt]
     fi = finfo(t)
     d = run_json(capsys, "formats", fmt)
     codes = d["codes"]

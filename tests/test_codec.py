@@ -30,9 +30,9 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 import pytest
-from gfloat.types import Domain, FormatInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import gfloat_info
 
 import floatlab as fl
 from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
@@ -95,22 +95,6 @@ def landmark_codes(fmt: FloatFormat, radius: int = 40) -> npt.NDArray[np.uint64]
         for s in (0, fmt.sign_mask)
     }
     return np.array(sorted(codes), dtype=np.uint64)
-
-
-def gfloat_info(fmt: FloatFormat) -> FormatInfo:
-    high_nans = {"ieee": (1 << fmt.mantissa_bits) - 1, "fn": int(fmt.has_nan), "fnuz": 0}[fmt.encoding]
-    return FormatInfo(
-        name=fmt.name,
-        k=fmt.bits,
-        precision=fmt.precision,
-        bias=(1 << (fmt.exponent_bits - 1)) - (0 if fmt.encoding == "fnuz" else 1),
-        is_signed=True,
-        domain=Domain.Extended if fmt.encoding == "ieee" else Domain.Finite,
-        has_nz=fmt.encoding != "fnuz",
-        num_high_nans=high_nans,
-        has_subnormals=True,
-        is_twos_complement=False,
-    )
 
 
 # ---- decode: every code of every small format --------------------------------------------------

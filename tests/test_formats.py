@@ -15,7 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from gfloat.types import Domain, FormatInfo
+from oracles import ORACLE_TYPES, gfloat_info
 
 import floatlab as fl
 from floatlab import formats
@@ -23,19 +23,6 @@ from floatlab.codec import decode, encode
 from floatlab.formats import FloatFormat
 
 # format name -> the numpy/ml_dtypes scalar type with the same bits
-ORACLE_TYPES: dict[str, Any] = {
-    "fp64": np.float64,
-    "fp32": np.float32,
-    "fp16": np.float16,
-    "bf16": ml_dtypes.bfloat16,
-    "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
-    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
-    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
-}
 # user formats (not registered) that ml_dtypes also implements: IEEE-style inf and NaNs
 USER_ORACLES: list[tuple[FloatFormat, Any]] = [
     (FloatFormat(4, 3), ml_dtypes.float8_e4m3),
@@ -101,20 +88,6 @@ def test_fp16_constants_in_words() -> None:
 
 
 # ---- user formats against gfloat's independent derivation ---------------------------------------------
-def _gfloat_info(fmt: FloatFormat) -> FormatInfo:
-    high_nans = {"ieee": (1 << fmt.mantissa_bits) - 1, "fn": int(fmt.has_nan), "fnuz": 0}[fmt.encoding]
-    return FormatInfo(
-        name=fmt.name,
-        k=fmt.bits,
-        precision=fmt.precision,
-        bias=(1 << (fmt.exponent_bits - 1)) - (0 if fmt.encoding == "fnuz" else 1),
-        is_signed=True,
-        domain=Domain.Extended if fmt.encoding == "ieee" else Domain.Finite,
-        has_nz=fmt.encoding != "fnuz",
-        num_high_nans=high_nans,
-        has_subnormals=True,
-        is_twos_complement=False,
-    )
 
 
 USER_FORMATS = [
@@ -130,7 +103,7 @@ USER_FORMATS = [
 
 @pytest.mark.parametrize("fmt", USER_FORMATS, ids=[f.name for f in USER_FORMATS])
 def test_user_formats_match_gfloat(fmt: FloatFormat) -> None:
-    gi = _gfloat_info(fmt)
+    gi = gfloat_info(fmt)
     assert fmt.max == gi.max
     assert fmt.smallest_normal == gi.smallest_normal
     assert fmt.smallest_subnormal == gi.smallest_subnormal

@@ -19,6 +19,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from oracles import ML_DTYPES
 
 import floatlab as fl
 from floatlab import _kernels
@@ -60,16 +61,6 @@ USER_FORMATS = [
     FloatFormat(15, 40),  # a range beyond float64's
 ]
 ALL_FORMATS = [*FORMATS.values(), *USER_FORMATS]
-ML_DTYPES = {
-    "bf16": ml_dtypes.bfloat16,
-    "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
-    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
-    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
-}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,0 +1,47 @@
+"""The independent oracles the tests compare floatlab with: numpy and ml_dtypes scalar types
+that hold each registered format's bits, and gfloat's description of a format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from gfloat.types import Domain, FormatInfo
+
+from floatlab.formats import FloatFormat
+
+# format name -> the numpy / ml_dtypes scalar type with the same bits
+ORACLE_TYPES: dict[str, Any] = {
+    "fp64": np.float64,
+    "fp32": np.float32,
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
+    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
+    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
+}
+
+# the formats whose only independent array implementation is ml_dtypes
+ML_DTYPES: dict[str, Any] = {k: v for k, v in ORACLE_TYPES.items() if k not in ("fp64", "fp32", "fp16")}
+
+
+def gfloat_info(fmt: FloatFormat) -> FormatInfo:
+    """gfloat's FormatInfo for ``fmt``, built from the primary parameters only."""
+    high_nans = {"ieee": (1 << fmt.mantissa_bits) - 1, "fn": int(fmt.has_nan), "fnuz": 0}[fmt.encoding]
+    return FormatInfo(
+        name=fmt.name,
+        k=fmt.bits,
+        precision=fmt.precision,
+        bias=(1 << (fmt.exponent_bits - 1)) - (0 if fmt.encoding == "fnuz" else 1),
+        is_signed=True,
+        domain=Domain.Extended if fmt.encoding == "ieee" else Domain.Finite,
+        has_nz=fmt.encoding != "fnuz",
+        num_high_nans=high_nans,
+        has_subnormals=True,
+        is_twos_complement=False,
+    )
