@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from floatlab.backend import is_cupy
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 
 __all__ = [
@@ -107,7 +108,13 @@ def check_rounding(rounding: str) -> Rounding:
 
 
 class Flags(enum.IntFlag):
-    """IEEE 754 exception flags raised by a conversion (tininess detected after rounding)."""
+    """IEEE 754 exception flags raised by a conversion (tininess detected after rounding).
+
+    >>> round_scalar(1e-9, "fp16")[1]    # 1e-9 is below half fp16's smallest subnormal: it flushes
+    <Flags.INEXACT|UNDERFLOW: 3>
+    >>> Flags.OVERFLOW in round_scalar(1e6, "fp16")[1]
+    True
+    """
 
     NONE = 0
     INEXACT = 1
@@ -359,7 +366,10 @@ _FORMAT_OF_DTYPE: dict[np.dtype[Any], FloatFormat] = {}  # (filled on first sigh
 
 def _as_float_array(x: ArrayLike) -> tuple[np.ndarray, FloatFormat]:
     """x as a native-endian, C-contiguous float64/32/16 or bfloat16 array, with its format."""
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:  # ragged nested lists, objects numpy cannot take
+        raise ValueError(f"x: expected an array of numbers ({e})") from None
     kind = a.dtype.kind
     if kind in "biu":
         a = a.astype(np.float64)  # integers and booleans are taken as float64 values
@@ -383,10 +393,10 @@ def _stochastic_key(rng: np.random.Generator | int | None, mode: str) -> tuple[i
         if mode == "stochastic":
             raise ValueError("rounding='stochastic' needs rng: a numpy Generator or an int seed")
         return 0, 0
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng={rng!r}: expected a numpy Generator or an int seed")
+        raise ValueError(f"rng={rng!r}: expected a numpy Generator or a non-negative int seed")
     if mode != "stochastic":
         return 0, 0  # only stochastic rounding consumes random numbers
     k = rng.integers(0, 2**32, size=2, dtype=np.uint64)
@@ -497,6 +507,11 @@ def encode_array(
     >>> fl.encode_array([448.0, 500.0, 1e6], "e4m3fn", saturate=True).tolist()
     [126, 126, 126]
     """
+    if is_cupy(x):  # a CuPy array: the same element functions, compiled for its GPU
+        from floatlab._gpu_kernels import run_array
+
+        opts: dict[str, Any] = {"saturate": saturate, "subnormals": subnormals, "random_bits": random_bits}
+        return run_array(x, fmt, rounding, back=False, rng=rng, flags=flags, **opts)
     f = get_format(fmt)
     mode = check_rounding(rounding)
     opts = _options(saturate, subnormals, random_bits)
@@ -535,6 +550,11 @@ def round_array(
     >>> fl.round_array(np.float32(1 + 2**-9), "bf16", "rup").item()
     1.0078125
     """
+    if is_cupy(x):  # a CuPy array: the same element functions, compiled for its GPU
+        from floatlab._gpu_kernels import run_array
+
+        opts: dict[str, Any] = {"saturate": saturate, "subnormals": subnormals, "random_bits": random_bits}
+        return run_array(x, fmt, rounding, back=True, rng=rng, flags=flags, **opts)
     f = get_format(fmt)
     mode = check_rounding(rounding)
     opts = _options(saturate, subnormals, random_bits)

@@ -97,6 +97,15 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     run.add_argument("--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)")
     run.add_argument("--activation", default="relu", help="MLP activation: relu or gelu (default: relu)")
     run.add_argument("--d-model", type=int, default=32, help="attention model width (default: 32)")
+    run.add_argument(
+        "--backend",
+        default="numpy",
+        metavar="numpy|cupy",
+        help="where the arrays live: numpy (default) or cupy (a CUDA GPU; fp16/bf16 GEMMs on tensor cores)",
+    )
+    run.add_argument(
+        "--tf32", action="store_true", help="with --backend cupy: run the fp32 GEMMs on TF32 tensor cores"
+    )
 
 
 def _switch_options(p: argparse.ArgumentParser) -> None:
@@ -226,10 +235,19 @@ class Progress:
         self.stream.flush()
 
 
-def _fit(cfg: TrainConfig, quiet: bool, label: str | None = None, resume: str | None = None) -> Trainer:
+def _backend(args: argparse.Namespace) -> Any:
+    """The backend the options ask for; a missing GPU fails here, in one line, before any work."""
+    from floatlab.backend import get_backend
+
+    return get_backend(getattr(args, "backend", None), tf32=getattr(args, "tf32", False))
+
+
+def _fit(
+    cfg: TrainConfig, quiet: bool, label: str | None = None, resume: str | None = None, backend: Any = None
+) -> Trainer:
     from floatlab.train import Trainer
 
-    trainer = Trainer.resume(resume) if resume else Trainer.from_config(cfg)
+    trainer = Trainer.resume(resume, backend=backend) if resume else Trainer.from_config(cfg, backend=backend)
     if label:
         trainer.history.label = label
     total = cfg.epochs * trainer.n_batches
@@ -313,7 +331,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     """
     cfg = config_from_args(args, args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
-    trainer = _fit(cfg, args.quiet, resume=args.resume)
+    trainer = _fit(cfg, args.quiet, resume=args.resume, backend=_backend(args))
     if args.checkpoint:
         trainer.save(args.checkpoint)
     if args.history:
@@ -393,9 +411,10 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     configs = [config_from_args(args, p) for p in args.policies]
     for c in configs:
         c.make_policy()
+    backend = _backend(args)
     histories = []
     for c in configs:
-        trainer = _fit(c, args.quiet, label=c.precision)
+        trainer = _fit(c, args.quiet, label=c.precision, backend=backend)
         histories.append(trainer.history)
     view = compare_view(histories, color=ui.color)
     if args.plot:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from floatlab.backend import get_xp
 from floatlab.train.precision import Array, Precision
 
 __all__ = [
@@ -179,7 +180,7 @@ def cross_entropy_forward(
     s = r.sum(e, 1, keepdims=True)
     logp = r(zs - r(np.log(s), "log"))
     p = r(e / s)
-    nll = -logp[np.arange(n), y]
+    nll = -logp[get_xp(logp).arange(n), y]
     rs = P.rounder(P.fwd, "sum")
     loss = rs(rs.sum(nll, 0) / nll.dtype.type(n))
     return float(loss), {"p": p, "y": y, "weight": weight}
@@ -197,8 +198,8 @@ def cross_entropy_backward(cache: Cache, P: Precision, seed: float = 1.0) -> Arr
     p, y = cache["p"], cache["y"]
     n = p.shape[0]
     r = P.rounder(P.bwd, "softmax")
-    diff = np.array(p, copy=True)
-    diff[np.arange(n), y] -= p.dtype.type(1.0)
+    diff = p.copy()
+    diff[get_xp(p).arange(n), y] -= p.dtype.type(1.0)
     # the seed gradient S * weight / n is formed in the wide precision, as a float32 loss does
     c = p.dtype.type(seed * cache["weight"] / n)
     return P.grad(r(diff) * c)

@@ -113,7 +113,7 @@ class SGD(Optimizer):
         if self.momentum:
             st = self.state.get(key)
             if st is None:
-                buf = np.array(d, copy=True)
+                buf = d.copy()
                 self.state[key] = {"momentum": buf}
             else:
                 buf = st["momentum"]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from floatlab.backend import Backend, gemm_format, get_backend, get_xp
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import round_array
 from floatlab.train.policy import Policy, get_policy
@@ -78,7 +79,11 @@ def gemm(
 class Precision:
     """The runtime side of a policy: casts, the tensor-core GEMM, reductions and underflow counts.
 
-    ``rng`` feeds stochastic rounding (a seeded generator makes it reproducible). Inside
+    ``rng`` feeds stochastic rounding (a seeded generator makes it reproducible). ``backend``
+    (``"numpy"``, the default, or ``"cupy"``) holds the arrays and runs the GEMMs: on CuPy they
+    are cuBLAS GEMMs whose inputs enter in :attr:`gemm_compute`, the narrowest hardware format
+    holding the forward and backward formats (fp16 for fp16 and fp8, bf16 for bf16), so the
+    tensor cores multiply exactly the stored values and accumulate in fp32. Inside
     ``with P.backward():`` every stored gradient is counted: :attr:`grad_values` non-zero values
     were stored and :attr:`grad_flushed` of them became zero (underflow to zero).
 
@@ -90,7 +95,12 @@ class Precision:
     (3, 1)
     """
 
-    def __init__(self, policy: Policy | str, rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy | str,
+        rng: np.random.Generator | None = None,
+        backend: Backend | str | None = None,
+    ) -> None:
         self.policy = get_policy(policy)
         self.fwd: FloatFormat = self.policy.forward
         self.bwd: FloatFormat = self.policy.backward
@@ -98,6 +108,10 @@ class Precision:
         self.dtype: np.dtype[Any] = self.policy.dtype
         self.fp32_ops = self.policy.fp32_ops
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.backend = get_backend(backend)
+        gf = gemm_format(self.fwd, self.bwd)
+        #: the input format of the GEMMs on a GPU backend (fp32 ones use TF32 only when asked)
+        self.gemm_compute: str = self.backend.fp32_gemm if gf == FP32 else gf.name
         self._counting = False
         self.grad_values = 0
         self.grad_flushed = 0
@@ -186,7 +200,10 @@ class Precision:
         >>> P.matmul(np.full((1, 2), 300.0, np.float32), np.full((2, 1), 200.0, np.float32), P.fwd).tolist()
         [[inf]]
         """
-        acc = np.matmul(a, b)
+        # NumPy multiplies the stored values in float32 (exact products); a GPU or a TF32 run
+        # enters them in the GEMM format (exact conversion) and accumulates in fp32
+        gpu = self.backend.is_gpu or self.gemm_compute == "tf32"
+        acc = self.backend.matmul(a, b, self.gemm_compute) if gpu else np.matmul(a, b)
         if alpha is not None:
             acc *= acc.dtype.type(alpha)
         if bias is not None:
@@ -213,7 +230,7 @@ class Precision:
             # again to that format, is the correctly rounded sum (24 >= 2p + 2: no double rounding)
             s = self.cast(xm[:h] + xm[h : 2 * h], fmt)
             xm = np.concatenate([s, xm[2 * h :]]) if n % 2 else s
-        out = xm[0] if xm.shape[0] else np.zeros(xm.shape[1:], dtype=x.dtype)
+        out = xm[0] if xm.shape[0] else get_xp(x).zeros(xm.shape[1:], dtype=x.dtype)
         return np.expand_dims(out, axis) if keepdims else out
 
 

@@ -7,9 +7,9 @@ One step (:meth:`Trainer.train_step`)::
     3. scale      backward starts from d(S * loss) = S instead of 1
     4. backward   gradients stored in the backward format; count those flushed to zero
     5. unscale    multiply by 1/S: in fp32 with master weights, else in the gradient format
-    6. check      any inf or NaN?
+    6. check      any inf or NaN? (in the gradients, the batch and the loss)
     7. clip       to a global norm, after unscaling
-    8. step       or skip the step when a gradient is not finite; count swallowed updates
+    8. step       or skip the step when something is not finite; count swallowed updates
     9. update     the loss scale (back off on inf, grow after a run of clean steps)
 
 On the synthetic task whose gradients sit below fp16's range, pure fp16 learns nothing and
@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import Dataset, get_data
-from floatlab.train.history import History
+from floatlab.train.history import FAULTS, History, TrainingFaultWarning
 from floatlab.train.model import Model, Params, cross_entropy_backward, cross_entropy_forward, get_model
 from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optimizer
 from floatlab.train.policy import Policy, get_policy
@@ -129,6 +131,12 @@ class StepStats:
     swallowed: float
     lr: float
     grad_norm: float | None
+    fault: str = ""  # the faults the step met, comma-separated (see floatlab.train.history.FAULTS)
+
+
+def _input_faults(x: Array, loss: float) -> tuple[tuple[str, bool], ...]:
+    """The faults a batch and its loss can carry: an inf or NaN in the batch, a non-finite loss."""
+    return (("nonfinite_batch", not bool(np.isfinite(x).all())), ("nonfinite_loss", not math.isfinite(loss)))
 
 
 def make_scaler(policy: Policy) -> LossScaler:
@@ -177,11 +185,14 @@ class Trainer:
         histogram_steps: Sequence[int] = (),
         config: TrainConfig | None = None,
         label: str | None = None,
+        backend: Backend | str | None = None,
     ) -> None:
         self.model = model
         self.data = data
         self.policy = get_policy(policy)
-        self.P = Precision(self.policy, rng=np.random.default_rng([seed, 1]))
+        # the arrays live on the backend's device: batches go there as they are drawn
+        self.backend = get_backend(backend)
+        self.P = Precision(self.policy, rng=np.random.default_rng([seed, 1]), backend=self.backend)
         self.order_rng = np.random.default_rng([seed, 2])
         self.opt = optimizer if optimizer is not None else make_optimizer("sgd", DEFAULT_LR["sgd"])
         self.scaler = scaler if scaler is not None else make_scaler(self.policy)
@@ -193,13 +204,14 @@ class Trainer:
         self.config = config
         init = model.init(np.random.default_rng([seed, 0]))
         # the weights the optimizer updates: fp32 masters, or the forward format itself
-        params = _as_params(init, self.P.dtype)
+        params = {k: self.backend.asarray(v) for k, v in _as_params(init, self.P.dtype).items()}
         self.params: Params = {k: self.P.cast(v, self.policy.weight_format) for k, v in params.items()}
         self.step = 0  # iterations, skipped ones included
         self.opt_steps = 0  # optimizer steps taken: what the learning-rate schedule counts
         self.epoch = 0
         self.batch_in_epoch = 0
         self.perm: Array | None = None
+        self._warned: set[str] = set()  # the faults already warned about (once per kind and run)
         meta = {
             "policy": self.policy.to_dict(),
             "policy_text": self.policy.describe(),
@@ -215,8 +227,10 @@ class Trainer:
 
     # ---- construction from a config -------------------------------------------------------------
     @classmethod
-    def from_config(cls, cfg: TrainConfig, data: Dataset | None = None) -> Trainer:
-        """Build model, data, optimizer, scaler and schedule from ``cfg``.
+    def from_config(
+        cls, cfg: TrainConfig, data: Dataset | None = None, *, backend: Backend | str | None = None
+    ) -> Trainer:
+        """Build model, data, optimizer, scaler and schedule from ``cfg`` (on ``backend``).
 
         >>> from floatlab.train.data import make_underflow_task
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp16"), make_underflow_task())
@@ -255,6 +269,7 @@ class Trainer:
             schedule=schedule,
             histogram_steps=cfg.histogram_steps,
             config=cfg,
+            backend=backend,
         )
 
     # ---- one step -----------------------------------------------------------------------------------
@@ -268,6 +283,7 @@ class Trainer:
         >>> st.flushed, st.skipped, st.scale   # every output gradient underflowed in fp16
         (1.0, False, 1.0)
         """
+        x, y = self.backend.asarray(x), self.backend.asarray(y)
         # overflow to inf, and the NaNs that follow, are what the formats do: no warnings
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return self._step(x, y)
@@ -287,27 +303,59 @@ class Trainer:
             grads = self.model.backward(w, cache, dlogits, P)
         # 5. unscale: multiply by 1/S (into fp32 with master weights, else in the gradient format)
         grads = self._unscale(grads)
-        # 6. check finite
+        # 6. check finite: the gradients, and the batch and loss they came from
         found_inf = not all(bool(np.isfinite(g).all()) for g in grads.values())
+        faults = [f for f, bad in _input_faults(x, loss) if bad]
+        if found_inf:
+            faults.append("nonfinite_grad")
         # 7. clip (only meaningful, and only done, when every gradient is finite)
         norm: float | None = None
         if self.clip is not None and not found_inf:
             norm = clip_grad_norm(grads, self.clip)
-        # 8. step, or skip it when a gradient is not finite and the scaler says so
-        skipped = found_inf and scaler.skips_nonfinite
+        # 8. step, or skip it: when a gradient is not finite and the scaler says so, and whenever
+        #    the weights are guarded (a loss scaler, master weights or wide weights) and the batch,
+        #    the loss, a gradient or the updated weights are not finite. Only a pure low-precision
+        #    run without a scaler lets a non-finite value into its weights (and says so)
+        guarded = scaler.skips_nonfinite or self.policy.master_weights or P.is_wide(self.policy.weight_format)
+        skipped = guarded and bool(faults)
         lr = self.schedule(self.opt_steps, self.opt.lr)
         swallowed = 0.0
         if not skipped:
+            before = dict(self.params)  # (_apply replaces the arrays, so this keeps the old ones)
             swallowed = self._apply(self.opt.deltas(self.params, grads, lr))
-            self.opt_steps += 1
+            if not all(bool(np.isfinite(v).all()) for v in self.params.values()):
+                faults.append("nonfinite_update" if guarded else "nonfinite_weights")
+                if guarded:  # undo: the weights stay as they were
+                    self.params.update(before)
+                    skipped, swallowed = True, 0.0
+            self.opt_steps += not skipped
         # 9. update the loss scale
         scaler.update(found_inf, underflow=P.flushed_share)
+        if scaler.collapsed:
+            faults.append("scale_collapse")
+        if scaler.at_limit:
+            faults.append("scale_at_limit")
 
         self.step += 1
+        self._warn(faults, skipped)
         if self.step in self.histogram_steps:
             self._record_histogram(grads)
         acc = float(np.mean(np.argmax(logits, axis=1) == y)) if len(y) else 0.0
-        return StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm)
+        return StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm, ",".join(faults))
+
+    def _warn(self, faults: list[str], skipped: bool) -> None:
+        """One TrainingFaultWarning per kind of fault and run; an overflowing gradient that a
+        dynamic loss scaler handles (skip, back off) is routine and only flagged."""
+        for f in faults:
+            if f in self._warned or (f == "nonfinite_grad" and self.scaler.is_dynamic):
+                continue
+            self._warned.add(f)
+            taken = "the step was skipped" if skipped else "the step was taken"
+            warnings.warn(
+                f"step {self.step}: {FAULTS[f]}; {taken} [{f}] (later ones: the history's fault column)",
+                TrainingFaultWarning,
+                stacklevel=4,
+            )
 
     def _unscale(self, grads: Params) -> Params:
         inv = self.scaler.inv_scale
@@ -369,7 +417,7 @@ class Trainer:
         total_loss = 0.0
         correct = 0
         for i in range(0, len(y), batch_size):
-            xb, yb = x[i : i + batch_size], y[i : i + batch_size]
+            xb, yb = self.backend.asarray(x[i : i + batch_size]), self.backend.asarray(y[i : i + batch_size])
             logits, _ = self.model.forward(w, xb, self.P)
             loss, _ = cross_entropy_forward(logits, yb, self.P)
             total_loss += loss * len(yb)
@@ -448,8 +496,10 @@ class Trainer:
             "format": "floatlab-trainer-1",
             "config": self.config.to_dict() if self.config is not None else None,
             "policy": self.policy.to_dict(),
-            "params": {k: np.array(v) for k, v in self.params.items()},
-            "optimizer": self.opt.state_dict(),
+            "params": {k: np.array(to_numpy(v)) for k, v in self.params.items()},
+            "optimizer": tree_map_arrays(self.opt.state_dict(), to_numpy)
+            if self.backend.is_gpu
+            else self.opt.state_dict(),
             "scaler": self.scaler.state_dict(),
             "counters": {
                 "step": self.step,
@@ -485,8 +535,10 @@ class Trainer:
                 raise ValueError(
                     f"checkpoint parameter {k} has shape {v.shape}: expected {self.params[k].shape}"
                 )
-            self.params[k] = np.array(v, dtype=self.P.dtype)
+            self.params[k] = self.backend.asarray(np.array(v, dtype=self.P.dtype))
         self.opt.load_state_dict(state["optimizer"])
+        if self.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
+            self.opt.state = tree_map_arrays(self.opt.state, self.backend.asarray)
         self.scaler.load_state_dict(state["scaler"])
         c = state["counters"]
         self.step, self.opt_steps = int(c["step"]), int(c["opt_steps"])
@@ -513,15 +565,21 @@ class Trainer:
         return save_checkpoint(path, self.state_dict())
 
     @classmethod
-    def resume(cls, path: str | os.PathLike[str], data: Dataset | None = None) -> Trainer:
+    def resume(
+        cls,
+        path: str | os.PathLike[str],
+        data: Dataset | None = None,
+        *,
+        backend: Backend | str | None = None,
+    ) -> Trainer:
         """A trainer rebuilt from the config stored in the checkpoint at ``path``, state restored
-        (see :meth:`save` for an example)."""
+        (see :meth:`save` for an example), on ``backend``."""
         state = load_checkpoint(path)
         if state.get("config") is None:
             raise ValueError(
                 f"checkpoint {os.fspath(path)!r} has no config: build the Trainer and call load()"
             )
-        trainer = cls.from_config(TrainConfig.from_dict(state["config"]), data)
+        trainer = cls.from_config(TrainConfig.from_dict(state["config"]), data, backend=backend)
         trainer.load_state_dict(state)
         return trainer
 
@@ -540,9 +598,11 @@ def train(
     *,
     callback: Callable[[Trainer, StepStats], None] | None = None,
     label: str | None = None,
+    backend: Backend | str | None = None,
     **kwargs: Any,
 ) -> History:
-    """Train and return the history; ``kwargs`` are :class:`TrainConfig` fields.
+    """Train and return the history; ``kwargs`` are :class:`TrainConfig` fields; ``backend``
+    is ``"numpy"`` (the default) or ``"cupy"`` (a CUDA GPU).
 
     >>> h = train("mlp", "underflow", "mixed-fp16", epochs=1, hidden=(16,), histogram_steps=(1,))
     >>> h.summary()["steps"], h.histograms[1]["advice"]["log2_scale"] > 16
@@ -550,7 +610,7 @@ def train(
     """
     name = data.name if isinstance(data, Dataset) else data
     cfg = TrainConfig(model=model, data=name, precision=precision, epochs=epochs, seed=seed, **kwargs)
-    trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None)
+    trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None, backend=backend)
     if label is not None:
         trainer.history.label = label
     return trainer.fit(epochs, callback=callback)

@@ -1,0 +1,399 @@
+"""The rounding primitive on a CUDA GPU: the CPU kernels' own element functions, compiled for CUDA.
+
+:func:`floatlab.rounding.encode_array` and :func:`~floatlab.rounding.round_array` hand CuPy
+arrays here. The element functions of :mod:`floatlab._kernels` (``_encode_one``,
+``_decode_one``, ``_core``, ``_random32`` and their lane-width intrinsics) are the
+specification of every bit; this module does not restate them. It binds the same Python
+functions, through a fresh globals table, to CUDA device functions (numba-cuda reads CuPy
+arrays through ``__cuda_array_interface__``) and launches one thread per element. Because the
+stochastic random word depends only on the key and the element's index, the GPU draws the
+same bits as the CPU's threads.
+
+The per-element bodies below (``_encode_at`` ...) are compiled twice: for CUDA, each wrapped in
+a kernel, and for the CPU, each wrapped in a serial loop. The CPU build runs the whole GPU code
+path (host-side dispatch included, with numpy standing in for cupy) on machines without a GPU,
+so the tests check it bit for bit against the CPU kernels everywhere; on a GPU the CUDA build
+is checked the same way.
+
+>>> import numpy as np, floatlab as fl
+>>> x = np.array([0.1, 1e-8, 70000.0, -2.5], np.float32)
+>>> run_array(x, "fp16", xp=np, target="cpu").tolist() == fl.encode_array(x, "fp16").tolist()
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from floatlab import _kernels as k
+from floatlab.formats import BF16, FP32, FP64, FloatFormat, get_format
+
+__all__ = ["THREADS_PER_BLOCK", "compile_ptx", "kernels", "run_array"]
+
+THREADS_PER_BLOCK = 256
+
+# Names bound by _bind() in each target's globals table; placeholders here.
+_u: Any = None
+_s: Any = None
+_shr: Any = None
+_shl: Any = None
+_core: Any = None
+_encode_one: Any = None
+_decode_one: Any = None
+_random32: Any = None
+cuda: Any = None
+_encode_at: Any = None
+_round_at: Any = None
+_general_at: Any = None
+_full_at: Any = None
+
+
+# ---- one element (the loop bodies of floatlab._kernels, written per index) ---------------------
+def _encode_at_py(i: Any, x: Any, out: Any, z: Any, p: Any) -> None:
+    """Deterministic modes: the code of x[i]."""
+    out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p)[0]
+
+
+def _round_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
+    """Deterministic modes: x[i] rounded to the target and back into x's format."""
+    r = _encode_one(_u(x[i], z), z, np.uint32(0), p)
+    out[i] = _decode_one(r[0], r[1], z, d, True)
+
+
+def _general_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    """Any mode without flags; the random word of element i (used by stochastic only)."""
+    key0 = _u(p[k._P_KEY0], np.uint32(0))
+    key1 = _u(p[k._P_KEY0 + 1], np.uint32(0))
+    r = _encode_one(_u(x[i], z), z, _random32(i, key0, key1), p)
+    if to_input:
+        out[i] = _decode_one(r[0], r[1], z, d, True)
+    else:
+        out[i] = r[0]
+
+
+def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    """Any mode with the IEEE flags of element i in fl[i]: 1 inexact, 2 underflow, 4 overflow,
+    8 invalid (the per-element terms that floatlab._kernels' flag loop adds up)."""
+    (m_in, _emask_in, _bias_in, _w_in, _emin_in, norm, _daz, m_t, emin_t, _emax_t, _maxc, cl, _sb,
+     c_rne, c_rna, c_dp, c_dn, c_odd, c_st, _sat, _ovf_mag, _inf_mag, _nan_base, _pmask, _psr, _psl,
+     _fnuz, _ftz, rmask, quiet_in, has_nan, has_inf, k0, k1) = p  # fmt: skip
+    key0 = _u(k0, np.uint32(0))
+    key1 = _u(k1, np.uint32(0))
+    st_mask = _u(0xFFFFFFFF if c_st != 0 else 0, np.uint32(0))
+    one = _u(1, z)
+    rnd = _u(_random32(i, key0, key1) & st_mask, key0)
+    code, sgn, special, f, sig, e, inexact, et, ovf, flushed = _encode_one(_u(x[i], z), z, rnd, p)
+    invalid = special & (
+        ((f != 0) & (((f & _u(quiet_in, z)) == 0) | (has_nan == 0))) | ((f == 0) & (has_inf == 0))
+    )
+    finite = (not special) & (sig != 0)
+    tiny = False
+    if inexact & (et < _s(emin_t, z)):
+        # tininess after rounding, as the CPU loop decides it (only one binade below can round up)
+        if et < _s(emin_t - 1, z):
+            tiny = True
+        else:
+            unbounded = _core(
+                sig, e, sgn, rnd, z, m_in, norm, m_t, et, cl, c_rne, c_rna, c_dp, c_dn, c_odd, c_st, rmask
+            )[0]
+            tiny = unbounded < _shl(one, m_t + 1)
+    bits = 0
+    if finite & (inexact | ovf | flushed):
+        bits |= 1
+    if finite & ((inexact & tiny) | flushed):
+        bits |= 2
+    if finite & ovf:
+        bits |= 4
+    if invalid:
+        bits |= 8
+    fl[i] = bits
+    if to_input:
+        out[i] = _decode_one(code, sgn, z, d, True)
+    else:
+        out[i] = code
+
+
+# ---- the launchers: a CUDA kernel or a CPU loop around each element ----------------------------
+def _encode_cuda_py(x: Any, out: Any, z: Any, p: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _encode_at(i, x, out, z, p)
+
+
+def _round_cuda_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _round_at(i, x, out, z, p, d)
+
+
+def _general_cuda_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _general_at(i, x, out, z, p, d, to_input)
+
+
+def _full_cuda_py(x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _full_at(i, x, out, fl, z, p, d, to_input)
+
+
+def _encode_cpu_py(x: Any, out: Any, z: Any, p: Any) -> None:
+    for i in range(x.size):
+        _encode_at(i, x, out, z, p)
+
+
+def _round_cpu_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
+    for i in range(x.size):
+        _round_at(i, x, out, z, p, d)
+
+
+def _general_cpu_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    for i in range(x.size):
+        _general_at(i, x, out, z, p, d, to_input)
+
+
+def _full_cpu_py(x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+    for i in range(x.size):
+        _full_at(i, x, out, fl, z, p, d, to_input)
+
+
+_NAMES = ("encode", "round", "general", "full")
+_lock = threading.Lock()
+_built: dict[str, dict[str, Any]] = {}
+
+
+def _rebind(fn: Callable[..., Any], table: dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` with its global names looked up in ``table`` (the same code, another binding)."""
+    out = types.FunctionType(fn.__code__, table, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__doc__ = fn.__doc__
+    return out
+
+
+def _numba() -> Any:
+    import numba
+
+    return numba
+
+
+def _numba_cuda() -> Any:
+    from numba import cuda as numba_cuda
+
+    return numba_cuda
+
+
+def _bind(target: str) -> dict[str, Any]:
+    """A globals table where the element functions are compiled for ``target`` ("cuda", "cpu")."""
+    import importlib
+
+    numba = _numba()
+    intrinsic = importlib.import_module("numba.extending").intrinsic
+    table = dict(vars(k))
+    table.update({name: obj for name, obj in globals().items() if name.endswith("_py")})
+    table["np"] = np
+    table["k"] = k
+    for name in ("_u", "_s", "_shl", "_shr", "_clz"):
+        table[name] = intrinsic(getattr(k, name + "_typer"))
+    if target == "cuda":
+        numba_cuda = _numba_cuda()
+        table["cuda"] = numba_cuda
+        device = numba_cuda.jit(device=True, inline=True)
+    else:
+        device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
+    for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32"):
+        table[name] = device(_rebind(getattr(k, name + "_py"), table))
+    for name in _NAMES:
+        table[f"_{name}_at"] = device(_rebind(globals()[f"_{name}_at_py"], table))
+    return table
+
+
+def kernels(target: str = "cuda") -> dict[str, Any]:
+    """The four launchers (encode, round, general, full) for ``target``, built once per process.
+
+    ``"cuda"`` gives numba-cuda kernels (compiled on first launch, per argument types);
+    ``"cpu"`` gives serial numba loops around the same element functions.
+    """
+    if target not in ("cuda", "cpu"):
+        raise ValueError(f"kernel target {target!r}: expected cuda or cpu")
+    with _lock:
+        if target in _built:
+            return _built[target]
+        table = _bind(target)
+        wrap = _numba_cuda().jit if target == "cuda" else _numba().njit(nogil=True, error_model="numpy")
+        _built[target] = {name: wrap(_rebind(globals()[f"_{name}_{target}_py"], table)) for name in _NAMES}
+        return _built[target]
+
+
+def compile_ptx(cc: tuple[int, int] = (7, 0)) -> dict[str, str]:
+    """PTX of the CUDA kernels for compute capability ``cc`` (fp32 in, fp16 out, every mode):
+    what a GPU would run. Needs numba-cuda and NVVM, not a GPU."""
+    numba_cuda = _numba_cuda()
+    nt = _numba().types
+    table = _bind("cuda")
+    fp16 = get_format("fp16")
+    p = k.encode_params(FP32, fp16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32)
+    d = k.decode_params(fp16, FP32, 32)
+    pt, dt = nt.UniTuple(nt.int64, len(p)), nt.UniTuple(nt.int64, len(d))
+    u32 = nt.uint32[::1]
+    sigs = {
+        "encode": (u32, nt.uint16[::1], nt.uint32, pt),
+        "round": (u32, u32, nt.uint32, pt, dt),
+        "general": (u32, u32, nt.uint32, pt, dt, nt.boolean),
+        "full": (u32, u32, nt.uint8[::1], nt.uint32, pt, dt, nt.boolean),
+    }
+    out: dict[str, str] = {}
+    for name, sig in sigs.items():
+        ptx, _ = numba_cuda.compile_ptx(_rebind(globals()[f"_{name}_cuda_py"], table), sig, cc=cc)
+        out[name] = ptx
+    return out
+
+
+# ---- host side: the same steps as floatlab.rounding._run ---------------------------------------
+_UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> None:
+    kern = kernels(target)[name]
+    if n == 0:
+        return
+    if target == "cpu":
+        kern(*args)
+        return
+    numba_cuda = _numba_cuda()
+    # launch on CuPy's current stream, so that the kernel is ordered with CuPy's own work
+    stream = numba_cuda.external_stream(xp.cuda.get_current_stream().ptr)
+    blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    kern[blocks, THREADS_PER_BLOCK, stream](*args)
+
+
+def _widen_half(bits: Any, xp: Any) -> Any:
+    """float32 bit patterns of fp16 bit patterns, exact, NaN payloads kept as they are (numpy's
+    float16 -> float32 cast does so; a GPU's conversion instruction may quieten a NaN)."""
+    h = bits.astype(xp.uint32)
+    wide = bits.view(xp.float16).astype(xp.float32).view(xp.uint32)  # every finite fp16 is a float32: exact
+    special = (h & xp.uint32(0x7C00)) == xp.uint32(0x7C00)
+    sign = (h >> xp.uint32(15)) << xp.uint32(31)
+    nan_inf = sign | xp.uint32(0x7F800000) | ((h & xp.uint32(0x3FF)) << xp.uint32(13))
+    return xp.where(special, nan_inf, wide)
+
+
+def _run(
+    a: Any,
+    src: FloatFormat,
+    fmt: FloatFormat,
+    mode: str,
+    key: tuple[int, int],
+    opts: dict[str, Any],
+    *,
+    flags: bool,
+    back: bool,
+    specials: FloatFormat | None,
+    xp: Any,
+    target: str,
+) -> tuple[Any, tuple[int, int, int, int]]:
+    """Codes (or, with ``back``, bit patterns in src's format) of the contiguous array ``a``."""
+    udt = _UINT[src.bits]
+    bits = a.reshape(-1).view(udt)
+    n = bits.size
+    cdt = k.code_dtype(fmt)
+    lanes = 64 if max(src.bits, fmt.bits) > 32 else 32
+    fast = mode != "stochastic" and not flags and (back or src.bits == 64 or cdt.itemsize * 8 <= src.bits)
+    if fast:
+        z = k._zero(lanes)
+        p = k.encode_params(src, fmt, mode, lanes=lanes, specials_from=specials, **opts)
+        if back:
+            out = xp.empty(n, udt)
+            _launch("round", n, (bits, out, z, p, k.decode_params(fmt, src, lanes)), xp, target)
+        else:
+            out = xp.empty(n, cdt)
+            _launch("encode", n, (bits, out, z, p), xp, target)
+        return out, (0, 0, 0, 0)
+    # 16-bit inputs are widened to float32 first, exactly, as on the CPU
+    wide = src
+    if src.bits == 16:
+        if not opts["subnormals"]:
+            zeroed = bits & xp.uint16(src.sign_mask)
+            bits = xp.where((bits & xp.uint16(src.exponent_mask)) == 0, zeroed, bits).astype(udt)
+        # bfloat16 is the top half of a float32
+        bits = bits.astype(xp.uint32) << xp.uint32(16) if src == BF16 else _widen_half(bits, xp)
+        wide = FP32
+    lanes = 64 if max(wide.bits, fmt.bits) > 32 else 32
+    z = k._zero(lanes)
+    p = k.encode_params(wide, fmt, mode, lanes=lanes, full=flags, key=key, specials_from=specials, **opts)
+    d = k.decode_params(fmt, src, lanes)
+    out = xp.empty(n, z.dtype)
+    counts = (0, 0, 0, 0)
+    if flags:
+        fl = xp.empty(n, xp.uint8)
+        _launch("full", n, (bits, out, fl, z, p, d, back), xp, target)
+        c = [int(xp.count_nonzero(fl & xp.uint8(1 << j))) for j in range(4)]
+        counts = (c[0], c[1], c[2], c[3])
+    else:
+        _launch("general", n, (bits, out, z, p, d, back), xp, target)
+    return out.astype(udt if back else cdt, copy=False), counts
+
+
+def run_array(
+    x: Any,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    back: bool = False,
+    rng: np.random.Generator | int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = 32,
+    flags: bool = False,
+    xp: Any = None,
+    target: str = "cuda",
+) -> Any:
+    """encode_array (``back=False``) or round_array (``back=True``) of a device array.
+
+    Same contract, options and bits as :func:`floatlab.rounding.encode_array` and
+    :func:`floatlab.rounding.round_array`, for float64, float32 and float16 CuPy arrays (CuPy
+    has no bfloat16 dtype). ``xp`` and ``target`` choose the array module and the kernels:
+    cupy and ``"cuda"`` (the default), or numpy and ``"cpu"`` to run this very code path on the
+    host (see the module's docstring).
+    """
+    from floatlab.rounding import RoundingStats, _options, _stochastic_key, check_rounding
+
+    if xp is None:
+        from floatlab.backend import require_cupy
+
+        xp = require_cupy()
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    opts = _options(saturate, subnormals, random_bits)
+    key = _stochastic_key(rng, mode)
+    a = xp.asarray(x)
+    if a.dtype.kind in "biu":
+        a = a.astype(xp.float64)  # integers and booleans are taken as float64 values
+    src = {"float64": FP64, "float32": FP32, "float16": get_format("fp16")}.get(a.dtype.name)
+    if src is None:
+        raise ValueError(
+            f"x has dtype {a.dtype}: expected float64, float32 or float16 on the GPU "
+            "(integers and booleans are converted to float64)"
+        )
+    a = xp.ascontiguousarray(a)
+    specials: FloatFormat | None = None
+    target_fmt = f
+    if back:
+        if src.contains(f):
+            pass
+        elif f.contains(src):
+            target_fmt, specials = src, f
+        else:
+            raise ValueError(
+                f"format {f.name} has values that {a.dtype} cannot hold, so round_array would round "
+                f"twice; use encode_array(x, {f.name!r}) and decode_array(codes, {f.name!r}) (float64)"
+            )
+    out, counts = _run(
+        a, src, target_fmt, mode, key, opts, flags=flags, back=back, specials=specials, xp=xp, target=target
+    )
+    result = out.view(a.dtype).reshape(a.shape) if back else out.reshape(a.shape)
+    return (result, RoundingStats(int(a.size), *counts)) if flags else result

@@ -1,0 +1,335 @@
+"""Measured speed: GEMM throughput per compute format, and trainer step times, on a backend.
+
+:func:`measure_gemm` times square GEMMs in fp32, tf32, fp16 and bf16 and sets each rate
+beside the device's published dense peak (:data:`PEAKS`); :func:`tensor_core_verdict` reads
+the fp16 rate: far above the fp32 SIMT peak, it can only come from tensor cores.
+:func:`measure_train` times trainer steps of several policies. ``floatlab bench`` prints them
+and ``benchmarks/bench_gpu.py`` writes them to ``benchmarks/results``.
+
+On NumPy the fp32 GEMM is the BLAS library's sgemm and the other formats are floatlab's
+simulation (:func:`floatlab.train.precision.gemm`: inputs rounded, fp32 sgemm, output
+rounded), so their rates are what simulation costs, not a hardware figure.
+
+>>> peak_for("NVIDIA H100 80GB HBM3").fp16, peak_for("NVIDIA L40S") is None
+(989.5, True)
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from floatlab.backend import Backend, get_backend
+
+__all__ = [
+    "GEMM_COMPUTES",
+    "PEAKS",
+    "GemmResult",
+    "Peak",
+    "TrainResult",
+    "measure_gemm",
+    "measure_train",
+    "peak_for",
+    "tensor_core_verdict",
+]
+
+GEMM_COMPUTES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A GPU's published dense peak, TFLOP/s (None where the GPU has no such unit): fp32 on
+    the SIMT cores, tf32/fp16/bf16 on the tensor cores (fp32 accumulation; without sparsity).
+
+    >>> Peak("T4", 8.1, None, 65.0, None).fp16 / Peak("T4", 8.1, None, 65.0, None).fp32 > 8
+    True
+    """
+
+    name: str
+    fp32: float
+    tf32: float | None
+    fp16: float | None
+    bf16: float | None
+
+    def of(self, compute: str) -> float | None:
+        """The peak of one compute format.
+
+        >>> Peak("A100", 19.5, 156.0, 312.0, 312.0).of("tf32")
+        156.0
+        """
+        value: float | None = getattr(self, compute)
+        return value
+
+
+#: NVIDIA's datasheet figures; the tensor-core figures are half of the datasheets' "with
+#: sparsity" numbers. Matched against the device name, most specific pattern first.
+PEAKS: tuple[tuple[str, Peak], ...] = (
+    (r"h100.*pcie", Peak("H100 PCIe", 51.2, 378.0, 756.5, 756.5)),
+    (r"h100.*nvl", Peak("H100 NVL", 60.0, 417.5, 835.5, 835.5)),
+    (r"h100", Peak("H100 SXM", 67.0, 494.5, 989.5, 989.5)),
+    (r"h200.*nvl", Peak("H200 NVL", 60.0, 417.5, 835.5, 835.5)),
+    (r"h200", Peak("H200 SXM", 67.0, 494.5, 989.5, 989.5)),
+    (r"a100", Peak("A100 SXM4", 19.5, 156.0, 312.0, 312.0)),
+    (r"\bl4\b", Peak("L4", 30.3, 60.0, 121.0, 121.0)),
+    (r"\bt4\b", Peak("T4", 8.1, None, 65.0, None)),
+    (r"v100.*pcie", Peak("V100 PCIe", 14.0, None, 112.0, None)),
+    (r"v100", Peak("V100 SXM2", 15.7, None, 125.0, None)),
+)
+
+
+def peak_for(device: str) -> Peak | None:
+    """The published peaks of the GPU called ``device``; None for one not in :data:`PEAKS`.
+
+    >>> peak_for("Tesla V100-PCIE-32GB").name, peak_for("NVIDIA L4").fp32
+    ('V100 PCIe', 30.3)
+    """
+    name = device.lower()
+    for pattern, peak in PEAKS:
+        if re.search(pattern, name):
+            return peak
+    return None
+
+
+@dataclass(frozen=True)
+class GemmResult:
+    """One timed GEMM: ``n x n @ n x n`` in ``compute`` on ``backend``.
+
+    >>> round(GemmResult("numpy", "CPU", "fp32", 64, 1e-4, "OpenBLAS").tflops, 6)   # 2 n^3 flops in 0.1 ms
+    0.005243
+    """
+
+    backend: str
+    device: str
+    compute: str
+    n: int
+    seconds: float
+    how: str
+    peak: float | None = None
+
+    @property
+    def tflops(self) -> float:
+        return 2.0 * self.n**3 / self.seconds / 1e12
+
+    @property
+    def ratio(self) -> float | None:
+        """Share of the published dense peak reached (None without a peak)."""
+        return self.tflops / self.peak if self.peak else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tflops": self.tflops, "ratio": self.ratio}
+
+
+def _check_sizes(sizes: Sequence[int]) -> list[int]:
+    out = [int(s) for s in sizes]
+    if not out or min(out) < 1:
+        raise ValueError(f"GEMM sizes {list(sizes)}: expected positive integers such as 1024,4096")
+    return out
+
+
+def _check_computes(computes: Sequence[str]) -> list[str]:
+    out = [c.strip().lower() for c in computes]
+    bad = [c for c in out if c not in GEMM_COMPUTES]
+    if bad or not out:
+        raise ValueError(f"GEMM formats {bad or list(computes)}: expected some of {', '.join(GEMM_COMPUTES)}")
+    return out
+
+
+def _time_calls(fn: Callable[[], object], sync: Callable[[], None], min_seconds: float) -> float:
+    """Seconds per call: after a warm-up call, the best of 3 rounds, each round as many calls as
+    fill ``min_seconds / 3`` (so that fast calls are timed in batches)."""
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    one = max(time.perf_counter() - t0, 1e-9)
+    per_round = max(1, int(min_seconds / 3 / one))
+    best = one
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(per_round):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / per_round)
+    return best
+
+
+def measure_gemm(
+    backend: Backend | str = "numpy",
+    sizes: Sequence[int] = (1024, 4096, 8192),
+    computes: Sequence[str] = GEMM_COMPUTES,
+    *,
+    min_seconds: float = 0.3,
+    seed: int = 0,
+) -> list[GemmResult]:
+    """Time ``n x n`` GEMMs for every size and compute format (fp32 accumulation throughout).
+
+    On CuPy: cuBLAS ``cublasGemmEx`` with inputs already in their type and fp32 output, TF32
+    off for fp32 and on for tf32 (only the GEMM is timed). On NumPy: sgemm for fp32 and the
+    simulated GEMM of :func:`floatlab.train.precision.gemm` for the others.
+
+    >>> r = measure_gemm("numpy", [32], ["fp32", "fp16"], min_seconds=0.001)
+    >>> [(x.compute, x.n, x.tflops > 0) for x in r]
+    [('fp32', 32, True), ('fp16', 32, True)]
+    """
+    be = get_backend(backend)
+    sizes_ = _check_sizes(sizes)
+    computes_ = _check_computes(computes)
+    device = be.device_name()
+    peak = peak_for(device) if be.is_gpu else None
+    cc = be.compute_capability()
+    if cc is not None and cc < (8, 0):
+        # TF32 and bf16 tensor cores arrive with Ampere (compute capability 8.0)
+        computes_ = [c for c in computes_ if c not in ("tf32", "bf16")]
+    rng = np.random.default_rng(seed)
+    results = []
+    for n in sizes_:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        for c in computes_:
+            if be.is_gpu:
+                fn, how = _gpu_gemm_call(be, a, b, c)
+            else:
+                fn, how = _cpu_gemm_call(a, b, c)
+            seconds = _time_calls(fn, be.synchronize, min_seconds)
+            results.append(GemmResult(be.name, device, c, n, seconds, how, peak.of(c) if peak else None))
+    return results
+
+
+def _cpu_gemm_call(a: np.ndarray, b: np.ndarray, c: str) -> tuple[Callable[[], object], str]:
+    if c == "fp32":
+        return (lambda: np.matmul(a, b)), "numpy sgemm (BLAS), IEEE fp32"
+    from floatlab.train.precision import gemm
+
+    return (lambda: gemm(a, b, c)), f"simulated: inputs and output rounded to {c}, fp32 sgemm between"
+
+
+def _gpu_gemm_call(be: Backend, a: np.ndarray, b: np.ndarray, c: str) -> tuple[Callable[[], object], str]:
+    from floatlab.backend import _gemm_prepared, _to_gemm_input
+    from floatlab.formats import get_format
+
+    cp = be.xp
+    f = get_format(c)
+    a_in, a_type = _to_gemm_input(cp, cp.asarray(a)[None], f)
+    b_in, b_type = _to_gemm_input(cp, cp.asarray(b)[None], f)
+    out = cp.empty((1, a.shape[0], b.shape[1]), cp.float32)
+    how = {
+        "fp32": "cublasGemmEx fp32 in/out, COMPUTE_32F (TF32 off)",
+        "tf32": "cublasGemmEx fp32 in/out, COMPUTE_32F_FAST_TF32",
+        "fp16": "cublasGemmEx fp16 in, fp32 out, COMPUTE_32F",
+        "bf16": "cublasGemmEx bf16 in, fp32 out, COMPUTE_32F",
+    }[c]
+    return (lambda: _gemm_prepared(cp, a_in, a_type, b_in, b_type, out, f)), how
+
+
+def tensor_core_verdict(results: Sequence[GemmResult]) -> str:
+    """Were tensor cores used? fp16 throughput far above the fp32 SIMT peak is the proof.
+
+    >>> tensor_core_verdict([GemmResult("numpy", "CPU", "fp16", 64, 1.0, "simulated")])
+    'no tensor cores on the numpy backend: tf32, fp16 and bf16 are simulated (inputs rounded, fp32 BLAS)'
+    """
+    if not results:
+        return "no GEMM was measured"
+    if results[0].backend != "cupy":
+        return (
+            f"no tensor cores on the {results[0].backend} backend: tf32, fp16 and bf16 are simulated "
+            "(inputs rounded, fp32 BLAS)"
+        )
+    fp16 = [r for r in results if r.compute == "fp16"]
+    fp32 = [r for r in results if r.compute == "fp32"]
+    if not fp16:
+        return "no fp16 GEMM was measured: run with fp16 to see whether tensor cores are used"
+    best16 = max(fp16, key=lambda r: r.tflops)
+    peak = peak_for(best16.device)
+    if peak is not None:
+        bound, what = peak.fp32, f"the fp32 SIMT peak of the {peak.name} ({peak.fp32:g} TFLOP/s)"
+    elif fp32:
+        bound, what = max(r.tflops for r in fp32), "the measured fp32 rate"
+    else:
+        return f"fp16 reached {best16.tflops:.1f} TFLOP/s; no fp32 peak or rate to compare it with"
+    factor = best16.tflops / bound
+    if factor > 1.5:
+        return (
+            f"tensor cores used: fp16 reached {best16.tflops:.1f} TFLOP/s at n={best16.n}, "
+            f"{factor:.1f}x {what}, which SIMT cores cannot exceed"
+        )
+    return (
+        f"tensor cores not shown: fp16 reached {best16.tflops:.1f} TFLOP/s at n={best16.n}, "
+        f"{factor:.2f}x {what} (try a larger size)"
+    )
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Trainer step times of one policy: the median and best of the timed steps, in ms.
+
+    >>> TrainResult("numpy", "CPU", "fp32", 2.0, 1.8, 10, 2.3).to_dict()["median_ms"]
+    2.0
+    """
+
+    backend: str
+    device: str
+    policy: str
+    median_ms: float
+    best_ms: float
+    steps: int
+    final_loss: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure_train(
+    backend: Backend | str = "numpy",
+    policies: Sequence[str] = ("fp32", "mixed-fp16"),
+    *,
+    hidden: Sequence[int] = (512, 512),
+    batch_size: int = 256,
+    steps: int = 10,
+    warmup: int = 2,
+    seed: int = 0,
+) -> list[TrainResult]:
+    """Time ``steps`` training steps of an MLP (64 inputs, ``hidden``, 10 classes) on the
+    synthetic underflow task for each policy, after ``warmup`` untimed steps.
+
+    >>> r = measure_train("numpy", ["fp32"], hidden=(16,), batch_size=8, steps=2, warmup=1)
+    >>> r[0].policy, r[0].steps, r[0].median_ms > 0
+    ('fp32', 2, True)
+    """
+    from floatlab.train.data import make_underflow_task
+    from floatlab.train.trainer import TrainConfig, Trainer
+
+    be = get_backend(backend)
+    if steps < 1 or warmup < 0 or batch_size < 1:
+        raise ValueError(f"steps={steps}, warmup={warmup}, batch_size={batch_size}: expected positive sizes")
+    n = batch_size * (steps + warmup)
+    data = make_underflow_task(n_train=n, n_test=batch_size, seed=seed)
+    device = be.device_name()
+    results = []
+    for policy in policies:
+        cfg = TrainConfig(
+            data="underflow", precision=policy, hidden=tuple(hidden), batch_size=batch_size, seed=seed
+        )
+        tr = Trainer.from_config(cfg, data, backend=be)
+        times = []
+        loss = float("nan")
+        for i in range(steps + warmup):
+            sl = slice(i * batch_size, (i + 1) * batch_size)
+            be.synchronize()
+            t0 = time.perf_counter()
+            loss = tr.train_step(data.x_train[sl], data.y_train[sl]).loss
+            be.synchronize()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        results.append(
+            TrainResult(
+                be.name, device, policy, 1e3 * statistics.median(times), 1e3 * min(times), steps, loss
+            )
+        )
+    return results

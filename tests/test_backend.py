@@ -1,0 +1,357 @@
+"""The backend layer on a machine without a GPU: NumPy arrays, the GEMM contract, the trainer's
+``backend=`` plumbing, and the GPU rounding code path run on the CPU.
+
+The GPU rounding kernels are the element functions of floatlab._kernels compiled for CUDA; here
+the same element bodies and the same host-side code are compiled for the CPU (``target="cpu"``)
+and checked bit for bit against the production CPU kernels. tests/test_gpu.py repeats the
+check on a CUDA device.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import floatlab as fl
+from floatlab import _gpu_kernels as gk
+from floatlab.backend import (
+    Backend,
+    BackendUnavailable,
+    cuda_available,
+    gemm_format,
+    get_backend,
+    get_xp,
+    is_cupy,
+    to_numpy,
+    tree_map_arrays,
+)
+from floatlab.cli import main
+from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdict
+from floatlab.train.policy import policy_names
+from floatlab.train.precision import Precision
+
+NO_CUDA = not cuda_available()
+
+
+# ---- arrays and backends --------------------------------------------------------------------------
+def test_numpy_helpers() -> None:
+    a = np.arange(3.0)
+    assert get_xp(a) is np
+    assert get_xp(1.0, [2.0]) is np
+    assert not is_cupy(a)
+    assert not is_cupy("x")
+    assert to_numpy([1.0, 2.0]).tolist() == [1.0, 2.0]
+    assert to_numpy(a) is a
+    tree = {"s": {"m": a, "n": [a, 1]}, "t": 2}
+    doubled = tree_map_arrays(tree, lambda x: x * 2)
+    assert doubled["s"]["m"].tolist() == [0.0, 2.0, 4.0]
+    assert doubled["s"]["n"][1] == 1
+    assert doubled["t"] == 2
+
+
+def test_get_backend_names_and_errors() -> None:
+    assert get_backend().name == "numpy"
+    assert get_backend(" NumPy ").name == "numpy"
+    assert get_backend("numpy", tf32=True) == Backend("numpy", True)
+    with pytest.raises(ValueError, match=r"unknown backend 'gpu': expected numpy or cupy"):
+        get_backend("gpu")
+    with pytest.raises(ValueError, match="GEMM compute format 'float8_e4m3fn'"):
+        get_backend().matmul(np.ones((1, 1)), np.ones((1, 1)), "e4m3fn")
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="a CUDA device is available here")
+def test_cupy_backend_without_cuda_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(BackendUnavailable, match=r"^no CUDA device is available") as info:
+        get_backend("cupy")
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError)
+    for argv in (
+        ["bench", "gemm", "--backend", "cupy"],
+        ["bench", "train", "--backend", "cupy"],
+        ["train", "--backend", "cupy", "--data", "underflow", "--epochs", "1", "-q"],
+        ["compare", "fp32", "--backend", "cupy", "--data", "underflow", "--epochs", "1", "-q"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("floatlab: error: no CUDA device is available")
+        assert err.count("\n") == 1
+
+
+def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
+    probe = (
+        "import numpy as np, floatlab as fl, floatlab.backend as b, sys\n"
+        "fl.round_array(np.ones(3, np.float32), 'fp16'); b.get_backend('numpy').matmul(np.ones((2, 2)), "
+        "np.ones((2, 2)), 'fp16')\n"
+        "gpu = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda') or 'numba.cuda' in m]\n"
+        "print(sorted(gpu))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- the GEMM contract -------------------------------------------------------------------------------
+def _tf32_oracle(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to 10 fraction bits, to nearest even, by integer arithmetic on the bits."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
+    out: np.ndarray = r.astype(np.uint32).view(np.float32)
+    return out
+
+
+ORACLE_ROUND: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "fp32": lambda x: x.astype(np.float32),
+    "tf32": _tf32_oracle,
+    "fp16": lambda x: x.astype(np.float32).astype(np.float16).astype(np.float32),
+    "bf16": lambda x: x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32),
+}
+
+
+@pytest.mark.parametrize("compute", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [((64, 300), (300, 48)), ((3, 5, 70), (70, 4)), ((2, 5, 70), (2, 70, 4)), ((1, 5, 70), (3, 70, 4))],
+)
+def test_numpy_matmul_is_rounded_inputs_with_fp32_accumulation(
+    compute: str, sa: tuple[int, ...], sb: tuple[int, ...]
+) -> None:
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal(sa) * 3).astype(np.float32)
+    b = (rng.standard_normal(sb) * 3).astype(np.float32)
+    got = get_backend("numpy").matmul(a, b, compute)
+    ra, rb = ORACLE_ROUND[compute](a).astype(np.float64), ORACLE_ROUND[compute](b).astype(np.float64)
+    exact = np.matmul(ra, rb)  # products of <= 24-bit significands: float64 holds them; sums nearly
+    bound = np.matmul(np.abs(ra), np.abs(rb)) * (sa[-1] * 2.0**-24) + 1e-30
+    assert got.dtype == np.float32
+    assert got.shape == exact.shape
+    assert np.all(np.abs(got - exact) <= bound)
+    # and the inputs really were rounded: an fp32 GEMM of the raw inputs differs beyond that bound
+    if compute != "fp32":
+        raw = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        assert np.any(np.abs(raw - exact) > bound)
+
+
+@pytest.mark.parametrize(
+    ("formats", "expected"),
+    [(("fp16",), "fp16"), (("e4m3fn", "e5m2"), "fp16"), (("bf16",), "bf16"), (("fp16", "bf16"), "fp32")],
+)
+def test_gemm_format(formats: tuple[str, ...], expected: str) -> None:
+    assert gemm_format(*formats).name == expected
+
+
+@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize("model", ["mlp", "attention"])
+def test_every_gemm_operand_is_exact_in_the_gpu_gemm_format(
+    policy: str, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU the trainer converts GEMM operands to Precision.gemm_compute (fp16 for fp16 and
+    fp8 policies, bf16 for bf16 ones); that conversion must change no value."""
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.data import make_underflow_task
+
+    seen: list[str] = []
+    original = Precision.matmul
+
+    def checked(self: Precision, a: Any, b: Any, out: Any, **kw: Any) -> Any:
+        fmt = self.gemm_compute
+        if fmt in ("fp16", "bf16"):
+            for x in (a, b):
+                x32 = np.asarray(x, np.float32)
+                assert np.array_equal(fl.round_array(x32, fmt), x32, equal_nan=True), (policy, fmt)
+        seen.append(fmt)
+        return original(self, a, b, out, **kw)
+
+    monkeypatch.setattr(Precision, "matmul", checked)
+    data = make_underflow_task(n_train=32, n_test=16)
+    cfg = TrainConfig(
+        model=model, data="underflow", precision=policy, hidden=(16,), batch_size=16, d_model=16
+    )
+    tr = Trainer.from_config(cfg, data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what the formats do to training is not this test's concern
+        tr.fit(1, stop_after=2)
+    expected = {
+        "fp16": "fp16",
+        "bf16": "bf16",
+        "mixed-fp16": "fp16",
+        "mixed-bf16": "bf16",
+        "mixed-fp8": "fp16",
+    }
+    assert set(seen) == {expected.get(policy, "fp64" if policy == "fp64" else "fp32")}
+
+
+def test_trainer_numpy_backend_changes_nothing() -> None:
+    from floatlab.train import train
+
+    kw: dict[str, Any] = {"epochs": 1, "hidden": (16,), "seed": 3}
+    a = train("mlp", "underflow", "mixed-fp16", **kw)
+    b = train("mlp", "underflow", "mixed-fp16", backend="numpy", **kw)
+    assert a.column("loss").tolist() == b.column("loss").tolist()
+    assert a.final == b.final
+
+
+def test_tf32_backend_on_numpy_rounds_fp32_gemm_inputs() -> None:
+    P = Precision("fp32", backend=get_backend("numpy", tf32=True))
+    assert P.gemm_compute == "tf32"
+    assert Precision("fp32").gemm_compute == "fp32"
+    a = np.array([[1 + 2**-12, 1.0]], np.float32)
+    b = np.ones((2, 1), np.float32)
+    assert P.matmul(a, b, P.fwd).item() == 2.0  # the 2^-12 is below tf32's precision
+    assert Precision("fp32").matmul(a, b, P.fwd).item() == 2 + 2**-12
+
+
+# ---- the GPU rounding code path, on the CPU -----------------------------------------------------------
+def _inputs(dtype: str) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    if dtype == "float16":
+        return np.arange(1 << 16, dtype=np.uint16).view(np.float16)  # every fp16 value
+    if dtype == "float32":
+        bits = rng.integers(0, 1 << 32, 40_000, dtype=np.uint64).astype(np.uint32)
+        near = (rng.standard_normal(20_000) * 2.0 ** rng.integers(-30, 20, 20_000)).astype(np.float32)
+        return np.concatenate([bits.view(np.float32), near])
+    bits64 = rng.integers(0, 1 << 63, 20_000, dtype=np.uint64) | (
+        rng.integers(0, 2, 20_000, dtype=np.uint64) << 63
+    )
+    near64 = rng.standard_normal(20_000) * 2.0 ** rng.integers(-140, 130, 20_000)
+    return np.concatenate([bits64.view(np.float64), near64])
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple):
+        return _same(a[0], b[0]) and a[1] == b[1]
+    return bool(
+        a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "e4m3fn", "e5m2", "e2m1", "e5m2fnuz"])
+def test_gpu_code_path_on_cpu_gives_the_cpu_kernels_bits(dtype: str, fmt: str) -> None:
+    x = _inputs(dtype).reshape(-1, 4)
+    f = fl.get_format(fmt)
+    for mode in fl.ROUNDING_MODES:
+        for opts in ({}, {"saturate": True, "subnormals": False}, {"random_bits": 7}):
+            kw: dict[str, Any] = {"rng": 42 if mode == "stochastic" else None, **opts}
+            for flags in (False, True):
+                cpu = fl.encode_array(x, f, mode, flags=flags, **kw)
+                gpu = gk.run_array(x, f, mode, flags=flags, xp=np, target="cpu", **kw)
+                assert _same(cpu, gpu), (dtype, fmt, mode, opts, flags)
+                try:
+                    cpu = fl.round_array(x, f, mode, flags=flags, **kw)
+                except ValueError as e:  # neither format holds the other: both refuse alike
+                    with pytest.raises(ValueError, match=re.escape(str(e))):
+                        gk.run_array(x, f, mode, back=True, flags=flags, xp=np, target="cpu", **kw)
+                    continue
+                gpu = gk.run_array(x, f, mode, back=True, flags=flags, xp=np, target="cpu", **kw)
+                assert _same(cpu, gpu), ("round", dtype, fmt, mode, opts, flags)
+
+
+def test_gpu_code_path_errors_match_the_cpu() -> None:
+    with pytest.raises(ValueError, match="round_array would round twice"):
+        gk.run_array(np.ones(2, np.float16), "bf16", back=True, xp=np, target="cpu")
+    with pytest.raises(ValueError, match="x has dtype complex128: expected float64, float32 or float16"):
+        gk.run_array(np.ones(2, complex), "fp16", xp=np, target="cpu")
+    with pytest.raises(ValueError, match="rounding='stochastic' needs rng"):
+        gk.run_array(np.ones(2), "fp16", "stochastic", xp=np, target="cpu")
+    with pytest.raises(ValueError, match="kernel target 'tpu'"):
+        gk.kernels("tpu")
+    assert gk.run_array(np.zeros((0, 3)), "fp16", xp=np, target="cpu").shape == (0, 3)
+
+
+def _numba_cuda() -> Any:
+    try:
+        from numba import cuda
+    except Exception:  # pragma: no cover - numba without its CUDA target
+        return None
+    return cuda if getattr(cuda, "implementation", "") == "NVIDIA" else None
+
+
+@pytest.mark.skipif(_numba_cuda() is None, reason="numba-cuda (the gpu extra) is not installed")
+def test_cuda_kernels_compile_to_ptx() -> None:
+    """The element functions compile for CUDA (NVVM, no GPU needed) into self-contained kernels."""
+    try:
+        ptx = gk.compile_ptx((7, 0))
+    except Exception as e:  # pragma: no cover - numba-cuda without NVVM
+        if "NVVM" in str(e) or "libnvvm" in str(e).lower():
+            pytest.skip(f"NVVM is not available: {e}")
+        raise
+    assert set(ptx) == {"encode", "round", "general", "full"}
+    for text in ptx.values():
+        assert ".target sm_70" in text
+        assert ".entry" in text
+        assert "call.uni" not in text  # every element function inlined into the kernel
+    assert "clz.b32" in ptx["round"]  # the lane-width intrinsics survive: 32-bit lanes for fp32 -> fp16
+
+
+# ---- measuring ------------------------------------------------------------------------------------------
+def test_peaks_and_verdicts() -> None:
+    assert peak_for("NVIDIA H100 PCIe").name == "H100 PCIe"  # type: ignore[union-attr]
+    assert peak_for("NVIDIA H200").name == "H200 SXM"  # type: ignore[union-attr]
+    assert peak_for("NVIDIA A100-SXM4-80GB").bf16 == 312.0  # type: ignore[union-attr]
+    assert peak_for("Tesla T4").tf32 is None  # type: ignore[union-attr]
+    assert peak_for("NVIDIA L40S") is None
+    assert peak_for("AMD EPYC") is None
+    h100 = "NVIDIA H100 80GB HBM3"
+
+    def res(compute: str, seconds: float, device: str = h100) -> GemmResult:
+        return GemmResult("cupy", device, compute, 8192, seconds, "gemmEx")
+
+    # 2 * 8192^3 flops in 2 ms: 550 TFLOP/s, 8x the H100's 67 TFLOP/s fp32 SIMT peak
+    assert tensor_core_verdict([res("fp32", 0.03), res("fp16", 0.002)]).startswith("tensor cores used")
+    assert tensor_core_verdict([res("fp16", 0.02)]).startswith("tensor cores not shown")
+    unknown = [res("fp32", 0.1, "Mystery GPU"), res("fp16", 0.01, "Mystery GPU")]
+    assert "the measured fp32 rate" in tensor_core_verdict(unknown)
+    assert tensor_core_verdict([res("fp32", 0.1)]).startswith("no fp16 GEMM")
+
+
+def test_measure_gemm_on_numpy_and_its_errors() -> None:
+    r = measure_gemm("numpy", [24], min_seconds=0.0)
+    assert [x.compute for x in r] == ["fp32", "tf32", "fp16", "bf16"]
+    assert all(x.tflops > 0 and x.peak is None and x.ratio is None for x in r)
+    with pytest.raises(ValueError, match=r"GEMM sizes \[0\]"):
+        measure_gemm("numpy", [0])
+    with pytest.raises(ValueError, match=r"GEMM formats \['fp8'\]"):
+        measure_gemm("numpy", [8], ["fp16", "fp8"])
+
+
+def test_bench_cli_on_numpy(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "gemm", "--sizes", "32", "--formats", "fp32,fp16", "--min-seconds", "0", "--no-color"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "GEMM throughput on numpy" in out
+    assert "simulated: inputs and output rounded to fp16" in out
+    assert "no tensor cores on the numpy backend" in out
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["compute"] for r in data["results"]] == ["fp32", "fp16"]
+    assert data["results"][0]["n"] == 32
+    argv = [
+        "bench",
+        "train",
+        "fp32",
+        "mixed-bf16",
+        "--hidden",
+        "8",
+        "--batch-size",
+        "8",
+        "--steps",
+        "1",
+        "--json",
+    ]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in data["results"]] == ["fp32", "mixed-bf16"]
+    assert main(["bench", "gemm", "--sizes", "0"]) == 2
+    assert main(["bench", "gemm", "--formats", "fp8", "--sizes", "8"]) == 2
+    assert main(["bench"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3
+    assert all(line.startswith("floatlab: error:") for line in err.splitlines())
