@@ -648,21 +648,43 @@ def decode(code: int, fmt: FloatFormat | str) -> Decoded:
 
 # ---- parsing -----------------------------------------------------------------------------------
 _MAX_EXPONENT = 100_000
-_DECIMAL_RE = re.compile(r"([-+]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:e([-+]?\d+))?", re.IGNORECASE)
+_MAX_DIGITS = 100_000
+# ASCII digits only: "\d" alone would also take the digits of other scripts
+_DECIMAL_RE = re.compile(r"([-+]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:e([-+]?\d+))?", re.IGNORECASE | re.ASCII)
 _HEX_RE = re.compile(
-    r"([-+]?)0x(?:([0-9a-f]+)(?:\.([0-9a-f]*))?|\.([0-9a-f]+))(?:p([-+]?\d+))?", re.IGNORECASE
+    r"([-+]?)0x(?:([0-9a-f]+)(?:\.([0-9a-f]*))?|\.([0-9a-f]+))(?:p([-+]?\d+))?", re.IGNORECASE | re.ASCII
 )
-_RATIO_RE = re.compile(r"([-+]?)(\d+)\s*/\s*(\d+)")
+_RATIO_RE = re.compile(r"([-+]?)(\d+)\s*/\s*(\d+)", re.ASCII)
 _SPECIALS = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
 
 
-def _exponent(text: str | None, s: str) -> int:
-    exp = int(text) if text else 0
-    if abs(exp) > _MAX_EXPONENT:
+def _int10(digits: str, s: str) -> int:
+    """A decimal digit string as an int, without Python's 4300-digit limit on ``int(str)``
+    (exact decimals of wide formats run to thousands of digits) but within ``_MAX_DIGITS``."""
+    if len(digits) > _MAX_DIGITS:
         raise ValueError(
-            f"exponent {exp} in {s!r} is out of range: expected at most {_MAX_EXPONENT} in magnitude"
+            f"{_shown(s)} has {len(digits):,} digits: expected at most {_MAX_DIGITS:,} in a number"
         )
-    return exp
+    if len(digits) < 4000:
+        return int(digits)
+    return int(Decimal(digits))  # Decimal converts without the limit (quadratic, so capped above)
+
+
+def _shown(s: str) -> str:
+    """``s`` for an error message: repr'd, and shortened when it is long."""
+    return repr(s) if len(s) <= 60 else f"{s[:30]!r}...{s[-10:]!r} ({len(s):,} characters)"
+
+
+def _exponent(text: str | None, s: str) -> int:
+    if not text:
+        return 0
+    # a long digit string is out of range whatever it says (and int() refuses over 4300 digits)
+    if len(text.lstrip("+-").lstrip("0")) > len(str(_MAX_EXPONENT)) or abs(int(text)) > _MAX_EXPONENT:
+        shown = text if len(text) <= 12 else f"{text[:10]}..."
+        raise ValueError(
+            f"exponent {shown} in {_shown(s)} is out of range: expected at most {_MAX_EXPONENT} in magnitude"
+        )
+    return int(text)
 
 
 def parse_value(s: str) -> float | Fraction:
@@ -688,20 +710,21 @@ def parse_value(s: str) -> float | Fraction:
         whole, part, part_only, exp = match.group(2, 3, 4, 5)
         fraction_digits = part_only if part_only is not None else part or ""
         shift = _exponent(exp, s) - len(fraction_digits)
-        value = Fraction(int((whole or "") + fraction_digits)) * (Fraction(10) ** shift)
+        value = Fraction(_int10((whole or "") + fraction_digits, s)) * (Fraction(10) ** shift)
     elif match := _HEX_RE.fullmatch(text):
         whole, part, part_only, exp = match.group(2, 3, 4, 5)
         fraction_digits = part_only if part_only is not None else part or ""
         digits = (whole or "") + fraction_digits
         value = Fraction(int(digits, 16)) * _pow2(_exponent(exp, s) - 4 * len(fraction_digits))
     elif match := _RATIO_RE.fullmatch(text):
-        if int(match.group(3)) == 0:
-            raise ValueError(f"{s!r}: the denominator is zero")
-        value = Fraction(int(match.group(2)), int(match.group(3)))
+        numerator, denominator = _int10(match.group(2), s), _int10(match.group(3), s)
+        if denominator == 0:
+            raise ValueError(f"{_shown(s)}: the denominator is zero")
+        value = Fraction(numerator, denominator)
     else:
         raise ValueError(
-            f"cannot parse {s!r} as a number: expected a decimal ('0.1', '-2.5e-3'), a fraction ('1/3'), "
-            "a hex float ('0x1.8p3'), 'inf', '-inf' or 'nan'"
+            f"cannot parse {_shown(s)} as a number: expected a decimal ('0.1', '-2.5e-3'), "
+            "a fraction ('1/3'), a hex float ('0x1.8p3'), 'inf', '-inf' or 'nan'"
         )
     if value == 0:
         return -0.0 if negative else Fraction(0)
@@ -767,8 +790,12 @@ def _random_word(rng: np.random.Generator | int | None, random_bits: int) -> int
     one-element array rounded with the same seed agree."""
     if rng is None:
         raise ValueError("rounding='stochastic' needs rng: a numpy.random.Generator or an integer seed")
-    if isinstance(rng, bool) or not isinstance(rng, (np.random.Generator, int, np.integer)):
-        raise ValueError(f"rng={rng!r}: expected a numpy.random.Generator or an integer seed")
+    if (
+        isinstance(rng, bool)
+        or not isinstance(rng, (np.random.Generator, int, np.integer))
+        or (not isinstance(rng, np.random.Generator) and rng < 0)
+    ):
+        raise ValueError(f"rng={rng!r}: expected a numpy.random.Generator or a non-negative integer seed")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(int(rng))
     key = gen.integers(0, 2**32, size=2, dtype=np.uint64)
     return random_bits_at((int(key[0]), int(key[1])), 0, random_bits)

@@ -137,8 +137,9 @@ def _as_scale(scale: Any) -> Fraction:
         q = Fraction(scale)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"scale={scale!r}: expected a finite positive number") from None
-    if q <= 0:
-        raise ValueError(f"scale={scale!r}: expected a finite positive number")
+    # the verdicts report the scale as a float64: keep it inside float64's range
+    if q <= 0 or q >= 2**1024 or q < Fraction(1, 2**1074):
+        raise ValueError(f"scale={scale!r}: expected a finite positive number from 2^-1074 to below 2^1024")
     return q
 
 
@@ -362,6 +363,11 @@ class ScaleAdvice:
     those scales, the fewest values flush to zero and then the fewest become subnormal; when
     several scales tie, the one closest to 1 (the most headroom). ``max_log2_scale`` is the
     largest scale the headroom allows.
+
+    >>> import numpy as np
+    >>> a = histogram(np.full(10, 2.0**-30, np.float32)).recommend_scale("fp16")
+    >>> a.log2_scale, a.scale, a.before.flushed, a.after.flushed
+    (16, 65536.0, 10, 0)
     """
 
     format: str
@@ -610,7 +616,7 @@ class GradHistogram:
 
     @property
     def min_exponent(self) -> int | None:
-        """floor(log2) of the smallest nonzero finite |x|, or None.
+        """floor(log2) of the smallest nonzero finite ``|x|``, or None.
 
         >>> import numpy as np
         >>> h = histogram(np.array([0.3, -12.0, 0.0]))
@@ -622,12 +628,12 @@ class GradHistogram:
 
     @property
     def max_exponent(self) -> int | None:
-        """floor(log2) of the largest finite |x|, or None (see :attr:`min_exponent`)."""
+        """floor(log2) of the largest finite ``|x|``, or None (see :attr:`min_exponent`)."""
         e0, cells = self._trimmed()
         return e0 + cells.shape[1] - 1 if cells.shape[1] else None
 
     def _max_bound(self) -> Fraction | None:
-        """An exact upper bound of max|x| over finite values: the top of the highest cell."""
+        """An exact upper bound of ``max|x|`` over finite values: the top of the highest cell."""
         e0, cells = self._trimmed()
         if not cells.shape[1]:
             return None
@@ -636,7 +642,7 @@ class GradHistogram:
 
     @property
     def max_abs_bound(self) -> float:
-        """An upper bound of the largest finite |x|, within 2^-8 of it (0.0 when there is none).
+        """An upper bound of the largest finite ``|x|``, within 2^-8 of it (0.0 when there is none).
 
         >>> import numpy as np
         >>> histogram(np.array([3.0, -0.5])).max_abs_bound
@@ -646,7 +652,7 @@ class GradHistogram:
         return 0.0 if b is None else float(b)
 
     def count_below(self, t: float) -> int:
-        """How many finite nonzero values have |x| < t, for a threshold ``t`` that lies on the
+        """How many finite nonzero values have ``|x| < t``, for a threshold ``t`` that lies on the
         histogram's grid (a power of two, or any value with at most 9 significant bits).
 
         >>> import numpy as np
@@ -875,8 +881,8 @@ class GradHistogram:
         """
         f = get_format(fmt)
         mode = _deterministic(rounding)
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width={width!r}: expected a positive number of characters")
+        if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= _MAX_WIDTH:
+            raise ValueError(f"width={width!r}: expected a number of characters from 1 to {_MAX_WIDTH}")
         q = _as_scale(scale)
         scales = [Fraction(1)] if q == 1 else [Fraction(1), q]
         per_scale = [self.binade_classes(f, s, mode, subnormals=subnormals) for s in scales]
@@ -975,6 +981,9 @@ class GradHistogram:
 
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+_MAX_WIDTH = 1000  # a text bar wider than any terminal is a typo, not a request for gigabytes
 
 
 def _bar(count: int, peak: int, width: int) -> str:

@@ -34,9 +34,12 @@ __all__ = [
     "add_common_options",
     "bold",
     "dim",
+    "fraction_text",
     "hex_code",
     "parse_code",
     "parse_formats",
+    "read_npy",
+    "read_npz",
     "sci",
     "short_decimal",
     "style",
@@ -100,6 +103,22 @@ def want_color(
         return False
 
 
+def fraction_text(q: Fraction | int) -> str:
+    """``str(q)`` without Python's 4300-digit limit on int-to-str conversion (an exact input such
+    as 1e-99999 has a denominator of 100,000 digits).
+
+    >>> fraction_text(Fraction(-1, 3)), len(fraction_text(Fraction(1, 10**5000)))
+    ('-1/3', 5003)
+    """
+    q = Fraction(q)
+
+    def digits(n: int) -> str:
+        # Decimal holds an int exactly and prints it without the limit
+        return str(n) if n.bit_length() < 14_000 else str(decimal.Decimal(n))
+
+    return digits(q.numerator) if q.denominator == 1 else f"{digits(q.numerator)}/{digits(q.denominator)}"
+
+
 # ---- output -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class View:
@@ -121,7 +140,7 @@ def _jsonable(obj: Any) -> Any:
         # strict JSON has no inf/nan literals; their names keep the meaning
         return obj if math.isfinite(obj) else ("nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
     if isinstance(obj, Fraction):
-        return str(obj)
+        return fraction_text(obj)
     if isinstance(obj, Mapping):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -338,6 +357,11 @@ float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format 
         digits, base, bits_per_digit, charset = low, 10, 0, "0123456789"
     if not digits or any(ch not in charset for ch in digits) or text.strip().endswith("_"):
         raise ValueError(f"not a code: {text!r}: {_EXPECTED}")
+    if base == 10 and len(digits.lstrip("0")) > 4000:
+        # (int() refuses decimal strings over 4300 digits; no format has codes that wide)
+        raise ValueError(
+            f"decimal code {text.strip()[:20]!r}... has {len(digits):,} digits: too wide for any format"
+        )
     code = int(digits, base)
     if fmt is not None:
         f = get_format(fmt)
@@ -382,3 +406,107 @@ def parse_formats(items: Sequence[str] | None, default: Sequence[str] = ()) -> l
     if any(not n for n in names):
         raise ValueError(f"empty format name in {', '.join(items)!r}: expected names such as fp16,bf16")
     return [get_format(n) for n in names]
+
+
+# ---- array files --------------------------------------------------------------------------------
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a .npz archive, or a torch file (also a zip)
+
+
+def _first_bytes(path: str, what: str) -> bytes:
+    """The first bytes of the file at ``path``, or a ValueError saying why it cannot be read."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"file name {path!r}: expected the path of {what}")
+    if not os.path.exists(path):
+        raise ValueError(f"no such file: {path!r} (expected {what})")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory: expected {what}")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8)
+    except OSError as e:
+        raise ValueError(f"cannot read {path!r}: {e.strerror or e} (expected {what})") from None
+
+
+def read_npy(path: str, *, mmap: bool = False) -> Any:
+    """The array in the ``.npy`` file at ``path`` (memory-mapped with ``mmap``, else in memory).
+
+    Anything else is one ValueError naming the file: a missing file, a directory, a ``.npz``
+    or torch archive, a file that is not a ``.npy`` at all, a truncated header, a header whose
+    shape needs more bytes than the file holds (checked before anything is allocated), or an
+    array of Python objects (never unpickled).
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(path, np.arange(3.0)); read_npy(path).tolist()
+    [0.0, 1.0, 2.0]
+    >>> with open(path, "r+b") as fh: _ = fh.truncate(os.path.getsize(path) - 1)
+    >>> read_npy(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot read '...x.npy' as a .npy array: mmap length is greater than file size
+    """
+    import numpy as np
+
+    what = "a .npy array file"
+    head = _first_bytes(path, what)
+    if head.startswith(_ZIP_MAGIC):
+        raise ValueError(f"{path!r} is a zip archive (a .npz or torch file): expected a .npy array file")
+    if not head.startswith(_NPY_MAGIC):
+        raise ValueError(f"{path!r} is not a .npy file (it lacks the .npy magic bytes): expected {what}")
+    try:
+        # memory-mapping first checks the header's shape against the file's size, so that a
+        # corrupt header cannot make us allocate what the file does not hold
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if not mmap:
+            arr = np.array(arr)
+    except Exception as e:  # numpy raises several kinds for a damaged file; all mean the same here
+        raise ValueError(f"cannot read {path!r} as a .npy array: {e}") from None
+    return arr
+
+
+def read_npz(path: str) -> dict[str, Any]:
+    """Every array of the ``.npz`` archive at ``path``, by name; one ValueError naming the file
+    for anything else (as :func:`read_npy`; a damaged zip, an entry that is not a .npy array, an
+    entry whose header asks for more bytes than it holds, object arrays).
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npz")
+    >>> np.savez(path, a=np.ones(2)); {k: v.tolist() for k, v in read_npz(path).items()}
+    {'a': [1.0, 1.0]}
+    """
+    import zipfile
+
+    import numpy as np
+
+    what = "a .npz archive of arrays"
+    head = _first_bytes(path, what)
+    if head.startswith(_NPY_MAGIC):
+        raise ValueError(f"{path!r} is a single .npy array, not a .npz archive: expected {what}")
+    if not head.startswith(_ZIP_MAGIC):
+        raise ValueError(f"{path!r} is not a .npz file (it is not a zip archive): expected {what}")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as member:
+                    _check_npy_entry(member, info.file_size, info.filename)
+        with np.load(path, allow_pickle=False) as z:
+            return {name: z[name] for name in z.files}
+    except Exception as e:  # zipfile, zlib and numpy raise several kinds; all mean a damaged file
+        raise ValueError(f"cannot read {path!r} as {what}: {e}") from None
+
+
+def _check_npy_entry(fh: Any, size: int, name: str) -> None:
+    """Raise when the .npy header of an archive entry asks for more bytes than the entry holds."""
+    from numpy.lib import format as npy_format
+
+    if fh.read(6) != _NPY_MAGIC:
+        raise ValueError(f"entry {name!r} is not a .npy array")
+    major, _minor = fh.read(2)
+    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    shape, _fortran, dtype = read_header(fh)
+    need = math.prod(shape) * dtype.itemsize
+    if not dtype.hasobject and need > size:
+        raise ValueError(
+            f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
+        )

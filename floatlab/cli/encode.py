@@ -23,6 +23,7 @@ from floatlab.cli._common import (
     add_common_options,
     bold,
     dim,
+    fraction_text,
     hex_code,
     parse_formats,
     sci,
@@ -116,7 +117,7 @@ def _row_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
         "value": d.value,
         "exact": d.decimal,
         "error": None if err is None else _float(err),
-        "error_exact": None if err is None else str(err),
+        "error_exact": None if err is None else fraction_text(err),
         "abs_error": None if err is None else _float(abs(err)),
         "relative_error": None if rel is None else _float(abs(rel)),
         "flags": _flag_names(enc.flags),
@@ -178,7 +179,12 @@ def encode_view(
     shown = value.strip()
     exact = x if isinstance(x, Fraction) else None
     # show the exact fraction when it says something the input did not (1/3 stays 1/3)
-    title = shown if exact is None or str(exact) == shown or len(str(exact)) > 40 else f"{shown} = {exact}"
+    exact_text = None if exact is None else fraction_text(exact)
+    title = (
+        shown
+        if exact_text is None or exact_text == shown or len(exact_text) > 40
+        else f"{shown} = {exact_text}"
+    )
     if len(formats) == 1:
         title += f" in {formats[0].name}"
         first = "rounding"
@@ -198,7 +204,7 @@ def encode_view(
         text += "\n" + dim("  (" + "; ".join(notes) + ")", color)
     data = {
         "input": shown,
-        "input_exact": None if exact is None else str(exact),
+        "input_exact": exact_text,
         "saturate": saturate,
         "subnormals": subnormals,
         "seed": seed,

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, parse_formats
+from floatlab.cli._common import UI, View, add_common_options, bold, dim, parse_formats, read_npy, read_npz
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -62,43 +62,48 @@ def parse_scale(text: str) -> Fraction:
     (Fraction(1024, 1), Fraction(1, 8), Fraction(1000, 1))
     """
     t = text.strip().replace(" ", "")
-    m = re.fullmatch(r"2(?:\^|\*\*)([+-]?\d+)", t)
+    m = re.fullmatch(r"2(?:\^|\*\*)([+-]?\d{1,5})", t, re.ASCII)
+    from floatlab.codec import parse_value
+
     try:
-        q = Fraction(2) ** int(m.group(1)) if m else Fraction(t)
-    except (ValueError, ZeroDivisionError):
-        q = Fraction(-1)
+        # parse_value bounds the exponent, where Fraction("1e999999999") would compute 10^999999999
+        v = Fraction(2) ** int(m.group(1)) if m else parse_value(t)
+    except ValueError:
+        v = Fraction(-1)
+    q = v if isinstance(v, Fraction) else Fraction(-1)  # inf, nan and -0 are no scales
     if q <= 0:
-        raise ValueError(f"--scale {text!r}: expected a positive number such as 1024, 2^10 or 0.5")
+        raise ValueError(f"--scale {text[:40]!r}: expected a positive number such as 1024, 2^10 or 0.5")
+    # the verdicts report the scale as a float64
+    if q >= 2**1024 or q < Fraction(1, 2**1074):
+        raise ValueError(f"--scale {text[:40]!r}: expected a scale from 2^-1074 to below 2^1024")
     return q
 
 
 # ---- reading ----------------------------------------------------------------------------------
 def _npy(path: str) -> GradHistogram:
-    import numpy as np
-
     from floatlab.gradhist import GradHistogram
 
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as e:
-        raise ValueError(f"cannot read {path!r} as a .npy array: {e}") from None
+    arr = read_npy(path, mmap=True)
     h = GradHistogram()
-    flat = arr.reshape(-1) if arr.flags.c_contiguous else np.asarray(arr).reshape(-1)
-    for start in range(0, max(flat.size, 1), _CHUNK):
-        h.update(flat[start : start + _CHUNK])  # a memory-mapped dump larger than memory streams
+    flat = arr.reshape(-1) if arr.flags.c_contiguous else arr.ravel()
+    try:
+        for start in range(0, max(flat.size, 1), _CHUNK):
+            h.update(flat[start : start + _CHUNK])  # a memory-mapped dump larger than memory streams
+    except ValueError as e:
+        raise ValueError(f"{path!r}: {e}") from None
     return h
 
 
 def _npz(path: str) -> dict[str, GradHistogram]:
-    import numpy as np
-
     from floatlab.gradhist import GradHistogram
 
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {name: GradHistogram(z[name]) for name in z.files}
-    except ValueError as e:
-        raise ValueError(f"cannot read {path!r} as a .npz archive of numeric arrays: {e}") from None
+    out: dict[str, GradHistogram] = {}
+    for name, arr in read_npz(path).items():
+        try:
+            out[name] = GradHistogram(arr)
+        except ValueError as e:
+            raise ValueError(f"{path!r}, entry {name!r}: {e}") from None
+    return out
 
 
 def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -142,7 +147,8 @@ def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
     out: dict[str, GradHistogram] = {}
     for path in paths:
         if not os.path.isfile(path):
-            raise ValueError(f"no such file: {path!r} (expected a .npy, .npz or .pt file)")
+            what = "a directory" if os.path.isdir(path) else "no such file"
+            raise ValueError(f"{what}: {path!r} (expected a .npy, .npz or .pt file)")
         low = path.lower()
         if low.endswith(".npz"):
             parts = _npz(path)

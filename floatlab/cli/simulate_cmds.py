@@ -20,7 +20,17 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, hex_code, sci
+from floatlab.cli._common import (
+    UI,
+    View,
+    add_common_options,
+    bold,
+    dim,
+    fraction_text,
+    hex_code,
+    read_npy,
+    sci,
+)
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
 
@@ -88,6 +98,8 @@ def _rng(mode: str, seed: int | None) -> np.random.Generator | None:
         return None
     if seed is None:
         raise ValueError("rounding 'stochastic' needs --seed N: its random draws must be reproducible")
+    if seed < 0:
+        raise ValueError(f"--seed {seed}: expected a non-negative integer")
     import numpy as np
 
     return np.random.default_rng(seed)
@@ -100,14 +112,13 @@ def _is_array_file(arg: str) -> bool:
 def _load(path: str) -> npt.NDArray[Any]:
     import numpy as np
 
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as e:  # pickled object arrays, or not a .npy file at all
-        raise ValueError(f"cannot read {path!r} as a numeric .npy array: {e}") from None
-    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiub":
-        kind = type(arr).__name__ if not isinstance(arr, np.ndarray) else f"dtype {arr.dtype}"
-        raise ValueError(f"{path!r} holds {kind}: expected a .npy array of numbers (float, int or bool)")
-    return arr
+    arr = read_npy(path)
+    if arr.dtype.kind not in "fiub":
+        raise ValueError(
+            f"{path!r} holds dtype {arr.dtype}: expected a .npy array of numbers (float, int or bool)"
+        )
+    result: npt.NDArray[Any] = np.asarray(arr)
+    return result
 
 
 def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> list[str]:
@@ -208,8 +219,8 @@ def round_value_view(
         "hex": hex_code(int(enc), f),
         "value": d.value,
         "exact": d.decimal,
-        "error": None if err is None else str(err),
-        "relative_error": None if rel is None else str(rel),
+        "error": None if err is None else fraction_text(err),
+        "relative_error": None if rel is None else fraction_text(rel),
         "flags": flags,
     }
     return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
@@ -247,7 +258,8 @@ def round_array_view(
         x, f, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals, flags=True
     )
     counts = {k: _count(stats, k) for k in ("inexact", "underflow", "overflow", "invalid")}
-    x64 = x.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
+        x64 = x.astype(np.float64).reshape(-1)
     r64 = np.asarray(rounded, dtype=np.float64).reshape(-1)
     ok = np.isfinite(x64) & (x64 != 0) & np.isfinite(r64)
     with np.errstate(all="ignore"):
@@ -342,7 +354,11 @@ def _scale(scale: str | float) -> float:
             if abs(k) > 1000:
                 raise ValueError(f"--scale {scale!r}: expected 2^k with |k| <= 1000")
             return math.ldexp(1.0, k)
-        value = float(parse_value(scale))
+        parsed = parse_value(scale)
+        try:
+            value = float(parsed)
+        except OverflowError:  # beyond float64's range
+            value = math.inf
     else:
         value = float(scale)
     if not math.isfinite(value) or value == 0:
@@ -373,9 +389,10 @@ def _terms(source: str, value: str, fmt: FloatFormat) -> tuple[npt.NDArray[np.fl
     import numpy as np
 
     if _is_array_file(source):
-        return np.asarray(_load(source), dtype=np.float64).reshape(-1), source
+        with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
+            return np.asarray(_load(source), dtype=np.float64).reshape(-1), source
     text = source.strip().replace("_", "")
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(f"{source!r}: expected a count N (such as 10000) or a .npy file")
     n = int(text)
     if not 1 <= n <= MAX_TERMS:

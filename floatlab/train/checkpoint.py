@@ -62,6 +62,8 @@ def _split(tree: Any, prefix: str, arrays: dict[str, np.ndarray[Any, Any]]) -> A
 def _join(tree: Any, arrays: Any) -> Any:
     if isinstance(tree, dict):
         if set(tree) == {_ARRAY}:
+            if tree[_ARRAY] not in arrays:
+                raise ValueError(f"the checkpoint refers to an array {tree[_ARRAY]!r} that it does not hold")
             return np.array(arrays[tree[_ARRAY]])
         if set(tree) == {_FLOAT}:
             return float(tree[_FLOAT])
@@ -110,18 +112,39 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint`.
 
+    A missing, truncated or foreign file is one ValueError naming it (never a half-read state).
+
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
     ...     load_checkpoint(save_checkpoint(os.path.join(d, "ck.npz"), {"step": 3, "opt": {"t": 1}}))
     {'step': 3, 'opt': {'t': 1}}
     """
     p = Path(path)
-    with np.load(p, allow_pickle=False) as z:
-        if _META not in z.files:
-            raise ValueError(f"{str(p)!r} is not a floatlab checkpoint (no {_META} entry)")
-        meta = json.loads(str(z[_META]))
-        arrays = {k: z[k] for k in z.files if k != _META}
-        out = _join(meta, arrays)
+    name = str(p)
+    if not p.is_file():
+        what = "a directory" if p.is_dir() else "no such file"
+        raise ValueError(f"checkpoint {name!r}: {what} (expected a .npz file written by save_checkpoint)")
+    # the file is opened (and closed) here: np.load leaks its own handle when the zip is damaged
+    with open(p, "rb") as fh:
+        try:
+            z = np.load(fh, allow_pickle=False)
+        except Exception as e:  # zipfile, zlib and numpy raise several kinds for a damaged file
+            raise ValueError(
+                f"checkpoint {name!r} cannot be read (damaged or not a .npz file): {e}"
+            ) from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(
+                f"checkpoint {name!r} holds a single array: expected a .npz written by save_checkpoint"
+            )
+        with z:
+            if _META not in z.files:
+                raise ValueError(f"{name!r} is not a floatlab checkpoint (no {_META} entry)")
+            try:
+                meta = json.loads(str(z[_META]))
+                arrays = {k: z[k] for k in z.files if k != _META}
+            except Exception as e:  # a damaged entry: bad CRC, truncated data, invalid JSON
+                raise ValueError(f"checkpoint {name!r} is damaged: {e}") from None
+    out = _join(meta, arrays)
     if not isinstance(out, dict):
-        raise ValueError(f"{str(p)!r}: expected a dict at the top of the checkpoint")
+        raise ValueError(f"{name!r}: expected a dict at the top of the checkpoint")
     return out

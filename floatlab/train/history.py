@@ -3,8 +3,9 @@
 A :class:`History` holds columns (one value per step): ``loss``, ``accuracy`` (of the batch),
 ``scale`` (the loss scale the step used), ``skipped``, ``flushed`` (share of the non-zero
 gradients stored as zero: underflow), ``swallowed`` (share of the non-zero updates that left
-the weight unchanged), ``lr`` and ``grad_norm``; and one row per evaluation. It saves as JSON or
-npz, and :func:`compare` plots several runs side by side.
+the weight unchanged), ``lr``, ``grad_norm`` and ``fault`` (the faults the step met, comma-separated,
+"" for none: see :data:`FAULTS`); and one row per evaluation. It saves as JSON or npz, and
+:func:`compare` plots several runs side by side.
 
 >>> h = History("demo")
 >>> h.log_step(step=1, epoch=0, loss=2.3, accuracy=0.1, scale=1.0, skipped=False, flushed=0.0,
@@ -29,7 +30,7 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["EVAL_FIELDS", "STEP_FIELDS", "History", "compare"]
+__all__ = ["EVAL_FIELDS", "FAULTS", "STEP_FIELDS", "History", "TrainingFaultWarning", "compare"]
 
 STEP_FIELDS: tuple[str, ...] = (
     "step",
@@ -42,8 +43,38 @@ STEP_FIELDS: tuple[str, ...] = (
     "swallowed",
     "lr",
     "grad_norm",
+    "fault",
 )
+#: step fields that callers may leave out, with their value when they do
+STEP_DEFAULTS: dict[str, Any] = {"fault": ""}
+#: what the trainer detects and records in the ``fault`` column, and what each means
+FAULTS: dict[str, str] = {
+    "nonfinite_batch": "the batch held an inf or NaN",
+    "nonfinite_loss": "the loss was inf or NaN (it overflowed)",
+    "nonfinite_grad": "a gradient was inf or NaN",
+    "nonfinite_update": "the update would have made a weight inf or NaN (the weights were kept)",
+    "nonfinite_weights": "a weight became inf or NaN (no scaler, master weights or wide weights to stop it)",
+    "scale_collapse": "the loss scale fell below fp32's smallest normal, 2^-126",
+    "scale_at_limit": "the loss scale was due to grow but stuck at fp32's limit",
+}
 EVAL_FIELDS: tuple[str, ...] = ("epoch", "step", "train_loss", "test_loss", "test_accuracy")
+
+
+class TrainingFaultWarning(RuntimeWarning):
+    """Issued once per kind of fault (:data:`FAULTS`) and run: a non-finite batch, loss, update or
+    weight, a collapsed loss scale, or one stuck at fp32's limit. Each step it happens in is
+    also flagged in the history's ``fault`` column.
+
+    >>> import warnings, numpy as np, floatlab.train as ft
+    >>> tr = ft.Trainer.from_config(ft.TrainConfig(data="underflow", hidden=(4,)), ft.make_underflow_task())
+    >>> x, y = tr.data.x_train[:8].copy(), tr.data.y_train[:8]
+    >>> x[0, 0] = np.nan
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     st = tr.train_step(x, y)
+    >>> st.skipped, st.fault, [w.category.__name__ for w in caught]
+    (True, 'nonfinite_batch,nonfinite_loss,nonfinite_grad', ['TrainingFaultWarning', 'TrainingFaultWarning'])
+    """
 
 
 def _json_float(v: Any) -> Any:
@@ -79,7 +110,9 @@ class History:
 
     # ---- recording --------------------------------------------------------------------------------
     def log_step(self, **values: Any) -> None:
-        """Append one step; every field of :data:`STEP_FIELDS` must be given."""
+        """Append one step; every field of :data:`STEP_FIELDS` must be given (``fault`` may be
+        left out: no fault)."""
+        values = {**STEP_DEFAULTS, **values}
         missing = set(STEP_FIELDS) - set(values)
         extra = set(values) - set(STEP_FIELDS)
         if missing or extra:
@@ -113,9 +146,27 @@ class History:
         >>> h = History("x"); h.column("loss").shape
         (0,)
         """
-        if name not in self.steps:
-            raise ValueError(f"unknown history column {name!r}: expected one of {', '.join(STEP_FIELDS)}")
+        numeric = [k for k in STEP_FIELDS if k != "fault"]
+        if name not in numeric:
+            if name == "fault":
+                raise ValueError("history column 'fault' holds names, not numbers: use faults()")
+            raise ValueError(f"unknown history column {name!r}: expected one of {', '.join(numeric)}")
         return _floats(self.steps[name])
+
+    def faults(self) -> dict[str, list[int]]:
+        """The steps (the ``step`` column's numbers) at which each fault happened.
+
+        >>> h = History("x")
+        >>> h.log_step(step=1, epoch=0, loss=float("nan"), accuracy=0.0, scale=1.0, skipped=True,
+        ...            flushed=0.0, swallowed=0.0, lr=0.1, grad_norm=None, fault="nonfinite_batch")
+        >>> h.faults()
+        {'nonfinite_batch': [1]}
+        """
+        out: dict[str, list[int]] = {}
+        for step, fault in zip(self.steps["step"], self.steps["fault"], strict=True):
+            for name in filter(None, str(fault).split(",")):
+                out.setdefault(name, []).append(int(step))
+        return out
 
     def eval_column(self, name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
         """One column of the evaluations (``epoch``, ``step``, ``test_accuracy``, ...) as floats.
@@ -159,6 +210,7 @@ class History:
             "test_accuracy": f.get("test_accuracy"),
             "mean_flushed": mean("flushed"),
             "mean_swallowed": mean("swallowed"),
+            "faults": {k: len(v) for k, v in self.faults().items()},
         }
 
     # ---- saving ---------------------------------------------------------------------------------
@@ -183,7 +235,12 @@ class History:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> History:
         """Inverse of :meth:`to_dict`."""
-        steps = {k: [_from_json_float(v) for v in d["steps"].get(k, [])] for k in STEP_FIELDS}
+        n = len(d["steps"].get("step", []))
+        # a history saved before a column existed gets that column's default at every step
+        steps = {
+            k: [_from_json_float(v) for v in d["steps"][k]] if k in d["steps"] else [STEP_DEFAULTS.get(k)] * n
+            for k in STEP_FIELDS
+        }
         evals = {k: [_from_json_float(v) for v in d["evals"].get(k, [])] for k in EVAL_FIELDS}
         hist = {int(s): dict(h) for s, h in d.get("histograms", {}).items()}
         return cls(str(d["label"]), dict(d.get("meta", {})), steps, evals, hist)
@@ -201,35 +258,56 @@ class History:
         if p.suffix == ".json":
             p.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
         elif p.suffix == ".npz":
-            arrays = {f"steps/{k}": self.column(k) for k in STEP_FIELDS}
+            arrays: dict[str, Any] = {f"steps/{k}": self.column(k) for k in STEP_FIELDS if k != "fault"}
+            arrays["steps/fault"] = np.array([str(f) for f in self.steps["fault"]], dtype=np.str_)
             arrays.update({f"evals/{k}": self.eval_column(k) for k in EVAL_FIELDS})
             d = self.to_dict()
             rest = {"label": d["label"], "meta": d["meta"], "histograms": d["histograms"]}
-            np.savez(p, json=np.array(json.dumps(rest, allow_nan=False)), **arrays)  # type: ignore[arg-type]
+            np.savez(p, json=np.array(json.dumps(rest, allow_nan=False)), **arrays)
         else:
             raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
         return p
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> History:
-        """Read what :meth:`save` wrote (see :meth:`save` for an example)."""
+        """Read what :meth:`save` wrote (see :meth:`save` for an example); a missing, damaged or
+        foreign file is one ValueError naming it."""
         p = Path(path)
+        if p.suffix not in (".json", ".npz"):
+            raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
+        if not p.is_file():
+            what = "a directory" if p.is_dir() else "no such file"
+            raise ValueError(f"history file {str(p)!r}: {what}")
+        try:
+            return cls._read(p)
+        except Exception as e:  # json, zipfile, numpy and the dict lookups raise several kinds
+            raise ValueError(f"history file {str(p)!r} is damaged or not a floatlab history: {e!r}") from None
+
+    @classmethod
+    def _read(cls, p: Path) -> History:
         if p.suffix == ".json":
-            return cls.from_dict(json.loads(p.read_text()))
-        if p.suffix == ".npz":
-            with np.load(p, allow_pickle=False) as z:
-                rest = json.loads(str(z["json"]))
-                steps = {k: [_npz_value(k, v) for v in z[f"steps/{k}"].tolist()] for k in STEP_FIELDS}
-                evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
-            return cls.from_dict({**rest, "steps": steps, "evals": evals})
-        raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
+            return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
+        # opened here: np.load leaks its own file handle when the zip is damaged
+        with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            rest = json.loads(str(z["json"]))
+            n = len(z["steps/step"])
+            steps = {
+                k: [_npz_value(k, v) for v in z[f"steps/{k}"].tolist()]
+                if f"steps/{k}" in z.files
+                else [STEP_DEFAULTS.get(k)] * n
+                for k in STEP_FIELDS
+            }
+            evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
+        return cls.from_dict({**rest, "steps": steps, "evals": evals})
 
 
 def _floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def _npz_value(key: str, v: float) -> Any:
+def _npz_value(key: str, v: Any) -> Any:
+    if key == "fault":
+        return str(v)
     if key in ("step", "epoch"):
         return int(v)
     if key == "skipped":

@@ -24,7 +24,14 @@ import numpy as np
 from floatlab.formats import FP32
 from floatlab.rounding import round_array
 
-__all__ = ["SCALER_PRESETS", "LossScaler", "ScalerEvent"]
+__all__ = ["FP32_SCALE_LIMIT", "SCALER_PRESETS", "SCALE_COLLAPSE", "LossScaler", "ScalerEvent"]
+
+#: the largest power of two in fp32: a scale that would grow past it stays where it is
+FP32_SCALE_LIMIT = 2.0**127
+#: fp32's smallest normal number: a scale below it has collapsed (its reciprocal, the unscaling
+#: factor, is within a factor of four of overflowing fp32; from 2^-129 on it is inf and every
+#: later step is skipped, as torch's GradScaler does all the way down to a scale of 0)
+SCALE_COLLAPSE = 2.0**-126
 
 
 def _fp32(value: float) -> float:
@@ -72,9 +79,15 @@ class LossScaler:
     """Dynamic loss scaling with ``torch.amp.GradScaler``'s semantics.
 
     ``min_scale`` and ``max_scale`` bound the scale (the Apex, MindSpore and TF1 presets use
-    them; torch leaves them open). ``growth_factor=1`` and ``backoff_factor=1`` make a static
-    scale. With ``enabled=False`` the scale is 1, never changes and no step is skipped: a run
-    without loss scaling, whose non-finite gradients reach the weights.
+    them; torch leaves them open: its scale halves on every overflow, down to 0, where training
+    stops for good). ``min_scale=1.0`` is the floor of TensorFlow 1's and MindSpore's dynamic scalers.
+    ``growth_factor=1`` and ``backoff_factor=1`` make a static scale. With ``enabled=False`` the
+    scale is 1, never changes and no step is skipped: a run without loss scaling, whose
+    non-finite gradients reach the weights.
+
+    Two faults are detected: :attr:`collapsed` (the scale fell below fp32's smallest normal,
+    :data:`SCALE_COLLAPSE`) and :attr:`at_limit` (the last update wanted to grow the scale but
+    that would overflow fp32, so it stayed at the limit).
 
     >>> s = LossScaler.preset("keras")
     >>> s.scale, s.growth_interval
@@ -114,6 +127,7 @@ class LossScaler:
         self._scale = _fp32(init_scale) if enabled else 1.0
         self._growth_tracker = 0
         self._inv, self._inv_for = math.nan, math.nan
+        self._at_limit = False
         self.steps = 0
         self.skipped_steps = 0
         self.log: list[ScalerEvent] = []
@@ -188,6 +202,30 @@ class LossScaler:
         """Whether the scale can change."""
         return self.enabled and (self.growth_factor != 1.0 or self.backoff_factor != 1.0)
 
+    @property
+    def collapsed(self) -> bool:
+        """Whether the scale has collapsed below fp32's smallest normal (:data:`SCALE_COLLAPSE`),
+        as after a long run of overflowing steps with no ``min_scale`` floor.
+
+        >>> s = LossScaler(init_scale=2.0**-120, growth_interval=10)
+        >>> for _ in range(7):
+        ...     s.update(True)
+        >>> s.scale == 2.0**-127, s.collapsed
+        (True, True)
+        """
+        return self.enabled and self._scale < SCALE_COLLAPSE
+
+    @property
+    def at_limit(self) -> bool:
+        """Whether the last update was due to grow the scale but left it where it was, because the
+        grown scale would overflow fp32 (the scale sticks at the float32 limit).
+
+        >>> s = LossScaler(init_scale=2.0**127, growth_interval=1); s.update(False)
+        >>> s.scale == 2.0**127, s.at_limit
+        (True, True)
+        """
+        return self._at_limit
+
     def update(self, found_inf: bool, *, underflow: float | None = None) -> None:
         """Record one step: ``found_inf`` says whether its gradients held an inf or NaN (the step
         was skipped); ``underflow`` is the share of its gradients that were flushed to zero.
@@ -196,6 +234,7 @@ class LossScaler:
         8.0
         """
         self.steps += 1
+        self._at_limit = False
         skipped = bool(found_inf) and self.enabled
         self.log.append(ScalerEvent(self._scale, skipped, underflow))
         if not self.enabled:
@@ -210,9 +249,11 @@ class LossScaler:
         successful = self._growth_tracker + 1
         if successful == self.growth_interval:
             grown = _fp32(self._scale * self.growth_factor)
-            # never grow the scale past fp32's range to inf
+            # never grow the scale past fp32's range to inf (GradScaler keeps it as it is)
             if math.isfinite(grown):
                 self._scale = min(grown, self.max_scale)
+            else:
+                self._at_limit = True
             self._growth_tracker = 0
         else:
             self._growth_tracker = successful

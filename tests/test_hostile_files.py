@@ -1,0 +1,231 @@
+"""Hostile files, everywhere floatlab reads or writes one: truncated, corrupt and foreign .npy, .npz
+and .pt files, wrong shapes, object arrays, files that are not arrays at all, paths that do not exist
+or cannot be written. Each gives one clear ValueError naming the file (one line and exit status 2 on
+the command line) or the correct answer; nothing is unpickled and nothing the header merely claims
+is allocated."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from floatlab.cli import main
+from floatlab.cli._common import read_npy, read_npz
+from floatlab.cli.histogram_cmd import load_histograms
+from floatlab.train import History
+from floatlab.train import checkpoint as ck
+
+GOOD = np.array([1.0, 2.0**-30, -3.5, 0.0, 7e4, 1e-9], np.float32)
+
+
+def _save(path: Path, arr: Any, **kw: Any) -> Path:
+    with open(path, "wb") as fh:  # (np.save on a name would add ".npy")
+        np.save(fh, arr, **kw)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    f: dict[str, Path] = {}
+    f["ok"] = _save(tmp_path / "ok.npy", GOOD)
+    raw = f["ok"].read_bytes()
+    for name, data in {
+        "trunc": raw[:-3],
+        "trunc_header": raw[:20],
+        "zero_bytes": b"",
+        "garbage": b"not an array at all\n" * 20,
+        "huge_header": raw.replace(b"'shape': (6,)", b"'shape': (100000000000,)"),
+        "negative_shape": raw.replace(b"'shape': (6,)", b"'shape': (-6,)"),
+        "object_descr": raw.replace(b"'descr': '<f4'", b"'descr': 'O'   "),
+        "broken_header": raw.replace(b"'shape'", b"'shap\xff"),
+    }.items():
+        f[name] = tmp_path / f"{name}.npy"
+        f[name].write_bytes(data)
+    f["object"] = _save(tmp_path / "object.npy", np.array([1, None], dtype=object), allow_pickle=True)
+    f["strings"] = _save(tmp_path / "strings.npy", np.array(["1.0", "2"]))
+    f["complex"] = _save(tmp_path / "complex.npy", np.array([1 + 2j]))
+    f["struct"] = _save(tmp_path / "struct.npy", np.zeros(2, dtype=[("a", "<f4")]))
+    with open(tmp_path / "ok.npz", "wb") as fh:
+        np.savez(fh, a=GOOD, b=np.arange(3.0))
+    f["npz"] = tmp_path / "ok.npz"
+    npz = f["npz"].read_bytes()
+    f["npz_trunc"] = tmp_path / "trunc.npz"
+    f["npz_trunc"].write_bytes(npz[: len(npz) // 2])
+    f["npz_garbage"] = tmp_path / "garbage.npz"
+    f["npz_garbage"].write_bytes(b"PK\x03\x04" + b"garbage" * 30)
+    flipped = bytearray(npz)
+    flipped[len(npz) // 3] ^= 0xFF
+    f["npz_flipped"] = tmp_path / "flipped.npz"
+    f["npz_flipped"].write_bytes(bytes(flipped))
+    f["npz_huge"] = tmp_path / "huge_inside.npz"
+    with zipfile.ZipFile(f["npz_huge"], "w") as zf:
+        zf.writestr("a.npy", raw.replace(b"'shape': (6,)", b"'shape': (100000000000,)"))
+    f["npz_not_npy"] = tmp_path / "not_npy_inside.npz"
+    with zipfile.ZipFile(f["npz_not_npy"], "w") as zf:
+        zf.writestr("a.npy", b"not npy")
+    with open(tmp_path / "objects.npz", "wb") as fh:
+        np.savez(fh, a=np.array([1, None], dtype=object))
+    f["npz_object"] = tmp_path / "objects.npz"
+    f["npy_named_npz"] = tmp_path / "npy_named.npz"
+    f["npy_named_npz"].write_bytes(raw)
+    f["npz_named_npy"] = tmp_path / "npz_named.npy"
+    f["npz_named_npy"].write_bytes(npz)
+    f["dir"] = tmp_path / "a_dir.npy"
+    f["dir"].mkdir()
+    f["missing"] = tmp_path / "missing.npy"
+    return f
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _error_line(argv: list[str]) -> str:
+    status, _, err = run(argv)
+    assert status == 2, (argv, err)
+    assert err.count("\n") == 1, err
+    assert err.startswith("floatlab: error: "), err
+    assert "Traceback" not in err
+    return err
+
+
+BAD_NPY = {
+    "trunc": "greater than file size",
+    "trunc_header": "EOF",
+    "zero_bytes": "lacks the .npy magic",
+    "garbage": "lacks the .npy magic",
+    "huge_header": "greater than file size",
+    "negative_shape": "cannot read",
+    "object_descr": "cannot read",
+    "broken_header": "cannot read",
+    "object": "cannot read",
+    "npz": "zip archive",
+    "npz_named_npy": "zip archive",
+    "dir": "is a directory",
+    "missing": "no such file",
+}
+
+
+@pytest.mark.parametrize(("name", "message"), list(BAD_NPY.items()))
+def test_read_npy_refuses_clearly(files: dict[str, Path], name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as e:
+        read_npy(str(files[name]))
+    assert str(files[name]) in str(e.value)
+
+
+@pytest.mark.parametrize("command", ["round", "underflow", "accumulate", "histogram"])
+@pytest.mark.parametrize("name", [*BAD_NPY, "strings", "complex", "struct"])
+def test_every_array_command_refuses_bad_npy_files(files: dict[str, Path], command: str, name: str) -> None:
+    if command == "histogram" and name in ("npz",):
+        return  # a .npz is what histogram reads: tested below
+    err = _error_line([command, str(files[name])])
+    assert os.path.basename(files[name]) in err
+
+
+BAD_NPZ = {
+    "npz_trunc": "cannot read",
+    "npz_garbage": "cannot read",
+    "npz_flipped": "cannot read",
+    "npz_huge": "claims shape",
+    "npz_not_npy": "not a .npy array",
+    "npz_object": "cannot read",
+    "npy_named_npz": "single .npy array",
+    "missing": "no such file",
+}
+
+
+@pytest.mark.parametrize(("name", "message"), list(BAD_NPZ.items()))
+def test_read_npz_refuses_clearly(files: dict[str, Path], name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as e:
+        read_npz(str(files[name]))
+    assert str(files[name]) in str(e.value)
+    if name != "missing":
+        assert _error_line(["histogram", str(files[name])])
+
+
+def test_good_files_give_correct_answers(files: dict[str, Path], tmp_path: Path) -> None:
+    np.testing.assert_array_equal(read_npy(str(files["ok"])), GOOD)
+    assert isinstance(read_npy(str(files["ok"]), mmap=True), np.memmap)
+    z = read_npz(str(files["npz"]))
+    np.testing.assert_array_equal(z["a"], GOOD)
+    h = load_histograms([str(files["npz"])])
+    assert sorted(h) == ["a", "b"]
+    assert h["a"].total == 6
+    # odd but valid layouts give the same answer as the plain array
+    for name, arr in {
+        "big_endian": GOOD.astype(">f4"),
+        "fortran": np.asfortranarray(np.tile(GOOD, (3, 1))),
+        "zero_d": np.float32(0.1),
+        "empty": np.zeros((0, 4), np.float32),
+    }.items():
+        path = _save(tmp_path / f"{name}.npy", arr)
+        status, _out, err = run(
+            ["round", str(path), "-f", "bf16", "-o", str(tmp_path / f"{name}_out.npy"), "--json"]
+        )
+        assert status == 0
+        assert not err
+        back = np.load(tmp_path / f"{name}_out.npy")
+        assert back.shape == np.shape(arr)
+        expected = (
+            np.asarray(arr, dtype=np.float32).astype(__import__("ml_dtypes").bfloat16).astype(np.float32)
+        )
+        np.testing.assert_array_equal(back.astype(np.float32), expected)
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/dir/o.npy", "DIR", "/proc/version"])
+def test_unwritable_outputs(files: dict[str, Path], target: str) -> None:
+    out = str(files["dir"]) if target == "DIR" else target
+    if target == "/proc/version" and not os.path.exists(target):
+        pytest.skip("no /proc on this system")
+    _error_line(["round", str(files["ok"]), "-o", out])
+    _error_line(["histogram", str(files["ok"]), "--plot", out])
+
+
+def test_torch_files(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(3), "i": torch.arange(3)}, tmp_path / "ok.pt")
+    torch.save({"i": torch.arange(3)}, tmp_path / "ints.pt")
+    pt = (tmp_path / "ok.pt").read_bytes()
+    (tmp_path / "trunc.pt").write_bytes(pt[: len(pt) // 2])
+    (tmp_path / "junk.pt").write_bytes(b"junk" * 50)
+    assert load_histograms([str(tmp_path / "ok.pt")])["w"].total == 3
+    assert "no floating-point tensors" in _error_line(["histogram", str(tmp_path / "ints.pt")])
+    for name in ("trunc.pt", "junk.pt"):
+        assert "cannot read" in _error_line(["histogram", str(tmp_path / name)])
+        # and a torch file handed to a .npy reader
+        _error_line(["round", str(tmp_path / name)])
+    assert "zip archive" in _error_line(["round", str(tmp_path / "ok.pt")])
+
+
+def test_checkpoint_and_history_files(files: dict[str, Path], tmp_path: Path) -> None:
+    for name in ("npz_trunc", "npz_garbage", "npz_flipped", "npy_named_npz", "ok", "dir", "missing"):
+        with pytest.raises(ValueError, match=r"checkpoint|floatlab checkpoint"):
+            ck.load_checkpoint(files[name])
+        assert _error_line(["train", "--resume", str(files[name]), "-q"])
+    h = History("x")
+    h.save(tmp_path / "h.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "wrong.json").write_text('{"label": 1}')
+    for name in ("bad.json", "wrong.json"):
+        with pytest.raises(ValueError, match="damaged or not a floatlab history"):
+            History.load(tmp_path / name)
+    with pytest.raises(ValueError, match="damaged or not a floatlab history"):
+        History.load(files["npz_trunc"])
+    with pytest.raises(ValueError, match="no such file"):
+        History.load(tmp_path / "missing.json")
+    assert History.load(tmp_path / "h.json").label == "x"
+    # writing where it cannot be written: one line, exit 2
+    base = ["train", "--epochs", "1", "--data", "underflow", "--hidden", "4", "-q"]
+    _error_line([*base, "--checkpoint", "/nonexistent/dir/ck.npz"])
+    _error_line([*base, "--history", "/nonexistent/dir/h.json"])
+    _error_line([*base, "--checkpoint", str(tmp_path / "ck.txt")])
