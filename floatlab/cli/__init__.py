@@ -7,7 +7,8 @@ heavy (numba kernels, matplotlib, sympy) is imported inside the ``run`` that nee
 ``floatlab decode`` starts fast.
 
 Bad input never gives a traceback: the message goes to stderr as one line starting
-``floatlab: error:`` and the exit status is 2.
+``floatlab: error:`` and the exit status is 2. An unexpected exception (a bug) is reported in
+one line too, with exit status 1. A training fault is one line starting ``floatlab: warning:``.
 
 >>> main(["decode", "0x3C00", "--no-color"])  # doctest: +ELLIPSIS
 0x3C00 ...
@@ -19,25 +20,63 @@ Bad input never gives a traceback: the message goes to stderr as one line starti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from types import ModuleType
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
-from floatlab.cli import decode, demo, encode, formats, histogram_cmd, simulate_cmds, train_cmds
+from floatlab.cli import (
+    bench_cmd,
+    decode,
+    demo,
+    encode,
+    formats,
+    histogram_cmd,
+    lessons_cmd,
+    simulate_cmds,
+    train_cmds,
+)
 from floatlab.cli._common import UI, add_common_options, want_color
 
-__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_USAGE", "UsageError", "build_parser", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_INTERNAL",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "main",
+]
 
 # the commands, in the order `floatlab --help` lists them
-COMMANDS: tuple[ModuleType, ...] = (decode, encode, formats, simulate_cmds, histogram_cmd, train_cmds, demo)
+COMMANDS: tuple[ModuleType, ...] = (
+    decode,
+    encode,
+    formats,
+    simulate_cmds,
+    histogram_cmd,
+    train_cmds,
+    bench_cmd,
+    demo,
+    lessons_cmd,
+)
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 1  # an unexpected exception: a bug, reported in one line all the same
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a tool killed by a closed pipe reports
 
 
 class UsageError(Exception):
-    """A command-line mistake caught by argparse; ``prog`` names the (sub)command."""
+    """A command-line mistake caught by argparse; ``prog`` names the (sub)command.
+
+    >>> build_parser().parse_args(["decode", "0x3C00", "--no-such-option"])
+    Traceback (most recent call last):
+    ...
+    floatlab.cli.UsageError: unrecognized arguments: --no-such-option
+    """
 
     def __init__(self, message: str, prog: str) -> None:
         super().__init__(message)
@@ -95,6 +134,36 @@ def _silence_stdout() -> None:
         pass
 
 
+# the start of a floatlab.train.history.TrainingFaultWarning (matched by message: importing the
+# trainer here would slow every command down)
+_FAULT_MESSAGE = r"step \d+: "
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Training faults are warnings in Python; on the command line each is one line on stderr,
+    ``floatlab: warning: ...``, and the command goes on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=_FAULT_MESSAGE, category=RuntimeWarning)
+        original = warnings.showwarning
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if category.__name__ == "TrainingFaultWarning":
+                sys.stderr.write(f"floatlab: warning: {_one_line(str(message))}\n")
+            else:
+                original(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
@@ -111,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(c.NAME for c in COMMANDS)
             return _error(f"missing command: expected one of {names} (see 'floatlab --help')")
         ui = UI(color=want_color(getattr(args, "color", None)), json=getattr(args, "json", False))
-        status: int = args.run(args, ui)
+        with _one_line_warnings():
+            status: int = args.run(args, ui)
         return status
     except UsageError as e:
         hint = f" (see '{e.prog} --help')"
@@ -121,5 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except (ValueError, OSError, ArithmeticError) as e:
         return _error(str(e) or type(e).__name__)
+    except MemoryError:
+        return _error("not enough memory for this input: expected smaller arrays or counts")
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug: still one line, and a status of its own (1) that tests look for
+        _error(f"internal error: {type(e).__name__}: {e} (a bug in floatlab: please report it)")
+        return EXIT_INTERNAL

@@ -1,0 +1,251 @@
+"""``floatlab lessons [DIR]``: copy the Jupyter lessons into a working folder and open JupyterLab there.
+
+The lessons ship inside the package (``floatlab/lessons`` in a wheel; ``notebooks/`` beside the
+package in a source checkout). Copying never overwrites a lesson already in the folder, so a
+learner's notes survive a second run; ``--force`` restores the originals.
+
+>>> from floatlab.cli import main
+>>> main(["lessons", "--list", "--no-color"])  # doctest: +ELLIPSIS
+  lesson                                         title
+  01-anatomy-of-a-float.ipynb                    Lesson 1: The anatomy of a float
+  ...
+  08-checking-the-claims.ipynb                   Lesson 8: Checking the claims
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from floatlab.cli._common import UI, View, add_common_options, bold, table
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+
+__all__ = [
+    "DEFAULT_DIR",
+    "NAME",
+    "CopyReport",
+    "copy_lessons",
+    "lab_command",
+    "lesson_files",
+    "lesson_title",
+    "lessons_dir",
+    "register",
+    "run",
+]
+
+NAME = "lessons"
+DEFAULT_DIR = "floatlab-lessons"
+_PATTERN = "[0-9][0-9]-*.ipynb"
+
+_EPILOG = """\
+examples:
+  floatlab lessons                       copy into ./floatlab-lessons and start JupyterLab there
+  floatlab lessons ~/fp-course           another folder
+  floatlab lessons --list                the lessons and their titles
+  floatlab lessons --copy-only           copy, do not start JupyterLab
+  floatlab lessons --no-browser --port 8899
+"""
+
+
+def lessons_dir(package_dir: Path | None = None) -> Path:
+    """The folder holding the shipped lessons: ``lessons/`` inside the package (an installed
+    wheel), else ``notebooks/`` beside it (a source checkout, an editable install).
+
+    >>> lessons_dir().is_dir()
+    True
+    """
+    pkg = Path(__file__).resolve().parent.parent if package_dir is None else Path(package_dir)
+    candidates = (pkg / "lessons", pkg.parent / "notebooks")
+    for folder in candidates:
+        if folder.is_dir() and any(folder.glob(_PATTERN)):
+            return folder
+    looked = " and ".join(str(c) for c in candidates)
+    raise ValueError(
+        f"no lessons found in {looked}: expected NN-title.ipynb files (is floatlab fully installed?)"
+    )
+
+
+def lesson_files(folder: Path | None = None) -> list[Path]:
+    """The lessons, in order (``01-...ipynb``, ``02-...ipynb``, ...).
+
+    >>> [p.name for p in lesson_files()][0]
+    '01-anatomy-of-a-float.ipynb'
+    """
+    return sorted((lessons_dir() if folder is None else folder).glob(_PATTERN))
+
+
+def lesson_title(path: Path) -> str:
+    """The first heading of a notebook's first Markdown cell (the file name when it has none).
+
+    >>> lesson_title(lesson_files()[0]).startswith("Lesson 1")
+    True
+    """
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read notebook {str(path)!r}: {e}") from None
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            source = cell.get("source", "")
+            text = "".join(source) if isinstance(source, list) else str(source)
+            for line in text.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+            break
+    return Path(path).stem
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What :func:`copy_lessons` did: the folder, and the lessons it copied or left as they were."""
+
+    folder: Path
+    copied: tuple[str, ...]
+    kept: tuple[str, ...]
+
+
+def copy_lessons(dest: str | Path, *, force: bool = False, source: Path | None = None) -> CopyReport:
+    """Copy the lessons into ``dest`` (created if needed); a lesson already there is kept unless
+    ``force``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     first, again = copy_lessons(tmp), copy_lessons(tmp)
+    >>> len(first.copied) >= 8, again.copied, len(again.kept) == len(first.copied)
+    (True, (), True)
+    """
+    folder = Path(dest).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{str(folder)!r} is a file: expected a folder to copy the lessons into")
+    files = lesson_files(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    copied, kept = [], []
+    for src in files:
+        target = folder / src.name
+        if target.exists() and not force:
+            kept.append(src.name)
+            continue
+        shutil.copyfile(src, target)
+        copied.append(src.name)
+    return CopyReport(folder.resolve(), tuple(copied), tuple(kept))
+
+
+def lab_command(
+    folder: Path,
+    *,
+    port: int | None = None,
+    open_browser: bool = True,
+    token: str | None = None,
+    first: str | None = None,
+) -> list[str]:
+    """The command that starts JupyterLab on loopback in ``folder`` (opening ``first`` if given).
+
+    >>> lab_command(Path("/tmp/l"), port=8899, open_browser=False)[1:4]
+    ['-m', 'jupyterlab', '--ServerApp.root_dir=/tmp/l']
+    """
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", "--ServerApp.ip=127.0.0.1"]
+    if port is not None:
+        # a port asked for is that port or an error, not the next free one
+        cmd += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    if not open_browser:
+        cmd.append("--no-browser")
+    if token is not None:
+        cmd.append(f"--IdentityProvider.token={token}")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # root is the usual user in a container; the server listens on loopback only
+        cmd.append("--allow-root")
+    if first is not None:
+        cmd.append(str(folder / first))
+    return cmd
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected an integer from 1 to 65535")
+    return port
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``lessons`` command to ``subparsers``."""
+    p = subparsers.add_parser(
+        NAME,
+        help="copy the Jupyter lessons into a folder and start JupyterLab there",
+        description="Copy floatlab's Jupyter lessons into DIR (lessons already there are kept) and\n"
+        "start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:\n"
+        "pip install 'floatlab[lessons]'.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"working folder (default {DEFAULT_DIR})"
+    )
+    p.add_argument("--list", action="store_true", help="list the lessons and exit")
+    p.add_argument("--copy-only", action="store_true", help="copy the lessons, do not start JupyterLab")
+    p.add_argument("--force", action="store_true", help="overwrite lessons already in DIR with the originals")
+    p.add_argument("--port", type=_port, help="serve JupyterLab on this port (default: Jupyter's choice)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    p.add_argument("--token", help="the access token JupyterLab asks for (default: a random one)")
+    add_common_options(p)
+    p.set_defaults(run=run)
+    return p
+
+
+def list_view(*, color: bool = False) -> View:
+    """The lessons and their titles.
+
+    >>> list_view().data[0]["file"]
+    '01-anatomy-of-a-float.ipynb'
+    """
+    files = lesson_files()
+    data: list[dict[str, Any]] = [{"file": f.name, "title": lesson_title(f)} for f in files]
+    return View(table(["lesson", "title"], [[d["file"], d["title"]] for d in data], color=color), data)
+
+
+def _copy_view(report: CopyReport, color: bool) -> View:
+    lines = [bold(f"Lessons in {report.folder}", color)]
+    if report.copied:
+        lines.append(f"  copied  {', '.join(report.copied)}")
+    if report.kept:
+        lines.append(f"  kept    {', '.join(report.kept)} (already there; --force restores the originals)")
+    data = {"folder": str(report.folder), "copied": list(report.copied), "kept": list(report.kept)}
+    return View("\n".join(lines), data)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """List, copy, and start JupyterLab (unless ``--list`` or ``--copy-only``)."""
+    if args.list:
+        ui.show(list_view(color=ui.color))
+        return 0
+    report = copy_lessons(args.dir, force=args.force)
+    ui.show(_copy_view(report, ui.color))
+    if args.copy_only:
+        return 0
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise ValueError(
+            "JupyterLab is not installed: expected it from pip install 'floatlab[lessons]' "
+            "(or run with --copy-only and open the lessons in another Jupyter)"
+        )
+    files = lesson_files(report.folder)
+    cmd = lab_command(
+        report.folder,
+        port=args.port,
+        open_browser=not args.no_browser,
+        token=args.token,
+        first=files[0].name if files else None,
+    )
+    return subprocess.call(cmd)

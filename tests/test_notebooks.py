@@ -1,0 +1,124 @@
+"""The lessons are tests: each notebook runs top to bottom in a fresh kernel, its assert cells check
+the facts it teaches, and the repository keeps it without outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]-*.ipynb"))
+LESSONS = (
+    "01-anatomy-of-a-float",
+    "02-rounding-and-ulps",
+    "03-range-underflow-subnormals",
+    "04-swallowed-updates-and-master-weights",
+    "05-gradient-histograms-and-loss-scaling",
+    "06-mixed-precision-training",
+    "07-tensor-cores",
+    "08-checking-the-claims",
+)
+STRIP_HINT = "strip it with: jupyter nbconvert --clear-output --inplace"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    nb: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return nb
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def stored_output_problems(nb: dict[str, Any]) -> list[str]:
+    """What a notebook in the repository must not carry: outputs, execution counts, widget state."""
+    problems = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        if cell.get("outputs"):
+            problems.append(f"cell {i} has {len(cell['outputs'])} output(s)")
+        if cell.get("execution_count") is not None:
+            problems.append(f"cell {i} has execution count {cell['execution_count']}")
+    if "widgets" in nb.get("metadata", {}):
+        problems.append("the notebook metadata holds widget state")
+    return problems
+
+
+def test_every_lesson_is_there() -> None:
+    assert [p.stem for p in NOTEBOOKS] == list(LESSONS)
+
+
+def test_output_check_catches_outputs() -> None:
+    """The check below would notice a notebook saved after running it."""
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": "1", "outputs": [{"output_type": "stream"}], "execution_count": 3}
+        ],
+        "metadata": {"widgets": {}},
+    }
+    assert len(stored_output_problems(nb)) == 3
+    assert (
+        stored_output_problems({"cells": [{"cell_type": "code", "outputs": [], "execution_count": None}]})
+        == []
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stored_without_outputs(path: Path) -> None:
+    problems = stored_output_problems(_load(path))
+    assert not problems, f"{path.name}: {'; '.join(problems)}; {STRIP_HINT} {path.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_valid_and_checks_its_facts(path: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.read(path, as_version=4))
+    nb = _load(path)
+    cells = nb["cells"]
+    assert cells[0]["cell_type"] == "markdown", path.name
+    assert _source(cells[0]).startswith("# Lesson "), path.name
+    code = [_source(c) for c in cells if c["cell_type"] == "code"]
+    assert "assert " in code[-1], f"{path.name}: the last code cell should check the lesson's facts"
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    # the kernel inherits the environment: few numba threads, and no 'static' override of the widgets
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "2")
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.delenv("FLOATLAB_WIDGETS", raising=False)
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, when a cell fails
+
+    stderr, widgets = [], 0
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                stderr.append(f"cell {i}: {out.get('text', '')[:300]}")
+            data = out.get("data", {})
+            if WIDGET_VIEW in data:
+                widgets += 1
+                # every live widget carries its static drawing for renderers without a kernel
+                assert "text/html" in data, f"cell {i}: a widget without a static fallback"
+                assert 'class="floatlab-static"' in data["text/html"], f"cell {i}: not floatlab's fallback"
+    assert not stderr, f"{path.name} wrote to stderr (warnings?):\n" + "\n".join(stderr)
+    has_widget = any("floatlab.widgets import" in _source(c) for c in nb.cells if c.cell_type == "code")
+    assert (widgets > 0) == has_widget, f"{path.name}: {widgets} widget outputs"
