@@ -8,7 +8,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # the optimizers and the torch gradient recorder are tested against it (`make test TORCH=` skips them)
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint typecheck bench docs clean
+.PHONY: demo test lint typecheck bench docs docs-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,13 +21,13 @@ demo: $(STAMP)
 	$(BIN)/python -m floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3 --plot demo-curves.png
 
 lint: $(STAMP)
-	$(BIN)/ruff check floatlab tests benchmarks
-	$(BIN)/ruff format --check floatlab tests benchmarks
+	$(BIN)/ruff check floatlab tests benchmarks docs/conf.py docs/_ext
+	$(BIN)/ruff format --check floatlab tests benchmarks docs/conf.py docs/_ext
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) lint typecheck
+test: $(STAMP) lint typecheck docs-check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
@@ -36,6 +36,27 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_histogram.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_trainer.py
+
+# the site, into docs/_build/html: lessons and pages executed (cached in docs/_build/.jupyter_cache)
+docs: $(STAMP)
+	$(BIN)/sphinx-build -j auto -b html -n -W --keep-going docs docs/_build/html -d docs/_build/doctrees
+
+# the same build from scratch with warnings as errors and every reference checked, executing no
+# notebook (the notebook tests run the lessons): a broken reference or page fails `make test`
+docs-check: $(STAMP)
+	FLOATLAB_DOCS_EXECUTE=off $(BIN)/sphinx-build -E -q -j auto -b html -n -W --keep-going \
+		docs docs/_build/check -d docs/_build/check-doctrees
+
+.PHONY: test-exhaustive fuzz
+
+# every one of the 2^32 float32 inputs into fp16 and bf16, all modes, against independent oracles
+# (15 to 20 minutes on two cores); writes benchmarks/results/exhaustive.md, fails on a mismatch
+test-exhaustive: $(STAMP)
+	$(BIN)/python benchmarks/exhaustive.py
+
+# 100,000 generated command lines through the CLI; writes benchmarks/results/fuzz.md, fails on a crash
+fuzz: $(STAMP)
+	NUMBA_NUM_THREADS=2 $(BIN)/python benchmarks/fuzz_cli.py -n 100000
 
 clean:
 	rm -rf $(VENV) .numba_cache .pytest_cache .mypy_cache .ruff_cache

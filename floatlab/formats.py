@@ -282,7 +282,13 @@ def _norm(name: str) -> str:
 
 
 def register_format(fmt: FloatFormat, *aliases: str) -> FloatFormat:
-    """Add ``fmt`` to the registry under its name and ``aliases`` (case-insensitive)."""
+    """Add ``fmt`` to the registry under its name and ``aliases`` (case-insensitive).
+
+    >>> e6m9 = register_format(FloatFormat(exponent_bits=6, mantissa_bits=9), "my-e6m9")
+    >>> get_format("MY-E6M9") is e6m9, e6m9.name
+    (True, 'e6m9')
+    >>> _ = FORMATS.pop("e6m9"), _ALIASES.pop("my_e6m9"), _ALIASES.pop("e6m9")  # (undo, for other examples)
+    """
     key = _norm(fmt.name)
     FORMATS[key] = fmt
     _ALIASES[key] = key
@@ -292,7 +298,11 @@ def register_format(fmt: FloatFormat, *aliases: str) -> FloatFormat:
 
 
 def format_names() -> list[str]:
-    """Registered format names, widest first."""
+    """Registered format names, widest first.
+
+    >>> format_names()[:5]
+    ['fp64', 'fp32', 'tf32', 'fp16', 'bf16']
+    """
     return list(FORMATS)
 
 
