@@ -66,14 +66,9 @@ def time_best(
 
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux), or what the platform module knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from floatlab.backend import _cpu_name
+
+    return _cpu_name()
 
 
 def versions(packages: Iterable[str]) -> dict[str, str]:

@@ -30,6 +30,7 @@ import gfloat.formats as gf
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
+from _common import cpu_model
 
 import floatlab as fl
 from floatlab import codec
@@ -69,22 +70,12 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def machine_header() -> list[str]:
     import numba
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     return [
-        f"- machine: {_cpu_model()}, {os.cpu_count()} logical cores "
+        f"- machine: {cpu_model()}, {os.cpu_count()} logical cores "
         f"(numba threads: {numba.get_num_threads()}), {platform.system()} {platform.release()}; "
         f"load average at the end of the run: {load}",
         f"- python {platform.python_version()}, numpy {np.__version__}, ml_dtypes {_version('ml_dtypes')}, "

@@ -46,6 +46,7 @@ _core: Any = None
 _encode_one: Any = None
 _decode_one: Any = None
 _random32: Any = None
+_flags_one: Any = None
 cuda: Any = None
 _encode_at: Any = None
 _round_at: Any = None
@@ -79,39 +80,8 @@ def _general_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: A
 def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
     """Any mode with the IEEE flags of element i in fl[i]: 1 inexact, 2 underflow, 4 overflow,
     8 invalid (the per-element terms that floatlab._kernels' flag loop adds up)."""
-    (m_in, _emask_in, _bias_in, _w_in, _emin_in, norm, _daz, m_t, emin_t, _emax_t, _maxc, cl, _sb,
-     c_rne, c_rna, c_dp, c_dn, c_odd, c_st, _sat, _ovf_mag, _inf_mag, _nan_base, _pmask, _psr, _psl,
-     _fnuz, _ftz, rmask, quiet_in, has_nan, has_inf, k0, k1) = p  # fmt: skip
-    key0 = _u(k0, np.uint32(0))
-    key1 = _u(k1, np.uint32(0))
-    st_mask = _u(0xFFFFFFFF if c_st != 0 else 0, np.uint32(0))
-    one = _u(1, z)
-    rnd = _u(_random32(i, key0, key1) & st_mask, key0)
-    code, sgn, special, f, sig, e, inexact, et, ovf, flushed = _encode_one(_u(x[i], z), z, rnd, p)
-    invalid = special & (
-        ((f != 0) & (((f & _u(quiet_in, z)) == 0) | (has_nan == 0))) | ((f == 0) & (has_inf == 0))
-    )
-    finite = (not special) & (sig != 0)
-    tiny = False
-    if inexact & (et < _s(emin_t, z)):
-        # tininess after rounding, as the CPU loop decides it (only one binade below can round up)
-        if et < _s(emin_t - 1, z):
-            tiny = True
-        else:
-            unbounded = _core(
-                sig, e, sgn, rnd, z, m_in, norm, m_t, et, cl, c_rne, c_rna, c_dp, c_dn, c_odd, c_st, rmask
-            )[0]
-            tiny = unbounded < _shl(one, m_t + 1)
-    bits = 0
-    if finite & (inexact | ovf | flushed):
-        bits |= 1
-    if finite & ((inexact & tiny) | flushed):
-        bits |= 2
-    if finite & ovf:
-        bits |= 4
-    if invalid:
-        bits |= 8
-    fl[i] = bits
+    code, sgn, flags = _flags_one(x[i], i, z, p)
+    fl[i] = flags
     if to_input:
         out[i] = _decode_one(code, sgn, z, d, True)
     else:
@@ -205,7 +175,7 @@ def _bind(target: str) -> dict[str, Any]:
         device = numba_cuda.jit(device=True, inline=True)
     else:
         device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32"):
+    for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one"):
         table[name] = device(_rebind(getattr(k, name + "_py"), table))
     for name in _NAMES:
         table[f"_{name}_at"] = device(_rebind(globals()[f"_{name}_at_py"], table))

@@ -58,6 +58,7 @@ _random32: Any = None
 _mix32: Any = None
 _half: Any = None
 _unhalf: Any = None
+_flags_one: Any = None
 
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
@@ -522,41 +523,56 @@ def _round_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
         out[i] = _decode_one(r[0], r[1], z, d, True)
 
 
-def _full_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool) -> Any:
-    """Every mode, stochastic included, with the IEEE flags counted; out has the lane type."""
+def _flags_one_py(xi: Any, i: Any, z: Any, p: Any) -> Any:
+    """Element ``i`` (bits ``xi``) of the flag-counting loops, any mode: (code, sign, flags) with
+    flags 1 inexact, 2 underflow, 4 overflow, 8 invalid (the CPU and GPU loops share it)."""
     (m_in, _emask_in, _bias_in, _w_in, _emin_in, norm, _daz, m_t, emin_t, _emax_t, _maxc, cl, _sb,
      c_rne, c_rna, c_dp, c_dn, c_odd, c_st, _sat, _ovf_mag, _inf_mag, _nan_base, _pmask, _psr, _psl,
      _fnuz, _ftz, rmask, quiet_in, has_nan, has_inf, k0, k1) = p  # fmt: skip
     key0 = _u(k0, np.uint32(0))
     key1 = _u(k1, np.uint32(0))
     st_mask = _u(0xFFFFFFFF if c_st != 0 else 0, np.uint32(0))
-    one = _u(1, z)
+    rnd = _u(_random32(i, key0, key1) & st_mask, key0)
+    code, sgn, special, f, sig, e, inexact, et, ovf, flushed = _encode_one(_u(xi, z), z, rnd, p)
+    invalid = special & (
+        ((f != 0) & (((f & _u(quiet_in, z)) == 0) | (has_nan == 0))) | ((f == 0) & (has_inf == 0))
+    )
+    finite = (not special) & (sig != 0)
+    tiny = False
+    if inexact & (et < _s(emin_t, z)):
+        # tininess after rounding: would the result, with an unbounded exponent range,
+        # still be below 2^emin? Only an input one binade below can round up out of it.
+        if et < _s(emin_t - 1, z):
+            tiny = True
+        else:
+            unbounded = _core(
+                sig, e, sgn, rnd, z, m_in, norm, m_t, et, cl, c_rne, c_rna, c_dp, c_dn, c_odd, c_st, rmask
+            )[0]
+            tiny = unbounded < _shl(_u(1, z), m_t + 1)
+    flags = 0
+    if finite & (inexact | ovf | flushed):
+        flags |= 1
+    if finite & ((inexact & tiny) | flushed):
+        flags |= 2
+    if finite & ovf:
+        flags |= 4
+    if invalid:
+        flags |= 8
+    return code, sgn, flags
+
+
+def _full_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool) -> Any:
+    """Every mode, stochastic included, with the IEEE flags counted; out has the lane type."""
     n_inexact = 0
     n_underflow = 0
     n_overflow = 0
     n_invalid = 0
     for i in prange(x.size):
-        rnd = _u(_random32(i, key0, key1) & st_mask, key0)
-        code, sgn, special, f, sig, e, inexact, et, ovf, flushed = _encode_one(_u(x[i], z), z, rnd, p)
-        invalid = special & (
-            ((f != 0) & (((f & _u(quiet_in, z)) == 0) | (has_nan == 0))) | ((f == 0) & (has_inf == 0))
-        )
-        finite = (not special) & (sig != 0)
-        tiny = False
-        if inexact & (et < _s(emin_t, z)):
-            # tininess after rounding: would the result, with an unbounded exponent range,
-            # still be below 2^emin? Only an input one binade below can round up out of it.
-            if et < _s(emin_t - 1, z):
-                tiny = True
-            else:
-                unbounded = _core(
-                    sig, e, sgn, rnd, z, m_in, norm, m_t, et, cl, c_rne, c_rna, c_dp, c_dn, c_odd, c_st, rmask
-                )[0]
-                tiny = unbounded < _shl(one, m_t + 1)
-        n_inexact += 1 if finite & (inexact | ovf | flushed) else 0
-        n_underflow += 1 if finite & ((inexact & tiny) | flushed) else 0
-        n_overflow += 1 if finite & ovf else 0
-        n_invalid += 1 if invalid else 0
+        code, sgn, flags = _flags_one(x[i], i, z, p)
+        n_inexact += flags & 1
+        n_underflow += (flags >> 1) & 1
+        n_overflow += (flags >> 2) & 1
+        n_invalid += flags >> 3
         if to_input:
             out[i] = _decode_one(code, sgn, z, d, True)
         else:
@@ -604,7 +620,7 @@ def _compile() -> dict[str, Any]:
         # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
         # element functions as calls, and a loop with a call does not vectorise
         helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-        for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32"):
+        for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one"):
             g[name] = helper(g[name + "_py"])
         loop = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
         for name in ("encode", "round", "full", "general", "decode", "gather"):

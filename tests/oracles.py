@@ -1,8 +1,12 @@
-"""The independent oracles the tests compare floatlab with: numpy and ml_dtypes scalar types
-that hold each registered format's bits, and gfloat's description of a format."""
+"""What the tests share: the independent oracles they compare floatlab with (numpy and ml_dtypes types
+holding each format's bits, gfloat's description of a format) and the benchmark scripts they sample."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import ml_dtypes
@@ -45,3 +49,16 @@ def gfloat_info(fmt: FloatFormat) -> FormatInfo:
         has_subnormals=True,
         is_twos_complement=False,
     )
+
+
+def benchmark_script(name: str) -> ModuleType:
+    """The script benchmarks/<name>.py as a module (the exhaustive check and the CLI fuzz run
+    there at full size; the suite imports them to run samples)."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"floatlab_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up by name)
+    spec.loader.exec_module(module)
+    return module

@@ -11,33 +11,17 @@ oracle's codes and exact float64 comparisons for the directed modes.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from fractions import Fraction
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from oracles import benchmark_script
 
 import floatlab as fl
 from floatlab.rounding import round_scalar
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("floatlab_exhaustive", BENCHMARKS / "exhaustive.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up by name)
-    spec.loader.exec_module(module)
-    return module
-
-
-ex: Any = _module()
+ex: Any = benchmark_script("exhaustive")
 
 
 def _assert_clean(rep: Any) -> None:

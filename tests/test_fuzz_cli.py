@@ -5,28 +5,14 @@ The suite runs 2,000 cases; ``make fuzz`` runs 100,000 (benchmarks/fuzz_cli.py).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from oracles import benchmark_script
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _fuzz_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("floatlab_fuzz_cli", BENCHMARKS / "fuzz_cli.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up by name)
-    spec.loader.exec_module(module)
-    return module
-
-
-fz: Any = _fuzz_module()
+fz: Any = benchmark_script("fuzz_cli")
 
 
 def test_two_thousand_generated_command_lines(tmp_path: Path) -> None:
