@@ -605,6 +605,19 @@ def _gather_kernel_py(c: Any, table: Any, out: Any) -> None:
         out[i] = table[c[i]]
 
 
+def _add_count_kernel_py(w: Any, d: Any, out: Any) -> Any:
+    """out = w + d in w's dtype (the hardware's rounding), with the count of non-zero d and the
+    count of elements whose value changed: one pass where numpy needs three and two temporaries."""
+    intended = 0
+    changed = 0
+    for i in range(w.size):
+        s = w[i] + d[i]
+        out[i] = s
+        intended += 1 if d[i] != 0 else 0
+        changed += 1 if s != w[i] else 0
+    return intended, changed
+
+
 def _compile() -> dict[str, Any]:
     """Import numba and wrap the element functions and loops (once per process)."""
     with _lock:
@@ -627,7 +640,7 @@ def _compile() -> dict[str, Any]:
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
         # the hardware conversion runs at memory speed on one core: no threads to wake
         serial = numba.njit(cache=True, nogil=True, error_model="numpy")
-        for name in ("half_encode", "half_round"):
+        for name in ("half_encode", "half_round", "add_count"):
             _compiled[name] = serial(g[f"_{name}_kernel_py"])
         return _compiled
 
@@ -694,6 +707,22 @@ def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     loop = _compiled.get("half_round") or _compile()["half_round"]
     (loop if back else _compiled["half_encode"])(bits, out)
     return out
+
+
+def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``(w + d, count of d != 0, count of w + d != w)`` for float32/float64 arrays of one shape
+    and dtype, in one compiled pass (the trainer's update with its swallowed-update counts).
+
+    >>> w = np.array([1.0, 1.0, 2.0], np.float32)
+    >>> new, intended, changed = add_count(w, np.array([1e-8, 0.5, 0.0], np.float32))
+    >>> new.tolist(), intended, changed   # 1e-8 is below half an ulp of 1: swallowed
+    ([1.0, 1.5, 2.0], 2, 1)
+    """
+    wc, dc = np.ascontiguousarray(w).reshape(-1), np.ascontiguousarray(d, dtype=w.dtype).reshape(-1)
+    out = np.empty_like(wc)
+    loop = _compiled.get("add_count") or _compile()["add_count"]
+    intended, changed = loop(wc, dc, out)
+    return out.reshape(w.shape), int(intended), int(changed)
 
 
 def run_round(bits: np.ndarray, lanes: int, p: EncodeParams, d: DecodeParams) -> np.ndarray:

@@ -206,3 +206,26 @@ def test_stochastic_casts_are_seeded() -> None:
     np.testing.assert_array_equal(a, b)
     up = float(np.mean(a > 1))
     assert 0.18 < up < 0.32  # P(up) = 1/4
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_update_and_counts_equal_numpy(dtype: type) -> None:
+    """The trainer's one-pass update (w + d with the counts of non-zero and of effective
+    updates) against numpy's three passes, on swallowed, zero, overflowing and NaN updates."""
+    from floatlab._kernels import add_count
+
+    rng = np.random.default_rng(5)
+    w: np.ndarray[Any, Any] = rng.standard_normal(10_000).astype(dtype)
+    tiny = float(np.finfo(dtype).eps) / 8  # below half an ulp of w: swallowed
+    d = (w * rng.choice(np.array([0.0, tiny, 1e-3, 1.0]), w.size)).astype(dtype)
+    w[:4] = [np.finfo(dtype).max, np.inf, 1.0, np.nan]
+    d[:4] = [np.finfo(dtype).max, -np.inf, np.nan, 1.0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = w + d
+    got, intended, changed = add_count(w.reshape(100, 100), d.reshape(100, 100))
+    assert got.shape == (100, 100)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.reshape(-1).view(np.uint8), want.view(np.uint8))
+    assert intended == np.count_nonzero(d != 0)
+    assert changed == np.count_nonzero(want != w)
+    assert 0 < changed < intended  # some updates were swallowed, some were not

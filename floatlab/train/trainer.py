@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from floatlab._kernels import add_count
 from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import Dataset, get_data
@@ -380,9 +381,20 @@ class Trainer:
             # a pure policy stores the update in the weight format too, then the sum: two roundings
             # (fp32 + fp32 is one rounding by the hardware itself)
             wide = self.P.is_wide(fmt)
-            new = old + d if wide else self.P.cast(old + self.P.cast(d, fmt, mode), fmt, mode)
-            intended += int(np.count_nonzero(d != 0))
-            changed += int(np.count_nonzero(new != old))
+            if (
+                wide
+                and isinstance(old, np.ndarray)
+                and isinstance(d, np.ndarray)
+                and d.dtype == old.dtype
+                and d.shape == old.shape
+            ):
+                new, n_intended, n_changed = add_count(old, d)  # one pass instead of three
+                intended += n_intended
+                changed += n_changed
+            else:
+                new = old + d if wide else self.P.cast(old + self.P.cast(d, fmt, mode), fmt, mode)
+                intended += int(np.count_nonzero(d != 0))
+                changed += int(np.count_nonzero(new != old))
             self.params[k] = new
         return (intended - changed) / intended if intended else 0.0
 
