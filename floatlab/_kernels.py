@@ -606,16 +606,18 @@ def _gather_kernel_py(c: Any, table: Any, out: Any) -> None:
 
 
 def _add_count_kernel_py(w: Any, d: Any, out: Any) -> Any:
-    """out = w + d in w's dtype (the hardware's rounding), with the count of non-zero d and the
-    count of elements whose value changed: one pass where numpy needs three and two temporaries."""
+    """out = w + d in w's dtype (the hardware's rounding), with the counts of non-zero d, of
+    elements whose value changed and of non-finite results: one pass where numpy needs four."""
     intended = 0
     changed = 0
+    nonfinite = 0
     for i in range(w.size):
         s = w[i] + d[i]
         out[i] = s
         intended += 1 if d[i] != 0 else 0
         changed += 1 if s != w[i] else 0
-    return intended, changed
+        nonfinite += 0 if np.isfinite(s) else 1
+    return intended, changed, nonfinite
 
 
 def _compile() -> dict[str, Any]:
@@ -709,20 +711,21 @@ def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     return out
 
 
-def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """``(w + d, count of d != 0, count of w + d != w)`` for float32/float64 arrays of one shape
-    and dtype, in one compiled pass (the trainer's update with its swallowed-update counts).
+def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """``(w + d, count of d != 0, count of w + d != w, count of non-finite w + d)`` for
+    float32/float64 arrays of one shape and dtype, in one compiled pass (the trainer's update
+    with its swallowed-update counts and its check that the new weights are finite).
 
-    >>> w = np.array([1.0, 1.0, 2.0], np.float32)
-    >>> new, intended, changed = add_count(w, np.array([1e-8, 0.5, 0.0], np.float32))
-    >>> new.tolist(), intended, changed   # 1e-8 is below half an ulp of 1: swallowed
-    ([1.0, 1.5, 2.0], 2, 1)
+    >>> w = np.array([1.0, 1.0, 2.0, 3e38], np.float32)
+    >>> new, intended, changed, nonfinite = add_count(w, np.array([1e-8, 0.5, 0.0, 3e38], np.float32))
+    >>> new.tolist(), intended, changed, nonfinite   # 1e-8 is below half an ulp of 1: swallowed
+    ([1.0, 1.5, 2.0, inf], 3, 2, 1)
     """
     wc, dc = np.ascontiguousarray(w).reshape(-1), np.ascontiguousarray(d, dtype=w.dtype).reshape(-1)
     out = np.empty_like(wc)
     loop = _compiled.get("add_count") or _compile()["add_count"]
-    intended, changed = loop(wc, dc, out)
-    return out.reshape(w.shape), int(intended), int(changed)
+    intended, changed, nonfinite = loop(wc, dc, out)
+    return out.reshape(w.shape), int(intended), int(changed), int(nonfinite)
 
 
 def run_round(bits: np.ndarray, lanes: int, p: EncodeParams, d: DecodeParams) -> np.ndarray:

@@ -211,7 +211,7 @@ def test_stochastic_casts_are_seeded() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fused_update_and_counts_equal_numpy(dtype: type) -> None:
     """The trainer's one-pass update (w + d with the counts of non-zero and of effective
-    updates) against numpy's three passes, on swallowed, zero, overflowing and NaN updates."""
+    updates and of non-finite results) against numpy, on swallowed, zero, overflowing and NaN updates."""
     from floatlab._kernels import add_count
 
     rng = np.random.default_rng(5)
@@ -222,10 +222,11 @@ def test_fused_update_and_counts_equal_numpy(dtype: type) -> None:
     d[:4] = [np.finfo(dtype).max, -np.inf, np.nan, 1.0]
     with np.errstate(over="ignore", invalid="ignore"):
         want = w + d
-    got, intended, changed = add_count(w.reshape(100, 100), d.reshape(100, 100))
+    got, intended, changed, nonfinite = add_count(w.reshape(100, 100), d.reshape(100, 100))
     assert got.shape == (100, 100)
     assert got.dtype == want.dtype
     assert np.array_equal(got.reshape(-1).view(np.uint8), want.view(np.uint8))
     assert intended == np.count_nonzero(d != 0)
     assert changed == np.count_nonzero(want != w)
+    assert nonfinite == np.count_nonzero(~np.isfinite(want)) == 4  # max+max, inf-inf, 1+NaN, NaN+1
     assert 0 < changed < intended  # some updates were swallowed, some were not

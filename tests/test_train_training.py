@@ -71,7 +71,7 @@ def test_swallowed_updates_match_an_oracle() -> None:
     deltas: dict[str, Any] = {}
     apply = tr._apply
 
-    def spy(d: dict[str, Any]) -> float:
+    def spy(d: dict[str, Any]) -> tuple[float, bool]:
         deltas.update({k: v.copy() for k, v in d.items()})
         return apply(d)
 

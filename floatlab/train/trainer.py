@@ -323,8 +323,8 @@ class Trainer:
         swallowed = 0.0
         if not skipped:
             before = dict(self.params)  # (_apply replaces the arrays, so this keeps the old ones)
-            swallowed = self._apply(self.opt.deltas(self.params, grads, lr))
-            if not all(bool(np.isfinite(v).all()) for v in self.params.values()):
+            swallowed, finite = self._apply(self.opt.deltas(self.params, grads, lr))
+            if not finite:
                 faults.append("nonfinite_update" if guarded else "nonfinite_weights")
                 if guarded:  # undo: the weights stay as they were
                     self.params.update(before)
@@ -369,13 +369,13 @@ class Trainer:
         # without master weights the gradients stay in their format: unscaling can underflow again
         return {k: self.P.cast(g * t(inv), self.policy.backward) for k, g in grads.items()}
 
-    def _apply(self, deltas: dict[str, Array]) -> float:
+    def _apply(self, deltas: dict[str, Array]) -> tuple[float, bool]:
         """Add the updates to the weights in the weight format; return the share of the non-zero
         updates that did not change their weight (swallowed: the update underflowed, or it was
-        below half an ulp of the weight)."""
+        below half an ulp of the weight) and whether every new weight is finite."""
         fmt = self.policy.weight_format
         mode = self.policy.update_rounding
-        intended = changed = 0
+        intended = changed = nonfinite = 0
         for k, d in deltas.items():
             old = self.params[k]
             # a pure policy stores the update in the weight format too, then the sum: two roundings
@@ -388,15 +388,17 @@ class Trainer:
                 and d.dtype == old.dtype
                 and d.shape == old.shape
             ):
-                new, n_intended, n_changed = add_count(old, d)  # one pass instead of three
-                intended += n_intended
-                changed += n_changed
+                new, n_intended, n_changed, n_bad = add_count(old, d)  # one pass instead of four
             else:
                 new = old + d if wide else self.P.cast(old + self.P.cast(d, fmt, mode), fmt, mode)
-                intended += int(np.count_nonzero(d != 0))
-                changed += int(np.count_nonzero(new != old))
+                n_intended = int(np.count_nonzero(d != 0))
+                n_changed = int(np.count_nonzero(new != old))
+                n_bad = 0 if bool(np.isfinite(new).all()) else 1
+            intended += n_intended
+            changed += n_changed
+            nonfinite += n_bad
             self.params[k] = new
-        return (intended - changed) / intended if intended else 0.0
+        return ((intended - changed) / intended if intended else 0.0), nonfinite == 0
 
     def _record_histogram(self, grads: Params) -> None:
         """Histogram of the unscaled gradients (the values the optimizer sees), with what the
