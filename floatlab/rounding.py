@@ -163,17 +163,18 @@ def _exponent_of(q: Fraction) -> int:
     return e
 
 
-def _round_up(mode: str, rem: Fraction, kept: int, negative: bool, rand: int, random_bits: int) -> bool:
+def _round_up(mode: str, r: int, den: int, kept: int, negative: bool, rand: int, random_bits: int) -> bool:
     """Whether to step from ``kept`` (the truncated significand) to ``kept + 1``.
 
-    ``rem`` in [0, 1) is how far the exact value lies beyond ``kept``, in units of the gap.
+    The exact value lies ``r / den`` (in [0, 1)) of the gap beyond ``kept``; integers only,
+    so that a value with a 300,000-bit numerator costs one division, not a Fraction's gcds.
     """
-    if rem == 0:
+    if r == 0:
         return False
     if mode == "rne":
-        return rem > Fraction(1, 2) or (rem == Fraction(1, 2) and kept % 2 == 1)
+        return 2 * r > den or (2 * r == den and kept % 2 == 1)
     if mode == "rna":
-        return rem >= Fraction(1, 2)
+        return 2 * r >= den
     if mode == "rtz":
         return False
     if mode == "rup":
@@ -184,7 +185,7 @@ def _round_up(mode: str, rem: Fraction, kept: int, negative: bool, rand: int, ra
         return kept % 2 == 0
     # stochastic: add the random bits to the top `random_bits` bits of the remainder and
     # round up on a carry, as hardware does; P(up) = floor(rem * 2^k) / 2^k
-    scaled = math.floor(rem * (1 << random_bits))
+    scaled = (r << random_bits) // den
     return scaled + rand >= 1 << random_bits
 
 
@@ -192,10 +193,14 @@ def _scaled_round(
     mag: Fraction, exp: int, fmt: FloatFormat, mode: str, negative: bool, rand: int, random_bits: int
 ) -> tuple[int, bool]:
     """Round mag to a multiple of 2^(exp - m); return (multiple, inexact)."""
-    q = mag / Fraction(2) ** (exp - fmt.mantissa_bits)
-    kept = math.floor(q)
-    rem = q - kept
-    return kept + _round_up(mode, rem, kept, negative, rand, random_bits), rem != 0
+    shift = fmt.mantissa_bits - exp  # mag * 2^shift, as num / den
+    num, den = mag.numerator, mag.denominator
+    if shift >= 0:
+        num <<= shift
+    else:
+        den <<= -shift
+    kept, r = divmod(num, den)
+    return kept + _round_up(mode, r, den, kept, negative, rand, random_bits), r != 0
 
 
 def round_rational(

@@ -457,6 +457,27 @@ def test_sci_is_exact_beyond_float_range() -> None:
     assert sci(Fraction(10**400)) == "1.00e+400"
 
 
+@pytest.mark.parametrize("digits", [1, 3, 20])
+def test_sci_rounds_half_even_like_decimal_division(digits: int) -> None:
+    # oracle: the decimal module's correctly rounded division in a context of `digits` digits
+    import decimal
+    import random
+
+    ctx = decimal.Context(prec=digits, Emin=-(10**9), Emax=10**9, rounding=decimal.ROUND_HALF_EVEN)
+    rnd = random.Random(digits)
+    cases = [Fraction(95, 10), Fraction(-995, 1000), Fraction(1, 3) * 10**5000, Fraction(2) ** -1074]
+    for _ in range(2000):
+        c = rnd.randrange(10**digits, 10 ** (digits + 1))  # ties and near-ties of the last digit
+        cases.append(Fraction(2 * c + rnd.choice([-1, 0, 1, 5]), 20) * Fraction(10) ** rnd.randrange(-60, 60))
+        ratio = Fraction(rnd.randrange(1, 2**64), rnd.randrange(1, 2**64))
+        cases.append(ratio * Fraction(2) ** rnd.randrange(-1100, 1100))
+    for q in cases:
+        want = ctx.divide(decimal.Decimal(q.numerator), decimal.Decimal(q.denominator))
+        assert sci(-abs(q), digits) == "-" + sci(abs(q), digits)
+        mant, _, exp = sci(q, digits).partition("e")
+        assert decimal.Decimal(f"{mant}e{exp}") == want, q
+
+
 # ---- as a program -------------------------------------------------------------------------------
 def test_python_m_floatlab_matches_main(capsys: pytest.CaptureFixture[str]) -> None:
     proc = run_module("decode", "0x7bff", "0x3555")

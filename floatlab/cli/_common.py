@@ -262,11 +262,30 @@ def table(
 
 
 def _to_decimal(q: Fraction | int | float, digits: int) -> decimal.Decimal:
-    # a local context with a huge exponent range: 2^-1074 and 2^1024 and far beyond stay exact in
-    # scale, where float(q) would underflow to 0 or overflow
-    ctx = decimal.Context(prec=digits, Emin=-(10**9), Emax=10**9, rounding=decimal.ROUND_HALF_EVEN)
+    """``q`` rounded half-even to ``digits`` significant decimal digits, exactly, in integer
+    arithmetic: 2^-1074, 2^1024 and 10^100000 keep their scale (float(q) would underflow or
+    overflow), and a 300,000-bit numerator costs a few big-int products, not a Decimal division."""
     q = Fraction(q)
-    return ctx.divide(decimal.Decimal(q.numerator), decimal.Decimal(q.denominator))
+    if q == 0:
+        return decimal.Decimal(0)
+    n, d = abs(q.numerator), q.denominator
+    # k estimates floor(log10(q)) from the bit lengths (off by at most one); the loop settles it
+    k = math.floor((n.bit_length() - d.bit_length()) * math.log10(2))
+    while True:
+        shift = digits - 1 - k  # the coefficient is q * 10^shift, in [10^(digits-1), 10^digits)
+        num, den = (n * 10**shift, d) if shift >= 0 else (n, d * 10**-shift)
+        c, r = divmod(num, den)
+        if c >= 10**digits:
+            k += 1
+        elif c < 10 ** (digits - 1):
+            k -= 1
+        else:
+            break
+    if 2 * r > den or (2 * r == den and c % 2 == 1):
+        c += 1
+        if c == 10**digits:  # 9.99... rounded up to 10.0
+            c, k = c // 10, k + 1
+    return decimal.Decimal(f"{'-' if q < 0 else ''}{c}e{k - digits + 1}")
 
 
 def sci(q: Fraction | int | float | None, digits: int = 3) -> str:
