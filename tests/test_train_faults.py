@@ -98,13 +98,22 @@ def test_a_loss_that_overflows_is_detected() -> None:
     _assert_same(before, tr.params)
 
 
-def test_an_update_that_overflows_is_undone() -> None:
+def _opt_snapshot(tr: Trainer) -> dict[str, np.ndarray]:
+    """The optimizer's step count and state arrays, copied."""
+    out = {f"{k}/{n}": a.copy() for k, st in tr.opt.state.items() for n, a in st.items()}
+    out["t"] = np.array([tr.opt.t])
+    return out
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_an_update_that_overflows_is_undone(optimizer: str) -> None:
     # finite gradients, but a learning rate so large that the fp32 update is inf
-    tr = _trainer("mixed-fp16")
+    tr = _trainer("mixed-fp16", optimizer=optimizer)
     x, y = _batch()
     _step(tr, x, y)
-    before, opt_steps = _snapshot(tr), tr.opt_steps
-    tr.opt.lr = 1e38 * 2.0**20  # (SGD's lr is divided by the loss weight)
+    before, opt_before, opt_steps = _snapshot(tr), _opt_snapshot(tr), tr.opt_steps
+    assert opt_before.keys() > {"t"}  # momentum buffers or moments exist: there is state to protect
+    tr.opt.lr = 1e38 * 2.0**20  # (the lr is divided by the loss weight)
     with pytest.warns(TrainingFaultWarning) as record:
         st = _step(tr, x, y)
     assert [str(w.message).rsplit("[", 1)[1].split("]")[0] for w in record] == ["nonfinite_update"]
@@ -112,6 +121,16 @@ def test_an_update_that_overflows_is_undone() -> None:
     assert st.fault == "nonfinite_update"
     assert tr.opt_steps == opt_steps
     _assert_same(before, tr.params)
+    _assert_same(opt_before, _opt_snapshot(tr))  # the optimizer did not take the step either
+    # the next good step is the one an untouched twin takes
+    tr.opt.lr = _trainer(optimizer=optimizer).opt.lr
+    twin = _trainer("mixed-fp16", optimizer=optimizer)
+    _step(twin, x, y)
+    twin.scaler.load_state_dict(tr.scaler.state_dict())
+    _step(tr, x, y)
+    _step(twin, x, y)
+    _assert_same(twin.params, tr.params)
+    _assert_same(_opt_snapshot(twin), _opt_snapshot(tr))
 
 
 def test_pure_low_precision_lets_nan_in_and_says_so() -> None:
@@ -258,14 +277,17 @@ def test_a_thousand_faults_never_reach_the_master_weights() -> None:
                 )
             else:  # beyond fp32: every update is inf or NaN
                 tr.opt.lr = 1e39
-            before = _snapshot(tr)
+            before, opt_before = _snapshot(tr), _opt_snapshot(tr)
             st = _step(tr, x, y)
             tr.opt.lr = lr
             for k, v in tr.params.items():
                 assert v.dtype == np.float32
                 assert np.isfinite(v).all(), (i, kind, k, st.fault)
+            for k, v in _opt_snapshot(tr).items():
+                assert np.isfinite(v).all(), (i, kind, k, st.fault)
             if st.skipped:
                 _assert_same(before, tr.params)
+                _assert_same(opt_before, _opt_snapshot(tr))
             else:
                 assert not {"nonfinite_batch", "nonfinite_loss", "nonfinite_grad"} & set(st.fault.split(","))
             for f in filter(None, st.fault.split(",")):

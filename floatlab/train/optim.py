@@ -22,11 +22,42 @@ import numpy as np
 
 from floatlab.train.precision import Array
 
-__all__ = ["SGD", "AdamW", "Optimizer", "Schedule", "clip_grad_norm", "global_norm", "make_optimizer"]
+__all__ = [
+    "SGD",
+    "AdamW",
+    "Optimizer",
+    "Proposal",
+    "Schedule",
+    "clip_grad_norm",
+    "global_norm",
+    "make_optimizer",
+]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One optimizer step, computed but not yet taken: the update of each parameter and the
+    state the optimizer will hold once :meth:`Optimizer.commit` takes it. A step whose new
+    weights turn out non-finite is dropped instead, and the optimizer is as it was.
+
+    >>> opt = SGD(lr=0.5, momentum=0.9)
+    >>> prop = opt.propose({"w": np.zeros(1, np.float32)}, {"w": np.ones(1, np.float32)})
+    >>> prop.deltas["w"].tolist(), opt.t, opt.state   # nothing taken yet
+    ([-0.5], 0, {})
+    >>> opt.commit(prop); opt.t, opt.state["w"]["momentum"].tolist()
+    (1, [1.0])
+    """
+
+    deltas: dict[str, Array]
+    t: int
+    state: dict[str, dict[str, Array]]
 
 
 class Optimizer:
     """Base class: ``deltas(params, grads, lr)`` -> the update of each parameter, state in fp32.
+
+    :meth:`propose` and :meth:`commit` split a step in two, so that a step can be dropped
+    without a trace (the trainer does so when the new weights would not be finite).
 
     >>> issubclass(SGD, Optimizer) and issubclass(AdamW, Optimizer)
     True
@@ -41,20 +72,44 @@ class Optimizer:
         self.t = 0
         self.state: dict[str, dict[str, Array]] = {}
 
+    def propose(
+        self, params: Mapping[str, Array], grads: Mapping[str, Array], lr: float | None = None
+    ) -> Proposal:
+        """The next step (``new_param - param`` for every parameter, and the state after it),
+        leaving the optimizer unchanged; ``lr`` overrides the optimizer's own, as a schedule does."""
+        t = self.t + 1
+        step_lr = self.lr if lr is None else lr
+        deltas: dict[str, Array] = {}
+        state: dict[str, dict[str, Array]] = {}
+        for k in params:
+            deltas[k], st = self._delta(self.state.get(k), params[k], grads[k], step_lr, t)
+            if st:
+                state[k] = st
+        return Proposal(deltas, t, state)
+
+    def commit(self, proposal: Proposal) -> None:
+        """Take the step :meth:`propose` computed (its arrays become the optimizer's state)."""
+        self.t = proposal.t
+        self.state.update(proposal.state)
+
     def deltas(
         self, params: Mapping[str, Array], grads: Mapping[str, Array], lr: float | None = None
     ) -> dict[str, Array]:
         """Advance the state by one step and return ``new_param - param`` for every parameter
-        (``lr`` overrides the optimizer's own, as a schedule does).
+        (:meth:`propose` and :meth:`commit` in one).
 
         >>> SGD(lr=1.0, momentum=0.0).deltas({"w": np.ones(1)}, {"w": np.ones(1)}, lr=0.25)["w"].tolist()
         [-0.25]
         """
-        self.t += 1
-        step_lr = self.lr if lr is None else lr
-        return {k: self._delta(k, params[k], grads[k], step_lr) for k in params}
+        proposal = self.propose(params, grads, lr)
+        self.commit(proposal)
+        return proposal.deltas
 
-    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
+    def _delta(
+        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+    ) -> tuple[Array, dict[str, Array]]:
+        """The update of one parameter at step ``t`` and its new state (new arrays: ``st``, the
+        state before the step, is read, never written)."""
         raise NotImplementedError
 
     def hyper(self) -> dict[str, Any]:
@@ -108,20 +163,17 @@ class SGD(Optimizer):
             "nesterov": self.nesterov,
         }
 
-    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
+    def _delta(
+        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+    ) -> tuple[Array, dict[str, Array]]:
         d = g + p.dtype.type(self.weight_decay) * p if self.weight_decay else g
+        new: dict[str, Array] = {}
         if self.momentum:
-            st = self.state.get(key)
-            if st is None:
-                buf = d.copy()
-                self.state[key] = {"momentum": buf}
-            else:
-                buf = st["momentum"]
-                buf *= p.dtype.type(self.momentum)
-                buf += d
+            buf = d.copy() if st is None else st["momentum"] * p.dtype.type(self.momentum) + d
+            new["momentum"] = buf
             d = d + p.dtype.type(self.momentum) * buf if self.nesterov else buf
         out: Array = -p.dtype.type(lr) * d
-        return out
+        return out, new
 
 
 class AdamW(Optimizer):
@@ -162,24 +214,22 @@ class AdamW(Optimizer):
             "weight_decay": self.weight_decay,
         }
 
-    def _delta(self, key: str, p: Array, g: Array, lr: float) -> Array:
-        t = p.dtype.type
+    def _delta(
+        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+    ) -> tuple[Array, dict[str, Array]]:
+        ft = p.dtype.type
         b1, b2 = self.betas
-        st = self.state.get(key)
-        if st is None:
-            st = self.state[key] = {"m": np.zeros_like(p), "v": np.zeros_like(p)}
-        m, v = st["m"], st["v"]
-        m *= t(b1)
-        m += t(1 - b1) * g
-        v *= t(b2)
-        v += t(1 - b2) * (g * g)
-        bc1 = 1.0 - b1**self.t
-        bc2 = 1.0 - b2**self.t
-        denom = np.sqrt(v) / t(math.sqrt(bc2)) + t(self.eps)
-        out: Array = -t(lr / bc1) * m / denom
+        m0 = np.zeros_like(p) if st is None else st["m"]
+        v0 = np.zeros_like(p) if st is None else st["v"]
+        m = m0 * ft(b1) + ft(1 - b1) * g
+        v = v0 * ft(b2) + ft(1 - b2) * (g * g)
+        bc1 = 1.0 - b1**t
+        bc2 = 1.0 - b2**t
+        denom = np.sqrt(v) / ft(math.sqrt(bc2)) + ft(self.eps)
+        out: Array = -ft(lr / bc1) * m / denom
         if self.weight_decay:
-            out -= t(lr * self.weight_decay) * p
-        return out
+            out -= ft(lr * self.weight_decay) * p
+        return out, {"m": m, "v": v}
 
 
 def make_optimizer(name: str, lr: float, **kwargs: Any) -> Optimizer:

@@ -323,13 +323,16 @@ class Trainer:
         swallowed = 0.0
         if not skipped:
             before = dict(self.params)  # (_apply replaces the arrays, so this keeps the old ones)
-            swallowed, finite = self._apply(self.opt.deltas(self.params, grads, lr))
+            proposal = self.opt.propose(self.params, grads, lr)
+            swallowed, finite = self._apply(proposal.deltas)
             if not finite:
                 faults.append("nonfinite_update" if guarded else "nonfinite_weights")
-                if guarded:  # undo: the weights stay as they were
+                if guarded:  # undo: the weights and the optimizer's state stay as they were
                     self.params.update(before)
                     skipped, swallowed = True, 0.0
-            self.opt_steps += not skipped
+            if not skipped:
+                self.opt.commit(proposal)
+                self.opt_steps += 1
         # 9. update the loss scale
         scaler.update(found_inf, underflow=P.flushed_share)
         if scaler.collapsed:
