@@ -932,3 +932,23 @@ def _assert_balanced_html(page: str) -> None:
     checker.feed(page)
     checker.close()
     assert checker.stack == []
+
+
+@pytest.mark.parametrize("bits", [13_999, 14_000, 20_001, 65_536, 332_193])
+def test_big_int_text_equals_str(bits: int) -> None:
+    # oracle: Python's own int-to-str, with the digit limit (Python >= 3.11) lifted
+    import random
+
+    from floatlab.codec import _int_str
+
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit:
+        sys.set_int_max_str_digits(0)
+    try:
+        r = random.Random(bits)
+        top = r.getrandbits(bits) | 1 << (bits - 1)
+        for n in (top, (1 << bits) - 1, 10 ** (bits // 4), -(10 ** (bits // 4)) - 1):
+            assert _int_str(n) == str(n)
+    finally:
+        if limit:
+            sys.set_int_max_str_digits(limit)

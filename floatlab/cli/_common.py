@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
+from floatlab.codec import _int_str
 from floatlab.formats import FORMATS, FloatFormat, get_format
 
 if TYPE_CHECKING:
@@ -111,12 +112,8 @@ def fraction_text(q: Fraction | int) -> str:
     ('-1/3', 5003)
     """
     q = Fraction(q)
-
-    def digits(n: int) -> str:
-        # Decimal holds an int exactly and prints it without the limit
-        return str(n) if n.bit_length() < 14_000 else str(decimal.Decimal(n))
-
-    return digits(q.numerator) if q.denominator == 1 else f"{digits(q.numerator)}/{digits(q.denominator)}"
+    numerator = _int_str(q.numerator)
+    return numerator if q.denominator == 1 else f"{numerator}/{_int_str(q.denominator)}"
 
 
 # ---- output -------------------------------------------------------------------------------------
