@@ -165,3 +165,96 @@ def test_history_save_and_load(tmp_path: Path) -> None:
         h.log_step(step=1)
     with pytest.raises(ValueError, match="unknown history column"):
         h.column("speed")
+
+
+# ---- a checkpoint of the wrong structure: one ValueError, and nothing already loaded is lost ------
+def _damaged_states(state: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every top-level part and every entry one level below removed, or replaced by a value of
+    each wrong kind."""
+    import copy
+
+    wrong: list[Any] = [None, -1, 2.5, "x", [1], {}, {"x": 1}, np.zeros(3), np.zeros((2, 2), np.int64)]
+    out = []
+    for k in state:
+        out.append((f"del {k}", {kk: v for kk, v in state.items() if kk != k}))
+        out += [(f"{k}={w!r}", {**state, k: w}) for w in wrong]
+        if isinstance(state[k], dict):
+            for k2 in state[k]:
+                gone = copy.deepcopy(state)
+                del gone[k][k2]
+                out.append((f"del {k}/{k2}", gone))
+                for w in wrong:
+                    bad = copy.deepcopy(state)
+                    bad[k][k2] = w
+                    out.append((f"{k}/{k2}={w!r}", bad))
+    return out
+
+
+def _fingerprint(tr: Trainer) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    state = tr.state_dict()
+    for k in sorted(tr.params):
+        h.update(np.ascontiguousarray(tr.params[k]).tobytes())
+    for k, st in sorted(tr.opt.state.items()):
+        for n in sorted(st):
+            h.update(k.encode() + n.encode() + st[n].tobytes())
+    h.update(repr((state["counters"], state["scaler"], state["rng"], state["history"])).encode())
+    return h.hexdigest()
+
+
+def test_a_damaged_trainer_state_is_one_value_error_and_changes_nothing(tmp_path: Path) -> None:
+    data = _data()
+    cfg = TrainConfig(data="underflow", precision="mixed-fp16", epochs=3, hidden=(8,), optimizer="adamw")
+    src = Trainer.from_config(cfg, data)
+    src.fit(1)
+    good = src.state_dict()
+    target = Trainer.from_config(cfg, data)
+    target.fit(2)  # a trainer with state of its own, which a failed load must not touch
+    before = _fingerprint(target)
+    refused = accepted = 0
+    for name, state in _damaged_states(good):
+        try:
+            target.load_state_dict(state)
+        except ValueError as e:
+            refused += 1
+            assert "\n" not in str(e), name
+            assert _fingerprint(target) == before, name
+            continue
+        # accepted (a part it may lack or ignore): then it trains on without surprises
+        accepted += 1
+        target.fit(target.epoch + 1)
+        target = Trainer.from_config(cfg, data)
+        target.fit(2)
+    assert refused > 300 and accepted > 0, (refused, accepted)
+
+
+def test_resume_from_a_damaged_checkpoint_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from floatlab.cli import main
+
+    data = _data()
+    tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,), epochs=2), data)
+    tr.fit(1)
+    good = tr.state_dict()
+    cases = {
+        "no policy name": {**good, "policy": {k: v for k, v in good["policy"].items() if k != "name"}},
+        "config lr a string": {**good, "config": {**good["config"], "lr": "x"}},
+        "params a list": {**good, "params": [1, 2]},
+        "optimizer of another kind": {**good, "optimizer": {"t": 1, "state": {"W0": {"m": np.zeros(2)}}}},
+        "perm out of range": {**good, "perm": np.arange(5, 325)},
+        "scale negative": {**good, "scaler": {**good["scaler"], "scale": -1.0}},
+        "history columns of different lengths": {
+            **good,
+            "history": {**good["history"], "steps": {"step": [1, 2], "loss": [1.0]}},
+        },
+    }
+    for name, state in cases.items():
+        path = ck.save_checkpoint(tmp_path / "bad.npz", state)
+        status = main(["train", "--resume", str(path), "--epochs", "2", "--quiet"])
+        err = capsys.readouterr().err
+        assert status == 2, (name, err)
+        assert err.startswith("floatlab: error: ") and err.count("\n") == 1, (name, err)
+        assert "internal error" not in err, name

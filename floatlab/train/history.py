@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from floatlab.train._checks import shown, want_dict, want_str
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -234,16 +236,33 @@ class History:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> History:
-        """Inverse of :meth:`to_dict`."""
-        n = len(d["steps"].get("step", []))
+        """Inverse of :meth:`to_dict`; anything else is one ValueError saying what is wrong.
+
+        >>> History.from_dict({"label": "x", "steps": {"step": [1, 2], "loss": [0.5]}, "evals": {}})
+        Traceback (most recent call last):
+        ...
+        ValueError: history columns of different lengths: step 2, loss 1
+        """
+        want_dict("history", d)
+        label = want_str("history label", d.get("label"))
+        meta = want_dict("history meta", d.get("meta", {}))
+        steps_in = want_dict("history steps", d.get("steps"))
+        evals_in = want_dict("history evals", d.get("evals", {}))
+        hist_in = want_dict("history histograms", d.get("histograms", {}))
+        n = _column_length(steps_in, "steps")
+        _column_length(evals_in, "evals")
         # a history saved before a column existed gets that column's default at every step
         steps = {
-            k: [_from_json_float(v) for v in d["steps"][k]] if k in d["steps"] else [STEP_DEFAULTS.get(k)] * n
+            k: [_from_json_float(v) for v in steps_in[k]] if k in steps_in else [STEP_DEFAULTS.get(k)] * n
             for k in STEP_FIELDS
         }
-        evals = {k: [_from_json_float(v) for v in d["evals"].get(k, [])] for k in EVAL_FIELDS}
-        hist = {int(s): dict(h) for s, h in d.get("histograms", {}).items()}
-        return cls(str(d["label"]), dict(d.get("meta", {})), steps, evals, hist)
+        evals = {k: [_from_json_float(v) for v in evals_in.get(k, [])] for k in EVAL_FIELDS}
+        hist = {}
+        for s, h in hist_in.items():
+            if not s.isdigit():
+                raise ValueError(f"history histogram key {shown(s)}: expected a step number")
+            hist[int(s)] = dict(want_dict(f"history histogram {s}", h))
+        return cls(label, dict(meta), steps, evals, hist)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write to ``path``: ``.json`` (everything) or ``.npz`` (columns as arrays, the rest as JSON).
@@ -299,6 +318,19 @@ class History:
             }
             evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
         return cls.from_dict({**rest, "steps": steps, "evals": evals})
+
+
+def _column_length(columns: dict[str, Any], what: str) -> int:
+    """The common length of the columns (lists of numbers, None, booleans or strings)."""
+    lengths = {}
+    for k, v in columns.items():
+        if not isinstance(v, list) or not all(x is None or isinstance(x, (bool, int, float, str)) for x in v):
+            raise ValueError(f"history {what} column {k!r}={shown(v)}: expected a list of values")
+        lengths[k] = len(v)
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{k} {n}" for k, n in lengths.items())
+        raise ValueError(f"history columns of different lengths: {listed}")
+    return next(iter(lengths.values()), 0)
 
 
 def _floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from floatlab.train._checks import shown, want_dict, want_int
 from floatlab.train.precision import Array
 
 __all__ = [
@@ -67,7 +68,7 @@ class Optimizer:
 
     def __init__(self, lr: float) -> None:
         if not (isinstance(lr, (int, float)) and 0 <= lr < math.inf):
-            raise ValueError(f"lr={lr!r}: expected a finite number >= 0")
+            raise ValueError(f"lr={shown(lr)}: expected a finite number >= 0")
         self.lr = float(lr)
         self.t = 0
         self.state: dict[str, dict[str, Array]] = {}
@@ -124,10 +125,33 @@ class Optimizer:
         """
         return {"t": self.t, "hyper": self.hyper(), "state": {k: dict(v) for k, v in self.state.items()}}
 
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """The names of the arrays this optimizer keeps per parameter."""
+        return ()
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (arrays are copied)."""
-        self.t = int(state["t"])
-        self.state = {k: {n: np.array(a, copy=True) for n, a in v.items()} for k, v in state["state"].items()}
+        """Restore :meth:`state_dict`'s output (arrays are copied); a state of another optimizer or
+        of the wrong shape is one ValueError, and the optimizer is left as it was.
+
+        >>> a, b = AdamW(), SGD()
+        >>> b.load_state_dict(a.deltas({"w": np.ones(2)}, {"w": np.ones(2)}) and a.state_dict())
+        Traceback (most recent call last):
+        ...
+        ValueError: optimizer state of 'w' holds ['m', 'v']: expected ['momentum'] (sgd)
+        """
+        want_dict("optimizer state", state)
+        t = want_int("optimizer step count t", state.get("t"))
+        new: dict[str, dict[str, Array]] = {}
+        for k, v in want_dict("optimizer state arrays", state.get("state", {})).items():
+            if set(want_dict(f"optimizer state of {k!r}", v)) != set(self.state_names):
+                want = list(self.state_names)
+                raise ValueError(f"optimizer state of {k!r} holds {sorted(v)}: expected {want} ({self.name})")
+            for n, a in v.items():
+                if getattr(getattr(a, "dtype", None), "kind", "") != "f":
+                    raise ValueError(f"optimizer state {k}/{n}={shown(a)}: expected an array of floats")
+            new[k] = {n: a.copy() for n, a in v.items()}
+        self.t, self.state = t, new
 
 
 class SGD(Optimizer):
@@ -146,14 +170,18 @@ class SGD(Optimizer):
     ):
         super().__init__(lr)
         if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum={momentum!r}: expected a number in [0, 1)")
+            raise ValueError(f"momentum={shown(momentum)}: expected a number in [0, 1)")
         if weight_decay < 0:
-            raise ValueError(f"weight_decay={weight_decay!r}: expected a number >= 0")
+            raise ValueError(f"weight_decay={shown(weight_decay)}: expected a number >= 0")
         if nesterov and momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0")
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self.nesterov = nesterov
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return ("momentum",) if self.momentum else ()
 
     def hyper(self) -> dict[str, Any]:
         return {
@@ -197,14 +225,18 @@ class AdamW(Optimizer):
         super().__init__(lr)
         b1, b2 = betas
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"betas={betas!r}: expected two numbers in [0, 1)")
+            raise ValueError(f"betas={shown(betas)}: expected two numbers in [0, 1)")
         if not eps >= 0:
-            raise ValueError(f"eps={eps!r}: expected a number >= 0")
+            raise ValueError(f"eps={shown(eps)}: expected a number >= 0")
         if weight_decay < 0:
-            raise ValueError(f"weight_decay={weight_decay!r}: expected a number >= 0")
+            raise ValueError(f"weight_decay={shown(weight_decay)}: expected a number >= 0")
         self.betas = (float(b1), float(b2))
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return ("m", "v")
 
     def hyper(self) -> dict[str, Any]:
         return {
@@ -243,7 +275,7 @@ def make_optimizer(name: str, lr: float, **kwargs: Any) -> Optimizer:
         return SGD(lr, **kwargs)
     if key in ("adamw", "adam"):
         return AdamW(lr, **kwargs)
-    raise ValueError(f"unknown optimizer {name!r}: expected sgd or adamw")
+    raise ValueError(f"unknown optimizer {shown(name)}: expected sgd or adamw")
 
 
 def global_norm(grads: Mapping[str, Array]) -> float:
@@ -268,7 +300,7 @@ def clip_grad_norm(grads: dict[str, Array], max_norm: float) -> float:
     (5.0, [0.6, 0.8])
     """
     if not max_norm > 0:
-        raise ValueError(f"max_norm={max_norm!r}: expected a number > 0")
+        raise ValueError(f"max_norm={shown(max_norm)}: expected a number > 0")
     norm = global_norm(grads)
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
@@ -296,7 +328,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if self.kind not in ("constant", "cosine", "linear"):
-            raise ValueError(f"schedule kind {self.kind!r}: expected constant, cosine or linear")
+            raise ValueError(f"schedule kind {shown(self.kind)}: expected constant, cosine or linear")
         if self.kind != "constant" and self.total <= self.warmup:
             raise ValueError(f"schedule total={self.total} must exceed warmup={self.warmup}")
         if self.warmup < 0 or not 0.0 <= self.min_ratio <= 1.0:

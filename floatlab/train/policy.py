@@ -36,6 +36,7 @@ import numpy as np
 
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
+from floatlab.train._checks import shown, want_bool, want_dict, want_str
 
 __all__ = [
     "FP32_OPS",
@@ -84,11 +85,25 @@ class Policy:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        want_str("policy name", self.name)
+        for name in ("master_weights", "fp32_reductions", "saturate", "subnormals"):
+            set_(self, name, want_bool(name, getattr(self, name)))
+        for name in ("scaler", "rounding", "update_rounding"):
+            want_str(name, getattr(self, name))
+        ops_in: object = self.fp32_ops  # (from a file: anything)
+        if isinstance(ops_in, (str, bytes)) or not isinstance(ops_in, Iterable):
+            raise ValueError(f"fp32_ops={shown(self.fp32_ops)}: expected a list of operation names")
+        for name in ("forward", "backward"):
+            fmt = getattr(self, name)
+            if not isinstance(fmt, (str, FloatFormat)):
+                raise ValueError(f"{name}={shown(fmt)}: expected a format name such as 'fp16'")
         set_(self, "forward", get_format(self.forward))
         set_(self, "backward", get_format(self.backward))
         if self.loss_scaling not in LOSS_SCALING:
-            raise ValueError(f"loss_scaling={self.loss_scaling!r}: expected one of {', '.join(LOSS_SCALING)}")
-        ops = frozenset(self.fp32_ops)
+            raise ValueError(
+                f"loss_scaling={shown(self.loss_scaling)}: expected one of {', '.join(LOSS_SCALING)}"
+            )
+        ops = frozenset(want_str("fp32_ops entry", op) for op in self.fp32_ops)
         unknown = sorted(ops - FP32_OPS)
         if unknown:
             raise ValueError(f"fp32_ops {unknown}: expected names from {', '.join(sorted(FP32_OPS))}")
@@ -96,7 +111,7 @@ class Policy:
         set_(self, "rounding", check_rounding(self.rounding))
         set_(self, "update_rounding", check_rounding(self.update_rounding or self.rounding))
         if not (isinstance(self.static_scale, (int, float)) and 0 < self.static_scale < float("inf")):
-            raise ValueError(f"static_scale={self.static_scale!r}: expected a finite number > 0")
+            raise ValueError(f"static_scale={shown(self.static_scale)}: expected a finite number > 0")
         if (self.forward == FP64) != (self.backward == FP64):
             raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
         for f in (self.forward, self.backward):
@@ -172,12 +187,13 @@ class Policy:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Policy:
         """The policy :meth:`to_dict` wrote."""
+        want_dict("policy", d)
+        if "name" not in d:
+            raise ValueError("policy lacks its name")
         known = {f.name for f in dataclasses.fields(cls)}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"policy fields {extra}: expected only {', '.join(sorted(known))}")
-        d = dict(d)
-        d["fp32_ops"] = frozenset(d.get("fp32_ops", FP32_OPS))
         return cls(**d)
 
 
@@ -255,14 +271,14 @@ def get_policy(policy: str | Policy) -> Policy:
     if isinstance(policy, Policy):
         return policy
     if not isinstance(policy, str):
-        raise ValueError(f"precision policy {policy!r}: expected a policy name or a Policy")
+        raise ValueError(f"precision policy {shown(policy)}: expected a policy name or a Policy")
     key = policy.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key in POLICIES:
         return POLICIES[key]
     close = difflib.get_close_matches(key, list(POLICIES) + list(_ALIASES), n=1, cutoff=0.6)
     hint = f"did you mean {_ALIASES.get(close[0], close[0])}? " if close else ""
-    raise ValueError(f"unknown precision policy {policy!r}: {hint}(known: {', '.join(POLICIES)})")
+    raise ValueError(f"unknown precision policy {shown(policy)}: {hint}(known: {', '.join(POLICIES)})")
 
 
 def parse_fp32_ops(text: str | Iterable[str]) -> frozenset[str]:

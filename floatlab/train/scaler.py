@@ -23,6 +23,15 @@ import numpy as np
 
 from floatlab.formats import FP32
 from floatlab.rounding import round_array
+from floatlab.train._checks import (
+    shown,
+    want_bool,
+    want_dict,
+    want_int,
+    want_real,
+    want_real_or_none,
+    want_str,
+)
 
 __all__ = ["FP32_SCALE_LIMIT", "SCALER_PRESETS", "SCALE_COLLAPSE", "LossScaler", "ScalerEvent"]
 
@@ -107,15 +116,17 @@ class LossScaler:
         name: str = "torch",
     ) -> None:
         if not (isinstance(init_scale, (int, float)) and 0 < init_scale < math.inf):
-            raise ValueError(f"init_scale={init_scale!r}: expected a finite number > 0")
+            raise ValueError(f"init_scale={shown(init_scale)}: expected a finite number > 0")
         if not (isinstance(growth_factor, (int, float)) and 1.0 <= growth_factor < math.inf):
-            raise ValueError(f"growth_factor={growth_factor!r}: expected a finite number >= 1")
+            raise ValueError(f"growth_factor={shown(growth_factor)}: expected a finite number >= 1")
         if not (isinstance(backoff_factor, (int, float)) and 0.0 < backoff_factor <= 1.0):
-            raise ValueError(f"backoff_factor={backoff_factor!r}: expected a number in (0, 1]")
+            raise ValueError(f"backoff_factor={shown(backoff_factor)}: expected a number in (0, 1]")
         if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
-            raise ValueError(f"growth_interval={growth_interval!r}: expected an integer >= 1")
+            raise ValueError(f"growth_interval={shown(growth_interval)}: expected an integer >= 1")
         if not 0.0 <= min_scale <= max_scale:
-            raise ValueError(f"min_scale={min_scale!r}, max_scale={max_scale!r}: expected 0 <= min <= max")
+            raise ValueError(
+                f"min_scale={shown(min_scale)}, max_scale={shown(max_scale)}: expected 0 <= min <= max"
+            )
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = growth_interval
@@ -144,7 +155,7 @@ class LossScaler:
         key = _PRESET_ALIASES.get(name.strip().lower(), name.strip().lower())
         if key not in SCALER_PRESETS:
             raise ValueError(
-                f"unknown loss-scaler preset {name!r}: expected one of {', '.join(SCALER_PRESETS)}"
+                f"unknown loss-scaler preset {shown(name)}: expected one of {', '.join(SCALER_PRESETS)}"
             )
         init, grow, back, interval, lo, hi = SCALER_PRESETS[key]
         return cls(init, grow, back, interval, min_scale=lo, max_scale=hi, name=key)
@@ -307,27 +318,48 @@ class LossScaler:
         >>> b = LossScaler(); b.load_state_dict(a.state_dict()); b.scale
         2.0
         """
+        want_dict("loss-scaler state", state)
         missing = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} - set(
             state
         )
         if missing:
             raise ValueError(f"loss-scaler state lacks {sorted(missing)}")
-        self._scale = float(state["scale"])
-        self.growth_factor = float(state["growth_factor"])
-        self.backoff_factor = float(state["backoff_factor"])
-        self.growth_interval = int(state["growth_interval"])
-        self._growth_tracker = int(state["_growth_tracker"])
-        self.min_scale = float(state.get("min_scale", 0.0))
-        self.max_scale = float(state.get("max_scale", math.inf))
-        self.enabled = bool(state.get("enabled", True))
-        self.name = str(state.get("name", self.name))
-        self._init_scale = float(state.get("init_scale", self._scale))
-        self.steps = int(state.get("steps", 0))
-        self.skipped_steps = int(state.get("skipped_steps", 0))
-        self.log = [
-            ScalerEvent(float(s), bool(k), None if u is None else float(u))
-            for s, k, u in state.get("log", [])
+        scale = want_real("scale", state["scale"])
+        if not 0.0 <= scale < math.inf:  # (0: a collapsed scale, which is a state, not an error)
+            raise ValueError(f"scale={shown(scale)}: expected a finite number >= 0")
+        init = want_real("init_scale", state.get("init_scale", scale if scale > 0 else 2.0**16))
+        # the constructor checks the settings; the counters and the log are checked here
+        checked = LossScaler(
+            init_scale=init,
+            growth_factor=want_real("growth_factor", state["growth_factor"]),
+            backoff_factor=want_real("backoff_factor", state["backoff_factor"]),
+            growth_interval=want_int("growth_interval", state["growth_interval"], 1),
+            min_scale=want_real("min_scale", state.get("min_scale", 0.0)),
+            max_scale=want_real("max_scale", state.get("max_scale", math.inf)),
+            enabled=want_bool("enabled", state.get("enabled", True)),
+            name=want_str("name", state.get("name", self.name)),
+        )
+        tracker = want_int("_growth_tracker", state["_growth_tracker"])
+        steps = want_int("steps", state.get("steps", 0))
+        skipped = want_int("skipped_steps", state.get("skipped_steps", 0))
+        log_in = state.get("log", [])
+        if not isinstance(log_in, list) or not all(
+            isinstance(e, (list, tuple)) and len(e) == 3 for e in log_in
+        ):
+            raise ValueError(
+                f"loss-scaler log={shown(log_in)}: expected a list of [scale, skipped, underflow]"
+            )
+        log = [
+            ScalerEvent(
+                want_real("log scale", s),
+                want_bool("log skipped", k),
+                want_real_or_none("log underflow", u),
+            )
+            for s, k, u in log_in
         ]
+        self.__dict__.update(checked.__dict__)
+        self._scale, self._growth_tracker = scale, tracker
+        self.steps, self.skipped_steps, self.log = steps, skipped, log
 
     def __repr__(self) -> str:
         return (

@@ -25,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -38,6 +39,15 @@ import numpy as np
 
 from floatlab._kernels import add_count
 from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
+from floatlab.train._checks import (
+    shown,
+    want_dict,
+    want_int,
+    want_ints,
+    want_real,
+    want_real_or_none,
+    want_str,
+)
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import Dataset, get_data
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
@@ -86,14 +96,23 @@ class TrainConfig:
     histogram_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
-            raise ValueError(f"epochs={self.epochs!r}: expected an integer >= 0")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size!r}: expected an integer >= 1")
+        set_ = object.__setattr__
+        for name in ("model", "data", "precision", "optimizer", "schedule", "activation"):
+            want_str(name, getattr(self, name))
+        set_(self, "policy", dict(want_dict("policy", self.policy)))
+        for name, lo in (("epochs", 0), ("batch_size", 1), ("warmup", 0), ("seed", 0), ("data_seed", 0)):
+            set_(self, name, want_int(name, getattr(self, name), lo))
+        set_(self, "d_model", want_int("d_model", self.d_model, 1))
+        for name in ("momentum", "weight_decay"):
+            set_(self, name, want_real(name, getattr(self, name)))
+        set_(self, "lr", want_real_or_none("lr", self.lr))
+        if self.lr is not None and not 0 <= self.lr < math.inf:
+            raise ValueError(f"lr={shown(self.lr)}: expected a finite number >= 0 or None")
+        set_(self, "clip", want_real_or_none("clip", self.clip))
         if self.clip is not None and not self.clip > 0:
-            raise ValueError(f"clip={self.clip!r}: expected a number > 0 or None")
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        object.__setattr__(self, "histogram_steps", tuple(int(s) for s in self.histogram_steps))
+            raise ValueError(f"clip={shown(self.clip)}: expected a number > 0 or None")
+        set_(self, "hidden", want_ints("hidden", self.hidden, 1))
+        set_(self, "histogram_steps", want_ints("histogram_steps", self.histogram_steps, 0))
 
     def make_policy(self) -> Policy:
         base = get_policy(self.precision)
@@ -106,13 +125,16 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote (a field it lacks takes its default).
+
+        >>> TrainConfig.from_dict({"precision": "bf16", "hidden": [4]}).hidden
+        (4,)
+        """
+        want_dict("train config", d)
         known = {f.name for f in dataclasses.fields(cls)}
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"train config fields {extra}: expected only {', '.join(sorted(known))}")
-        d = dict(d)
-        d["hidden"] = tuple(d.get("hidden", (128, 128)))
-        d["histogram_steps"] = tuple(d.get("histogram_steps", ()))
         return cls(**d)
 
 
@@ -539,31 +561,86 @@ class Trainer:
         >>> _ = a.fit(1); b.load_state_dict(a.state_dict()); b.step
         1
         """
+        # everything is read and checked before anything is assigned: a bad state is one
+        # ValueError saying what is wrong, and the trainer is left as it was
+        want_dict("trainer state", state)
         if state.get("format") != "floatlab-trainer-1":
-            raise ValueError(f"trainer state format {state.get('format')!r}: expected 'floatlab-trainer-1'")
-        if Policy.from_dict(state["policy"]) != self.policy:
             raise ValueError(
-                f"checkpoint policy {state['policy'].get('name')!r} differs from {self.policy.name!r}"
+                f"trainer state format {shown(state.get('format'))}: expected 'floatlab-trainer-1'"
             )
-        if set(state["params"]) != set(self.params):
-            raise ValueError(f"checkpoint parameters {sorted(state['params'])} differ from the model's")
-        for k, v in state["params"].items():
-            if v.shape != self.params[k].shape:
+        missing = sorted(
+            {"policy", "params", "optimizer", "scaler", "counters", "perm", "rng", "history"} - set(state)
+        )
+        if missing:
+            raise ValueError(f"trainer state lacks {missing}")
+        policy = Policy.from_dict(state["policy"])
+        if policy != self.policy:
+            mine, theirs = self.policy.to_dict(), policy.to_dict()
+            diff = ", ".join(f"{k} {theirs[k]!r} (here {mine[k]!r})" for k in mine if mine[k] != theirs[k])
+            raise ValueError(f"checkpoint policy {policy.name!r} differs from {self.policy.name!r}: {diff}")
+        params = want_dict("params", state["params"])
+        if set(params) != set(self.params):
+            raise ValueError(
+                f"checkpoint parameters {sorted(params)} differ from the model's {sorted(self.params)}"
+            )
+        for k, v in params.items():
+            if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != self.params[k].shape:
                 raise ValueError(
-                    f"checkpoint parameter {k} has shape {v.shape}: expected {self.params[k].shape}"
+                    f"checkpoint parameter {k}={shown(v)}: expected {self.params[k].shape} floats"
                 )
-            self.params[k] = self.backend.asarray(np.array(v, dtype=self.P.dtype))
-        self.opt.load_state_dict(state["optimizer"])
+        opt = copy.copy(
+            self.opt
+        )  # loaded into a twin (it replaces, never mutates, the state), then taken over
+        opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
+        for k, st in opt.state.items():
+            for n, arr in st.items():
+                if k not in self.params or arr.shape != self.params[k].shape:
+                    raise ValueError(f"optimizer state {k}/{n} has shape {arr.shape}: expected a parameter's")
+        c = want_dict("counters", state["counters"])
+        counters = {
+            k: want_int(f"counter {k}", c.get(k)) for k in ("step", "opt_steps", "epoch", "batch_in_epoch")
+        }
+        if counters["batch_in_epoch"] > self.n_batches:
+            raise ValueError(
+                f"counter batch_in_epoch={counters['batch_in_epoch']}: expected at most {self.n_batches}"
+            )
+        perm = state["perm"]
+        n_examples = len(self.data.y_train)
+        if perm is not None and not (
+            isinstance(perm, np.ndarray)
+            and perm.shape == (n_examples,)
+            and perm.dtype.kind in "iu"
+            and np.array_equal(np.sort(perm), np.arange(n_examples))
+        ):
+            raise ValueError(
+                f"checkpoint perm={shown(perm)}: expected None or a permutation of the {n_examples} examples"
+            )
+        rng = want_dict("rng", state["rng"])
+        gens = []
+        for name, gen in (("order", self.order_rng), ("round", self.P.rng)):
+            twin = np.random.Generator(type(gen.bit_generator)())
+            saved = want_dict(f"checkpoint rng {name}", rng.get(name))
+            try:
+                twin.bit_generator.state = saved
+            except (TypeError, ValueError, KeyError) as e:
+                raise ValueError(
+                    f"checkpoint rng {name}: not a {type(gen.bit_generator).__name__} state ({e})"
+                ) from None
+            gens.append(twin.bit_generator.state)
+        history = History.from_dict(state["history"])
+        self.scaler.load_state_dict(state["scaler"])  # the last check (it assigns only when all is well)
+
+        self.params.update(
+            {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in params.items()}
+        )
+        self.opt.t, self.opt.state = opt.t, opt.state
         if self.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
             self.opt.state = tree_map_arrays(self.opt.state, self.backend.asarray)
-        self.scaler.load_state_dict(state["scaler"])
-        c = state["counters"]
-        self.step, self.opt_steps = int(c["step"]), int(c["opt_steps"])
-        self.epoch, self.batch_in_epoch = int(c["epoch"]), int(c["batch_in_epoch"])
-        self.perm = None if state["perm"] is None else np.array(state["perm"])
-        self.order_rng.bit_generator.state = state["rng"]["order"]
-        self.P.rng.bit_generator.state = state["rng"]["round"]
-        self.history = History.from_dict(state["history"])
+        self.step, self.opt_steps = counters["step"], counters["opt_steps"]
+        self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
+        self.perm = None if perm is None else np.array(perm)
+        self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = gens
+        self.history = history
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`

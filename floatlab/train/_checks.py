@@ -1,0 +1,90 @@
+"""Type checks for the values a config, a policy or a checkpoint hands the trainer.
+
+A value of the wrong type is one ValueError naming it and what was expected, at the door, not a
+TypeError deep inside a training step.
+
+>>> want_int("epochs", 3), want_real("lr", 1), want_ints("hidden", [8, 4], lo=1)
+(3, 1.0, (8, 4))
+>>> want_int("epochs", "3")
+Traceback (most recent call last):
+...
+ValueError: epochs='3': expected an integer >= 0
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+__all__ = [
+    "shown",
+    "want_bool",
+    "want_dict",
+    "want_int",
+    "want_ints",
+    "want_real",
+    "want_real_or_none",
+    "want_str",
+]
+
+
+def shown(v: Any, width: int = 60) -> str:
+    """``repr(v)`` on one line, cut to ``width`` characters (a checkpoint may hold a megabyte where
+    a number belongs).
+
+    >>> shown("x" * 100, 10)
+    "'xxxxxx..."
+    """
+    text = " ".join(repr(v).split())  # one line: an array's repr has several
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def want_str(name: str, v: Any) -> str:
+    """``v`` if it is a string."""
+    if not isinstance(v, str):
+        raise ValueError(f"{name}={shown(v)}: expected a string")
+    return v
+
+
+def want_bool(name: str, v: Any) -> bool:
+    """``v`` as a bool if it is one (numpy's included)."""
+    if not isinstance(v, bool) and type(v).__name__ != "bool_":
+        raise ValueError(f"{name}={shown(v)}: expected true or false")
+    return bool(v)
+
+
+def want_int(name: str, v: Any, lo: int = 0) -> int:
+    """``v`` as an int if it is an integer (not a bool, not a float) and at least ``lo``."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        raise ValueError(f"{name}={shown(v)}: expected an integer >= {lo}")
+    return int(v)
+
+
+def want_real(name: str, v: Any) -> float:
+    """``v`` as a float if it is a real number (ranges are the caller's to check)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{name}={shown(v)}: expected a number")
+    return float(v)
+
+
+def want_real_or_none(name: str, v: Any) -> float | None:
+    """None, or ``v`` as a float if it is a real number."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{name}={shown(v)}: expected a number or None")
+    return float(v)
+
+
+def want_ints(name: str, v: Any, lo: int = 0) -> tuple[int, ...]:
+    """``v`` as a tuple of ints, each at least ``lo`` (a list, a tuple or a 1-d array in)."""
+    if isinstance(v, (list, tuple, range)) or (type(v).__name__ == "ndarray" and getattr(v, "ndim", 0) == 1):
+        return tuple(want_int(f"{name}[{i}]", x, lo) for i, x in enumerate(v))
+    raise ValueError(f"{name}={shown(v)}: expected a list of integers >= {lo}")
+
+
+def want_dict(name: str, v: Any) -> dict[str, Any]:
+    """``v`` if it is a dict with string keys."""
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise ValueError(f"{name}={shown(v)}: expected a mapping of names to values")
+    return v
