@@ -218,8 +218,12 @@ def test_a_damaged_trainer_state_is_one_value_error_and_changes_nothing(tmp_path
         try:
             target.load_state_dict(state)
         except ValueError as e:
+            message = str(e)
+        else:
+            message = None
+        if message is not None:
             refused += 1
-            assert "\n" not in str(e), name
+            assert "\n" not in message, name
             assert _fingerprint(target) == before, name
             continue
         # accepted (a part it may lack or ignore): then it trains on without surprises
@@ -227,7 +231,8 @@ def test_a_damaged_trainer_state_is_one_value_error_and_changes_nothing(tmp_path
         target.fit(target.epoch + 1)
         target = Trainer.from_config(cfg, data)
         target.fit(2)
-    assert refused > 300 and accepted > 0, (refused, accepted)
+    assert refused > 300, (refused, accepted)
+    assert accepted > 0, (refused, accepted)
 
 
 def test_resume_from_a_damaged_checkpoint_exits_2_in_one_line(
@@ -256,5 +261,6 @@ def test_resume_from_a_damaged_checkpoint_exits_2_in_one_line(
         status = main(["train", "--resume", str(path), "--epochs", "2", "--quiet"])
         err = capsys.readouterr().err
         assert status == 2, (name, err)
-        assert err.startswith("floatlab: error: ") and err.count("\n") == 1, (name, err)
+        assert err.startswith("floatlab: error: "), (name, err)
+        assert err.count("\n") == 1, (name, err)
         assert "internal error" not in err, name
