@@ -59,6 +59,7 @@ _mix32: Any = None
 _half: Any = None
 _unhalf: Any = None
 _flags_one: Any = None
+_bf16: Any = None
 
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
@@ -516,6 +517,31 @@ def _half_round_kernel_py(x: Any, out: Any) -> None:
         out[i] = _unhalf(_half(x[i]))
 
 
+def _bf16_py(u: Any) -> Any:
+    """bfloat16 code of the float32 with bit pattern ``u``, round to nearest even, in integer
+    arithmetic: bfloat16 is the top half of a float32, so adding 0x7FFF plus the kept half's
+    lowest bit and dropping the low half rounds to nearest even, subnormals and the overflow to
+    inf included; a NaN keeps its sign and top payload bits and is made quiet."""
+    z = np.uint32(0)
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16(_shr(u, np.uint32(16)) | np.uint32(0x40))
+    return np.uint16(
+        _shr(_u(u + np.uint32(0x7FFF) + (_shr(u, np.uint32(16)) & np.uint32(1)), z), np.uint32(16))
+    )
+
+
+def _bf16_encode_kernel_py(x: Any, out: Any) -> None:
+    """float32 bits to bfloat16 codes, round to nearest even (integer arithmetic)."""
+    for i in prange(x.size):
+        out[i] = _bf16(x[i])
+
+
+def _bf16_round_kernel_py(x: Any, out: Any) -> None:
+    """float32 bits rounded to bfloat16 and back, round to nearest even (integer arithmetic)."""
+    for i in prange(x.size):
+        out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
+
+
 def _round_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
     for i in prange(x.size):
@@ -635,14 +661,14 @@ def _compile() -> dict[str, Any]:
         # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
         # element functions as calls, and a loop with a call does not vectorise
         helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-        for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one"):
+        for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one", "_bf16"):
             g[name] = helper(g[name + "_py"])
         loop = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
         for name in ("encode", "round", "full", "general", "decode", "gather"):
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
         # the hardware conversion runs at memory speed on one core: no threads to wake
         serial = numba.njit(cache=True, nogil=True, error_model="numpy")
-        for name in ("half_encode", "half_round", "add_count"):
+        for name in ("half_encode", "half_round", "bf16_encode", "bf16_round", "add_count"):
             _compiled[name] = serial(g[f"_{name}_kernel_py"])
         return _compiled
 
@@ -708,6 +734,20 @@ def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
     loop = _compiled.get("half_round") or _compile()["half_round"]
     (loop if back else _compiled["half_encode"])(bits, out)
+    return out
+
+
+def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
+    """float32 bit patterns (uint32) to bfloat16 codes, or with ``back`` to float32 bit patterns
+    of the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
+
+    >>> x = np.array([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, -np.inf], np.float32)
+    >>> run_bf16(x.view(np.uint32), True).view(np.float32).tolist()   # ties go to even
+    [1.0, 1.015625, inf, -inf]
+    """
+    out = np.empty(bits.size, np.uint32 if back else np.uint16)
+    loop = _compiled.get("bf16_round") or _compile()["bf16_round"]
+    (loop if back else _compiled["bf16_encode"])(bits, out)
     return out
 
 

@@ -452,6 +452,17 @@ def _run(
     ):
         # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
         return k.run_half(bits, back), (0, 0, 0, 0)
+    if (
+        fast
+        and src == FP32
+        and target == BF16
+        and mode == "rne"
+        and specials is None
+        and opts["subnormals"]
+        and not opts["saturate"]
+    ):
+        # bfloat16 is float32's top half: rounding is one integer add (same bits, tested)
+        return k.run_bf16(bits, back), (0, 0, 0, 0)
     if fast:
         # the lean loops: deterministic modes, no flags, one compiled loop per dtype pair
         p = k.encode_params(src, target, mode, lanes=lanes, specials_from=specials, **opts)

@@ -684,6 +684,45 @@ def test_hardware_half_path_equals_the_generic_loops(back: bool) -> None:
     )
 
 
+@pytest.mark.parametrize("back", [False, True], ids=["encode", "round"])
+def test_integer_bf16_path_equals_the_generic_loops(back: bool) -> None:
+    nans = np.arange(0x7F800001, 0x80000000, 97, dtype=np.uint32)  # NaN payloads, both signs
+    bits = np.concatenate([_fp32_patterns(), nans, nans | np.uint32(0x80000000)])
+    fast = _kernels.run_bf16(bits, back)
+    p = _kernels.encode_params(
+        fl.FP32, fl.BF16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
+    )
+    if back:
+        generic = _kernels.run_round(bits, 32, p, _kernels.decode_params(fl.BF16, fl.FP32, 32))
+    else:
+        generic = _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
+    assert np.array_equal(fast, generic)
+    # and the oracle: ml_dtypes' cast (NaNs compared by class)
+    x = bits.view(np.float32)
+    with np.errstate(invalid="ignore"):  # (ml_dtypes warns about the signalling NaNs it quiets)
+        ref = x.astype(ML_DTYPES["bf16"]).view(np.uint16)
+    codes = fast if not back else (fast >> np.uint32(16)).astype(np.uint16)
+    ok = np.isnan(x)
+    assert np.array_equal(codes[~ok], ref[~ok])
+    assert np.all((codes[ok] & 0x7FFF) > 0x7F80)
+    if back:
+        assert not np.any(fast & np.uint32(0xFFFF))  # the low half of a bfloat16 value is zero
+
+
+def test_round_array_to_bf16_takes_the_integer_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = _kernels.run_bf16
+    monkeypatch.setattr(_kernels, "run_bf16", lambda b, back: calls.append(back) or real(b, back))
+    x = np.array([1 + 2.0**-8, -3e38, 2.0**-133, 3.4e38], np.float32)
+    want = x.astype(ML_DTYPES["bf16"])
+    assert fl.round_array(x, "bf16").tolist() == want.astype(np.float32).tolist()
+    assert calls == [True]
+    # saturation takes the generic loop
+    assert want.view(np.uint16)[3] == 0x7F80  # 3.4e38 overflows to inf; saturated, it is the largest
+    assert fl.encode_array(x, "bf16", saturate=True).tolist() == [*want.view(np.uint16)[:3].tolist(), 0x7F7F]
+    assert calls == [True]
+
+
 def test_hardware_half_path_ignores_flush_to_zero() -> None:
     """A library that switches the CPU to flush-to-zero (torch.set_flush_denormal) must not
     change floatlab's fp16 subnormals."""
