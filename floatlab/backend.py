@@ -41,8 +41,10 @@ from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_form
 __all__ = [
     "BACKENDS",
     "GEMM_FORMATS",
+    "TENSOR_CORE_SINCE",
     "Backend",
     "BackendUnavailable",
+    "check_gemm_support",
     "cuda_available",
     "gemm_format",
     "get_backend",
@@ -297,6 +299,10 @@ class Backend:
         """
         f = _compute_format(compute)
         if self.name == "cupy":
+            key = (int(self.xp.cuda.Device().id), f.name)
+            if key not in _GEMM_SUPPORTED:  # asked once per device and format
+                check_gemm_support(f, self.compute_capability(), self.device_name())
+                _GEMM_SUPPORTED.add(key)
             return _cupy_matmul(self.xp, a, b, f)
         if f == FP64:
             out64: np.ndarray = np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
@@ -337,6 +343,35 @@ def _cupy_matmul(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
     a3 = cp.broadcast_to(a, (*batch, m, k)).reshape(-1, m, k)
     b3 = cp.broadcast_to(b, (*batch, k, n)).reshape(-1, k, n)
     return _gemm_ex(cp, a3, b3, f).reshape(*batch, m, n)
+
+
+#: the first compute capability whose tensor cores take each GEMM input format
+TENSOR_CORE_SINCE: dict[str, tuple[int, int]] = {"fp16": (7, 0), "bf16": (8, 0), "tf32": (8, 0)}
+_GEMM_SUPPORTED: set[tuple[int, str]] = set()  # (device, format) pairs already checked
+
+
+def check_gemm_support(
+    f: FloatFormat | str, capability: tuple[int, int] | None, device: str = "this GPU"
+) -> None:
+    """Raise a one-line ValueError when a GPU of compute capability ``capability`` has no
+    tensor-core GEMM for ``f`` (cuBLAS would fail with CUBLAS_STATUS_NOT_SUPPORTED, or, for
+    tf32, silently compute in fp32). None (no GPU) and fp32/fp64 always pass.
+
+    >>> check_gemm_support("bf16", (9, 0)); check_gemm_support("fp16", (7, 0))
+    >>> check_gemm_support("bf16", (7, 5), "Tesla T4")
+    Traceback (most recent call last):
+    ...
+    ValueError: bf16 GEMMs need compute capability 8.0 or later (Ampere); Tesla T4 has 7.5
+    """
+    name = get_format(f).name
+    since = TENSOR_CORE_SINCE.get(name)
+    if capability is None or since is None or capability >= since:
+        return
+    arch = {(7, 0): "Volta", (8, 0): "Ampere"}[since]
+    raise ValueError(
+        f"{name} GEMMs need compute capability {since[0]}.{since[1]} or later ({arch}); "
+        f"{device} has {capability[0]}.{capability[1]}"
+    )
 
 
 def _to_gemm_input(cp: Any, x: Any, f: FloatFormat) -> tuple[Any, int]:

@@ -355,3 +355,28 @@ def test_bench_cli_on_numpy(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 3
     assert all(line.startswith("floatlab: error:") for line in err.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("fmt", "capability", "supported"),
+    [
+        ("fp16", (7, 0), True),  # V100: fp16 tensor cores
+        ("fp16", (6, 1), False),  # Pascal: none
+        ("bf16", (7, 5), False),  # T4: fp16 only
+        ("bf16", (8, 0), True),  # A100
+        ("tf32", (7, 0), False),
+        ("tf32", (9, 0), True),  # H100
+        ("fp32", (5, 0), True),  # SIMT fp32 everywhere
+        ("bf16", None, True),  # no GPU: the NumPy path, nothing to check
+    ],
+)
+def test_gemm_support_by_compute_capability(
+    fmt: str, capability: tuple[int, int] | None, supported: bool
+) -> None:
+    from floatlab.backend import check_gemm_support
+
+    if supported:
+        check_gemm_support(fmt, capability)
+    else:
+        with pytest.raises(ValueError, match=rf"^{fmt} GEMMs need compute capability \d\.0 or later"):
+            check_gemm_support(fmt, capability, "an old GPU")

@@ -710,9 +710,14 @@ def test_integer_bf16_path_equals_the_generic_loops(back: bool) -> None:
 
 
 def test_round_array_to_bf16_takes_the_integer_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+    calls: list[bool] = []
     real = _kernels.run_bf16
-    monkeypatch.setattr(_kernels, "run_bf16", lambda b, back: calls.append(back) or real(b, back))
+
+    def spy(bits: np.ndarray, back: bool) -> np.ndarray:
+        calls.append(back)
+        return real(bits, back)
+
+    monkeypatch.setattr(_kernels, "run_bf16", spy)
     x = np.array([1 + 2.0**-8, -3e38, 2.0**-133, 3.4e38], np.float32)
     want = x.astype(ML_DTYPES["bf16"])
     assert fl.round_array(x, "bf16").tolist() == want.astype(np.float32).tolist()

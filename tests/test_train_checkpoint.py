@@ -215,12 +215,11 @@ def test_a_damaged_trainer_state_is_one_value_error_and_changes_nothing(tmp_path
     before = _fingerprint(target)
     refused = accepted = 0
     for name, state in _damaged_states(good):
+        message: str | None = None
         try:
             target.load_state_dict(state)
         except ValueError as e:
             message = str(e)
-        else:
-            message = None
         if message is not None:
             refused += 1
             assert "\n" not in message, name
