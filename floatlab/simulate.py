@@ -172,15 +172,6 @@ def _to_odd(s: FloatArray, direction: FloatArray) -> FloatArray:
     return out
 
 
-def _two_sum(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """s = fl(a + b) and e with a + b = s + e exactly (Knuth; no branch, any magnitudes)."""
-    s = a + b
-    bv = s - a
-    av = s - bv
-    e = (a - av) + (b - bv)
-    return s, e
-
-
 def _split(x: FloatArray) -> tuple[FloatArray, FloatArray]:
     c = _SPLITTER * x
     hi = c - (c - x)
@@ -197,13 +188,12 @@ def _two_prod(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
 
 
 def _odd_sum(x: FloatArray, y: FloatArray, mode: str) -> FloatArray:
-    """x + y rounded to odd at 53 bits, with IEEE 754's sign for an exact zero."""
-    s, e = _two_sum(x, y)
-    out = _to_odd(s, e)
-    if mode == "rdown":
-        # IEEE 754 6.3: an exact zero sum is -0 when rounding toward -inf, unless both operands are +0
-        both_plus_zero = (x == 0) & (y == 0) & ~np.signbit(x) & ~np.signbit(y)
-        out = np.where((s == 0) & ~both_plus_zero, -0.0, out)
+    """x + y rounded to odd at 53 bits, with IEEE 754's sign for an exact zero (one compiled pass)."""
+    from floatlab import _kernels
+
+    out: FloatArray = _kernels.odd_sum(
+        np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64), mode == "rdown"
+    )
     return out
 
 

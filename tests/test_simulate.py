@@ -817,3 +817,31 @@ def test_demo_shows_the_swallowed_update(main: Main, capsys: pytest.CaptureFixtu
     view = simulate_cmds._demo_add(False)
     assert "2048 times smaller" in view.text
     assert "2048" in simulate_cmds._demo_accumulate(False).text
+
+
+def test_the_compiled_odd_sum_is_the_exact_sum_rounded_to_odd() -> None:
+    # oracle: Fraction arithmetic; rounding to odd keeps an exact float64 sum and otherwise gives
+    # the one of its two float64 neighbours whose last bit is 1
+    from floatlab import _kernels
+
+    rng = np.random.default_rng(11)
+    n = 20_000
+    x = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    y = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    y[:2000] = -x[:2000] * (1 + rng.integers(-3, 4, 2000) * 2.0**-52)  # cancellations
+    y[2000:2100] = -x[2000:2100]  # exact zeros
+    got = _kernels.odd_sum(x, y, False)
+    for xi, yi, r in zip(x.tolist(), y.tolist(), got.tolist(), strict=True):
+        q = Fraction(xi) + Fraction(yi)
+        if Fraction(float(q)) == q:
+            assert r == float(q)
+            continue
+        lo = float(q) if Fraction(float(q)) < q else math.nextafter(float(q), -math.inf)
+        hi = math.nextafter(lo, math.inf)
+        assert Fraction(lo) < q < Fraction(hi)
+        odd = lo if np.float64(lo).view(np.uint64) & np.uint64(1) else hi
+        assert r == odd, (xi, yi)
+    # the sign of an exact zero: -0 only when rounding down, +0 for (+0) + (+0) even then
+    zeros = _kernels.odd_sum(np.array([1.0, 0.0, -0.0]), np.array([-1.0, 0.0, 0.0]), True)
+    assert np.signbit(zeros).tolist() == [True, False, True]
+    assert np.signbit(_kernels.odd_sum(np.array([1.0]), np.array([-1.0]), False)).tolist() == [False]
