@@ -4,7 +4,8 @@ For each float32 input this checks, against oracles that share no code with floa
 
 * round to nearest even, fp16: ``encode_array`` (the CPU's conversion instruction), the general
   kernel (``flags=True``) and ``round_array`` (float32 out) against numpy's float16 cast and
-  torch's; bf16 against ml_dtypes' bfloat16 cast and torch's. NaNs are compared with the IEEE 754
+  torch's; bf16 (``encode_array`` and ``round_array`` there are one integer add per value) against
+  ml_dtypes' bfloat16 cast and torch's. NaNs are compared with the IEEE 754
   rule (a quiet NaN with the input's sign and the top bits of its payload), which torch's fp16
   cast follows bit for bit (numpy keeps signalling NaNs signalling, ml_dtypes drops payloads);
 * the IEEE flags counted by ``flags=True`` (inexact, underflow after rounding, overflow,
