@@ -121,3 +121,26 @@ def test_optimizer_errors_and_state() -> None:
     b = SGD(lr=0.1)
     b.load_state_dict(a.state_dict())
     np.testing.assert_array_equal(a.deltas(w, g)["w"], b.deltas(w, g)["w"])
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_state_arrays_are_double_buffered(name: str) -> None:
+    # a step writes its new state into the arrays the step before it retired: two buffers per
+    # state array, no allocation per step, and the values equal a fresh optimizer's
+    opt, fresh = make_optimizer(name, 0.1), make_optimizer(name, 0.1)
+    p = {"w": np.linspace(-1, 1, 8, dtype=np.float32)}
+    seen = []
+    for i in range(5):
+        g = {"w": np.full(8, 0.5 - 0.1 * i, np.float32)}
+        d = opt.deltas(p, g)
+        np.testing.assert_array_equal(d["w"], fresh.deltas(p, g)["w"])
+        seen.append([id(a) for a in opt.state["w"].values()])
+    assert seen[2] == seen[4]
+    assert seen[3] != seen[2]
+    # a dropped step leaves the state as it was, and the next one is the fresh optimizer's
+    before = {n: a.copy() for n, a in opt.state["w"].items()}
+    opt.propose(p, {"w": np.full(8, 1e30, np.float32)})
+    for n, a in opt.state["w"].items():
+        np.testing.assert_array_equal(a, before[n])
+    g = {"w": np.full(8, 0.25, np.float32)}
+    np.testing.assert_array_equal(opt.deltas(p, g)["w"], fresh.deltas(p, g)["w"])

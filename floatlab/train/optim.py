@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from floatlab.backend import get_xp
 from floatlab.train._checks import shown, want_dict, want_int
 from floatlab.train.precision import Array
 
@@ -72,6 +73,7 @@ class Optimizer:
         self.lr = float(lr)
         self.t = 0
         self.state: dict[str, dict[str, Array]] = {}
+        self._spare: dict[str, dict[str, Array]] = {}  # retired state arrays, reused by propose
 
     def propose(
         self, params: Mapping[str, Array], grads: Mapping[str, Array], lr: float | None = None
@@ -83,15 +85,28 @@ class Optimizer:
         deltas: dict[str, Array] = {}
         state: dict[str, dict[str, Array]] = {}
         for k in params:
-            deltas[k], st = self._delta(self.state.get(k), params[k], grads[k], step_lr, t)
+            deltas[k], st = self._delta(k, self.state.get(k), params[k], grads[k], step_lr, t)
             if st:
                 state[k] = st
         return Proposal(deltas, t, state)
 
     def commit(self, proposal: Proposal) -> None:
-        """Take the step :meth:`propose` computed (its arrays become the optimizer's state)."""
+        """Take the step :meth:`propose` computed (its arrays become the optimizer's state, and
+        the arrays they replace are written over by the next :meth:`propose`)."""
+        for k, st in proposal.state.items():
+            old = self.state.get(k)
+            if old is not None and all(old[n] is not st[n] for n in st):
+                self._spare[k] = old
         self.t = proposal.t
         self.state.update(proposal.state)
+
+    def _buffer(self, key: str, name: str, like: Array) -> Array:
+        """An array for the new state ``name`` of parameter ``key``: the one the last commit
+        retired when it fits (two buffers per state array, no allocation per step), else new."""
+        buf = self._spare.get(key, {}).get(name)
+        if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or type(buf) is not type(like):
+            return get_xp(like).empty_like(like)  # type: ignore[no-any-return]
+        return buf
 
     def deltas(
         self, params: Mapping[str, Array], grads: Mapping[str, Array], lr: float | None = None
@@ -107,10 +122,10 @@ class Optimizer:
         return proposal.deltas
 
     def _delta(
-        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+        self, key: str, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
     ) -> tuple[Array, dict[str, Array]]:
-        """The update of one parameter at step ``t`` and its new state (new arrays: ``st``, the
-        state before the step, is read, never written)."""
+        """The update of parameter ``key`` at step ``t`` and its new state (in :meth:`_buffer`
+        arrays: ``st``, the state before the step, is read, never written)."""
         raise NotImplementedError
 
     def hyper(self) -> dict[str, Any]:
@@ -151,7 +166,7 @@ class Optimizer:
                 if getattr(getattr(a, "dtype", None), "kind", "") != "f":
                     raise ValueError(f"optimizer state {k}/{n}={shown(a)}: expected an array of floats")
             new[k] = {n: a.copy() for n, a in v.items()}
-        self.t, self.state = t, new
+        self.t, self.state, self._spare = t, new, {}
 
 
 class SGD(Optimizer):
@@ -192,12 +207,17 @@ class SGD(Optimizer):
         }
 
     def _delta(
-        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+        self, key: str, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
     ) -> tuple[Array, dict[str, Array]]:
         d = g + p.dtype.type(self.weight_decay) * p if self.weight_decay else g
         new: dict[str, Array] = {}
         if self.momentum:
-            buf = d.copy() if st is None else st["momentum"] * p.dtype.type(self.momentum) + d
+            if st is None:
+                buf = d.copy()
+            else:
+                buf = self._buffer(key, "momentum", p)
+                get_xp(p).multiply(st["momentum"], p.dtype.type(self.momentum), out=buf)
+                buf += d
             new["momentum"] = buf
             d = d + p.dtype.type(self.momentum) * buf if self.nesterov else buf
         out: Array = -p.dtype.type(lr) * d
@@ -247,14 +267,18 @@ class AdamW(Optimizer):
         }
 
     def _delta(
-        self, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
+        self, key: str, st: dict[str, Array] | None, p: Array, g: Array, lr: float, t: int
     ) -> tuple[Array, dict[str, Array]]:
         ft = p.dtype.type
         b1, b2 = self.betas
-        m0 = np.zeros_like(p) if st is None else st["m"]
-        v0 = np.zeros_like(p) if st is None else st["v"]
-        m = m0 * ft(b1) + ft(1 - b1) * g
-        v = v0 * ft(b2) + ft(1 - b2) * (g * g)
+        xp = get_xp(p)
+        m0 = xp.zeros_like(p) if st is None else st["m"]
+        v0 = xp.zeros_like(p) if st is None else st["v"]
+        m, v = self._buffer(key, "m", p), self._buffer(key, "v", p)
+        xp.multiply(m0, ft(b1), out=m)
+        m += ft(1 - b1) * g
+        xp.multiply(v0, ft(b2), out=v)
+        v += ft(1 - b2) * (g * g)
         bc1 = 1.0 - b1**t
         bc2 = 1.0 - b2**t
         denom = np.sqrt(v) / ft(math.sqrt(bc2)) + ft(self.eps)
