@@ -173,7 +173,8 @@ def main() -> None:
         "Arrays under 2^18 elements are rounded on one thread (waking the other core costs more than "
         "it saves, and between GEMMs OpenBLAS's threads and the loop threads would take turns on the "
         "same cores); float32 -> fp16 round-to-nearest-even uses the CPU's own conversion (F16C), "
-        "which a test checks bit for bit against the generic loops.",
+        "float32 -> bf16 round-to-nearest-even one integer add per value; tests check both bit for "
+        "bit against the generic loops.",
     ]
     path = write_results(
         "trainer", "Training-step throughput: floatlab vs PyTorch (CPU)", sections, ["torch"]
