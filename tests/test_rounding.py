@@ -658,19 +658,23 @@ def _fp32_patterns() -> np.ndarray:
     return np.concatenate([(high[:, None] | tails[None, :]).reshape(-1), rand])
 
 
+def _generic_rne(bits: np.ndarray, target: FloatFormat, back: bool) -> np.ndarray:
+    """What the generic loops give for float32 bits ``bits`` -> ``target``, nearest even: codes,
+    or with ``back`` the float32 bits of the rounded values."""
+    p = _kernels.encode_params(
+        fl.FP32, target, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
+    )
+    if back:
+        return _kernels.run_round(bits, 32, p, _kernels.decode_params(target, fl.FP32, 32))
+    return _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
+
+
 @pytest.mark.skipif(not _kernels.half_hardware(), reason="this CPU has no float32 -> fp16 instruction")
 @pytest.mark.parametrize("back", [False, True], ids=["encode", "round"])
 def test_hardware_half_path_equals_the_generic_loops(back: bool) -> None:
     bits = _fp32_patterns()
     fast = _kernels.run_half(bits, back)
-    p = _kernels.encode_params(
-        fl.FP32, fl.FP16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
-    )
-    if back:
-        generic = _kernels.run_round(bits, 32, p, _kernels.decode_params(fl.FP16, fl.FP32, 32))
-    else:
-        generic = _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
-    assert np.array_equal(fast, generic)
+    assert np.array_equal(fast, _generic_rne(bits, fl.FP16, back))
     # and the oracle: numpy's own cast (NaNs compared by class, numpy keeps other payload bits)
     x = bits.view(np.float32)
     with np.errstate(over="ignore"):
@@ -689,14 +693,7 @@ def test_integer_bf16_path_equals_the_generic_loops(back: bool) -> None:
     nans = np.arange(0x7F800001, 0x80000000, 97, dtype=np.uint32)  # NaN payloads, both signs
     bits = np.concatenate([_fp32_patterns(), nans, nans | np.uint32(0x80000000)])
     fast = _kernels.run_bf16(bits, back)
-    p = _kernels.encode_params(
-        fl.FP32, fl.BF16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
-    )
-    if back:
-        generic = _kernels.run_round(bits, 32, p, _kernels.decode_params(fl.BF16, fl.FP32, 32))
-    else:
-        generic = _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
-    assert np.array_equal(fast, generic)
+    assert np.array_equal(fast, _generic_rne(bits, fl.BF16, back))
     # and the oracle: ml_dtypes' cast (NaNs compared by class)
     x = bits.view(np.float32)
     with np.errstate(invalid="ignore"):  # (ml_dtypes warns about the signalling NaNs it quiets)
