@@ -60,6 +60,7 @@ _half: Any = None
 _unhalf: Any = None
 _flags_one: Any = None
 _bf16: Any = None
+_prod_err: Any = None
 
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
@@ -669,6 +670,53 @@ def _odd_sum_kernel_py(x: Any, y: Any, out: Any, out_bits: Any, rdown: Any) -> N
             out[i] = -0.0
 
 
+def _prod_err_py(a: Any, b: Any, p: Any) -> Any:
+    """e with a * b = p + e exactly, p = fl(a * b) (Dekker's product with Veltkamp's splitting:
+    no fused multiply-add needed; exact while nothing overflows or underflows)."""
+    c = 134217729.0 * a  # 2^27 + 1 splits a double into two 26-bit halves
+    ah = c - (c - a)
+    al = a - ah
+    c = 134217729.0 * b
+    bh = c - (c - b)
+    bl = b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _odd_div_kernel_py(x: Any, y: Any, out: Any, out_bits: Any) -> None:
+    """out = x / y rounded to odd at 53 bits (``out_bits`` is out's memory as uint64). The
+    remainder x - q*y = (x - h) - e with q*y = h + e exactly; x - h is exact (Sterbenz), so the
+    remainder's sign, times y's, says on which side of q the exact quotient lies."""
+    for i in prange(x.size):
+        a = x[i]
+        b = y[i]
+        q = a / b
+        out[i] = q
+        if np.isfinite(q) and q != 0 and (out_bits[i] & np.uint64(1)) == 0:
+            h = q * b
+            rest = (a - h) - _prod_err(q, b, h)
+            if rest != 0:
+                above = (rest > 0) == (b > 0)  # the exact quotient lies above q
+                if above == (q > 0):
+                    out_bits[i] += np.uint64(1)  # one ulp away from zero
+                else:
+                    out_bits[i] -= np.uint64(1)
+
+
+def _odd_sqrt_kernel_py(x: Any, out: Any, out_bits: Any) -> None:
+    """out = sqrt(x) rounded to odd at 53 bits: sqrt(x) > r exactly when x > r*r = h + e."""
+    for i in prange(x.size):
+        a = x[i]
+        r = np.sqrt(a)
+        out[i] = r
+        if np.isfinite(r) and r > 0 and (out_bits[i] & np.uint64(1)) == 0:
+            h = r * r
+            rest = (a - h) - _prod_err(r, r, h)
+            if rest > 0:
+                out_bits[i] += np.uint64(1)
+            elif rest < 0:
+                out_bits[i] -= np.uint64(1)
+
+
 def _compile() -> dict[str, Any]:
     """Import numba and wrap the element functions and loops (once per process)."""
     with _lock:
@@ -684,10 +732,29 @@ def _compile() -> dict[str, Any]:
         # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
         # element functions as calls, and a loop with a call does not vectorise
         helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-        for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one", "_bf16"):
+        for name in (
+            "_core",
+            "_encode_one",
+            "_decode_one",
+            "_mix32",
+            "_random32",
+            "_flags_one",
+            "_bf16",
+            "_prod_err",
+        ):
             g[name] = helper(g[name + "_py"])
         loop = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-        for name in ("encode", "round", "full", "general", "decode", "gather", "odd_sum"):
+        for name in (
+            "encode",
+            "round",
+            "full",
+            "general",
+            "decode",
+            "gather",
+            "odd_sum",
+            "odd_div",
+            "odd_sqrt",
+        ):
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
         # the hardware conversion runs at memory speed on one core: no threads to wake
         serial = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -784,6 +851,28 @@ def odd_sum(x: np.ndarray, y: np.ndarray, rdown: bool) -> np.ndarray:
     """
     out = np.empty_like(x)
     _launch("odd_sum", x.size, x, y, out, out.view(np.uint64), bool(rdown))
+    return out
+
+
+def odd_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x / y (1-d contiguous float64 arrays of one size) rounded to odd at 53 bits.
+
+    >>> odd_div(np.array([1.0, 6.0]), np.array([10.0, 3.0])).tolist()  # the double nearest 0.1 is even
+    [0.09999999999999999, 2.0]
+    """
+    out = np.empty_like(x)
+    _launch("odd_div", x.size, x, y, out, out.view(np.uint64))
+    return out
+
+
+def odd_sqrt(x: np.ndarray) -> np.ndarray:
+    """The square roots of ``x`` (1-d contiguous float64) rounded to odd at 53 bits.
+
+    >>> odd_sqrt(np.array([3.0, 4.0, -0.0, -1.0])).tolist()
+    [1.7320508075688774, 2.0, -0.0, nan]
+    """
+    out = np.empty_like(x)
+    _launch("odd_sqrt", x.size, x, out, out.view(np.uint64))
     return out
 
 

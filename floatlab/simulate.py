@@ -26,7 +26,8 @@ The exact result is then formed in float64:
   exact product, which gives the sign of the remainder;
 * from ``s`` and the sign of what float64 dropped, the float64 result is turned into the exact
   value *rounded to odd* at 53 bits (an inexact result gets an odd last bit: step one ulp toward
-  the dropped part when the last bit is even).
+  the dropped part when the last bit is even). Each of these runs as one compiled pass over the
+  elements (``floatlab._kernels.odd_sum``, ``odd_div``, ``odd_sqrt``).
 
 Rounding to odd at p' bits and then rounding to p bits equals one rounding to p bits, for every
 rounding mode, when p' >= p + 2 (Boldo and Melquiond, "Emulation of FMA and correctly rounded
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from floatlab import _kernels
 from floatlab.codec import Decoded, decode, encode, parse_value
 from floatlab.formats import FP64, FloatFormat, get_format
 from floatlab.rounding import (
@@ -86,7 +88,6 @@ MAX_PRECISION = 26
 # exponents of every operand, product, quotient and Dekker partial product stay far inside
 # float64's normal range when the format's values lie within 2^-255 .. 2^256
 _MAX_EXPONENT = 255
-_SPLITTER = float((1 << 27) + 1)  # Veltkamp's constant: splits a double into two 26-bit halves
 _NEEDS_RNG = (
     "rounding 'stochastic' needs rng=np.random.default_rng(seed): its random draws must be reproducible"
 )
@@ -159,38 +160,8 @@ class _Op:
         return out
 
 
-def _to_odd(s: FloatArray, direction: FloatArray) -> FloatArray:
-    """The exact value rounded to odd at 53 bits, given ``s``, the float64 nearest to it, and any
-    float with the sign of (exact - s)."""
-    s = np.ascontiguousarray(s)
-    inexact = np.isfinite(s) & ((direction > 0) | (direction < 0))
-    # adjacent doubles alternate in the last bit of their code, across binades too; an inexact
-    # value lies between s and its neighbour toward the dropped part, and one of the two is odd
-    even = (s.view(np.uint64) & np.uint64(1)) == 0
-    stepped = np.nextafter(s, np.where(direction > 0, np.inf, -np.inf))
-    out: FloatArray = np.where(inexact & even, stepped, s)
-    return out
-
-
-def _split(x: FloatArray) -> tuple[FloatArray, FloatArray]:
-    c = _SPLITTER * x
-    hi = c - (c - x)
-    return hi, x - hi
-
-
-def _two_prod(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """p = fl(a * b) and e with a * b = p + e exactly (Dekker; no fma needed, no over/underflow here)."""
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, e
-
-
 def _odd_sum(x: FloatArray, y: FloatArray, mode: str) -> FloatArray:
     """x + y rounded to odd at 53 bits, with IEEE 754's sign for an exact zero (one compiled pass)."""
-    from floatlab import _kernels
-
     out: FloatArray = _kernels.odd_sum(
         np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64), mode == "rdown"
     )
@@ -311,13 +282,8 @@ def div(
     """
     op = _Op.make("div", fmt, rounding, saturate, subnormals, random_bits)
     shape, (x, y) = op.store(a, b)
-    with np.errstate(all="ignore"):  # x/0 is inf, 0/0 NaN, as IEEE 754 asks
-        q = x / y
-        h, e = _two_prod(q, y)
-        # q*y = h + e exactly and h is within a factor 2 of x, so x - h is exact (Sterbenz);
-        # the remainder x - q*y then has the sign of (x - h) - e, and x/y - q that sign times y's
-        direction = np.sign((x - h) - e) * np.sign(y)
-        return op.finish(_to_odd(q, np.where(np.isfinite(q) & (q != 0), direction, 0.0)), shape, rng)
+    # x/0 is inf, 0/0 NaN, as IEEE 754 asks; the quotient is rounded to odd in one compiled pass
+    return op.finish(_kernels.odd_div(x, y), shape, rng)
 
 
 def sqrt(
@@ -337,12 +303,8 @@ def sqrt(
     """
     op = _Op.make("sqrt", fmt, rounding, saturate, subnormals, random_bits)
     shape, (x,) = op.store(a)
-    with np.errstate(all="ignore"):  # the root of a negative number is NaN
-        r = np.sqrt(x)
-        h, e = _two_prod(r, r)
-        # r*r = h + e exactly, h within a factor 2 of x (Sterbenz: x - h exact); sqrt(x) > r iff x > r*r
-        direction = np.sign((x - h) - e)
-        return op.finish(_to_odd(r, np.where(np.isfinite(r) & (r > 0), direction, 0.0)), shape, rng)
+    # the root of a negative number is NaN; the root is rounded to odd in one compiled pass
+    return op.finish(_kernels.odd_sqrt(x), shape, rng)
 
 
 # ---- swallowed updates ---------------------------------------------------------------------------

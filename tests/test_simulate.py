@@ -819,29 +819,57 @@ def test_demo_shows_the_swallowed_update(main: Main, capsys: pytest.CaptureFixtu
     assert "2048" in simulate_cmds._demo_accumulate(False).text
 
 
-def test_the_compiled_odd_sum_is_the_exact_sum_rounded_to_odd() -> None:
-    # oracle: Fraction arithmetic; rounding to odd keeps an exact float64 sum and otherwise gives
-    # the one of its two float64 neighbours whose last bit is 1
-    from floatlab import _kernels
-
-    rng = np.random.default_rng(11)
-    n = 20_000
-    x = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
-    y = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
-    y[:2000] = -x[:2000] * (1 + rng.integers(-3, 4, 2000) * 2.0**-52)  # cancellations
-    y[2000:2100] = -x[2000:2100]  # exact zeros
-    got = _kernels.odd_sum(x, y, False)
-    for xi, yi, r in zip(x.tolist(), y.tolist(), got.tolist(), strict=True):
-        q = Fraction(xi) + Fraction(yi)
+def _assert_rounded_to_odd(got: np.ndarray, exact: list[Fraction]) -> None:
+    """Rounding to odd keeps an exact float64 result and otherwise gives the one of its two float64
+    neighbours whose last bit is 1 (oracle: Fraction arithmetic)."""
+    for r, q in zip(got.tolist(), exact, strict=True):
         if Fraction(float(q)) == q:
-            assert r == float(q)
+            assert r == float(q), q
             continue
         lo = float(q) if Fraction(float(q)) < q else math.nextafter(float(q), -math.inf)
         hi = math.nextafter(lo, math.inf)
         assert Fraction(lo) < q < Fraction(hi)
-        odd = lo if np.float64(lo).view(np.uint64) & np.uint64(1) else hi
-        assert r == odd, (xi, yi)
+        assert r == (lo if np.float64(lo).view(np.uint64) & np.uint64(1) else hi), q
+
+
+def _wide_operands(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    y = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    return x, y
+
+
+def test_the_compiled_odd_sum_is_the_exact_sum_rounded_to_odd() -> None:
+    from floatlab import _kernels
+
+    x, y = _wide_operands(20_000, 11)
+    rng = np.random.default_rng(12)
+    y[:2000] = -x[:2000] * (1 + rng.integers(-3, 4, 2000) * 2.0**-52)  # cancellations
+    y[2000:2100] = -x[2000:2100]  # exact zeros
+    exact = [Fraction(a) + Fraction(b) for a, b in zip(x.tolist(), y.tolist(), strict=True)]
+    _assert_rounded_to_odd(_kernels.odd_sum(x, y, False), exact)
     # the sign of an exact zero: -0 only when rounding down, +0 for (+0) + (+0) even then
     zeros = _kernels.odd_sum(np.array([1.0, 0.0, -0.0]), np.array([-1.0, 0.0, 0.0]), True)
     assert np.signbit(zeros).tolist() == [True, False, True]
     assert np.signbit(_kernels.odd_sum(np.array([1.0]), np.array([-1.0]), False)).tolist() == [False]
+
+
+def test_the_compiled_odd_quotient_and_root_are_exact_results_rounded_to_odd() -> None:
+    from floatlab import _kernels
+
+    x, y = _wide_operands(20_000, 13)
+    y[:1000] = x[:1000] * 2.0 ** np.random.default_rng(14).integers(-20, 20, 1000)  # exact quotients
+    exact = [Fraction(a) / Fraction(b) for a, b in zip(x.tolist(), y.tolist(), strict=True)]
+    _assert_rounded_to_odd(_kernels.odd_div(x, y), exact)
+    r = np.abs(x)
+    r[:500] = (np.arange(500) + 1.0) ** 2  # exact roots
+    got = _kernels.odd_sqrt(r)
+    for v, a in zip(got.tolist(), r.tolist(), strict=True):
+        # compare r's position against sqrt(a) through squares: v^2 < a < next^2 decides it
+        lo = v if Fraction(v) ** 2 <= Fraction(a) else math.nextafter(v, 0.0)
+        if Fraction(lo) ** 2 == Fraction(a):
+            assert v == lo
+            continue
+        hi = math.nextafter(lo, math.inf)
+        assert Fraction(lo) ** 2 < Fraction(a) < Fraction(hi) ** 2
+        assert v == (lo if np.float64(lo).view(np.uint64) & np.uint64(1) else hi), a
