@@ -78,6 +78,24 @@ def test_resume_is_bit_identical(cfg: TrainConfig, stop: int, tmp_path: Path) ->
     _same(straight, resumed)
 
 
+def test_a_state_dict_is_a_snapshot_that_later_steps_leave_alone() -> None:
+    # the optimizer's state arrays are reused from step to step: a state dict must not share them
+    data = _data()
+    cfg = TrainConfig(data="underflow", precision="mixed-fp16", epochs=3, hidden=(8,), optimizer="adamw")
+    tr = Trainer.from_config(cfg, data)
+    tr.fit(3, stop_after=4)
+    state = tr.state_dict()
+    tr.fit(3)  # eleven more steps write over every buffer the optimizer holds
+    twin = Trainer.from_config(cfg, data)
+    twin.load_state_dict(state)
+    assert twin.step == 4
+    twin.fit(3)
+    _same(tr, twin)
+    for k, st in tr.opt.state.items():
+        for n in st:
+            np.testing.assert_array_equal(st[n], twin.opt.state[k][n], err_msg=f"{k}/{n}")
+
+
 def test_resume_into_an_existing_trainer(tmp_path: Path) -> None:
     cfg = TrainConfig(data="underflow", precision="fp16", epochs=2, hidden=(8,))
     a = Trainer.from_config(cfg, _data())

@@ -133,12 +133,17 @@ class Optimizer:
         return {"name": self.name, "lr": self.lr}
 
     def state_dict(self) -> dict[str, Any]:
-        """Step count and per-parameter state arrays.
+        """Step count and per-parameter state arrays: a snapshot (the arrays are copies), so that
+        a checkpoint taken now keeps its values however many steps follow.
 
-        >>> SGD(lr=0.1).state_dict()["t"]
-        0
+        >>> opt = SGD(lr=0.1)
+        >>> snap = opt.deltas({"w": np.zeros(1)}, {"w": np.ones(1)}) and opt.state_dict()
+        >>> for _ in range(3): _ = opt.deltas({"w": np.zeros(1)}, {"w": np.ones(1)})
+        >>> snap["t"], snap["state"]["w"]["momentum"].tolist(), opt.t
+        (1, [1.0], 4)
         """
-        return {"t": self.t, "hyper": self.hyper(), "state": {k: dict(v) for k, v in self.state.items()}}
+        state = {k: {n: a.copy() for n, a in v.items()} for k, v in self.state.items()}
+        return {"t": self.t, "hyper": self.hyper(), "state": state}
 
     @property
     def state_names(self) -> tuple[str, ...]:
