@@ -42,7 +42,8 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -j auto -b html -n -W --keep-going docs docs/_build/html -d docs/_build/doctrees
 
 # the same build from scratch with warnings as errors and every reference checked, executing no
-# notebook (the notebook tests run the lessons): a broken reference or page fails `make test`
+# notebook (the tests run the lessons and the pages' code cells): a broken reference or page fails
+# `make test`
 docs-check: $(STAMP)
 	FLOATLAB_DOCS_EXECUTE=off $(BIN)/sphinx-build -E -q -j auto -b html -n -W --keep-going \
 		docs docs/_build/check -d docs/_build/check-doctrees

@@ -2,8 +2,9 @@
 
 ``make docs`` builds the site into ``docs/_build/html``, executing the lessons and the pages with
 code cells (myst-nb, cached under ``docs/_build/.jupyter_cache``). ``make docs-check`` builds it
-with warnings as errors and every reference checked, without executing the lessons (the notebook
-tests run them already): set ``FLOATLAB_DOCS_EXECUTE=pages`` for that.
+with warnings as errors and every reference checked, executing nothing (the notebook tests run the
+lessons and ``tests/test_docs.py`` the pages' code cells): set ``FLOATLAB_DOCS_EXECUTE=pages`` to
+execute the pages in the build too.
 
 The pages that describe the library are generated from it at build time by the extension in
 ``_ext/floatlab_sphinx``: the API reference from ``__all__``, the CLI reference from the argument

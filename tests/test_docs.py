@@ -3,7 +3,8 @@ complete, the pieces of the docs extension correct.
 
 The site itself is built by ``make docs-check`` (part of ``make test``) with warnings as errors and
 every reference checked; these tests cover what that build cannot see: that nothing public is left
-out of the reference, and that the generators and helpers give the right answers, checked against
+out of the reference, that the code on the pages runs (the check build executes none of it), and
+that the generators and helpers give the right answers, checked against
 sources independent of them (argparse's own parser walk, NumPy's and ml_dtypes' format limits,
 exact rational arithmetic).
 """
@@ -293,8 +294,8 @@ def _pages_with_code() -> list[Path]:
 
 @pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_page_code_compiles_and_names_existing_api(page: Path) -> None:
-    """The pages' code cells run in ``make docs``; here, cheaply, they must parse and every
-    ``fl.X`` / ``ft.X`` / ``sim.X`` / ``backend.X`` they use must exist."""
+    """Every ``fl.X`` / ``ft.X`` / ``sim.X`` / ``backend.X`` the pages' code cells use exists (a
+    sharper message than the failure of :func:`test_page_code_runs` for a renamed function)."""
     for code in _CELL.findall(page.read_text(encoding="utf-8")):
         # IPython's magics (%matplotlib inline) are not Python
         tree = ast.parse("\n".join(line for line in code.splitlines() if not line.startswith("%")))
@@ -310,3 +311,24 @@ def test_page_code_compiles_and_names_existing_api(page: Path) -> None:
                 mod = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(mod, alias.name), f"{page.name}: {node.module}.{alias.name} does not exist"
+
+
+@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(DOCS)))
+def test_page_code_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every code cell of the page runs, in order, in one namespace, as ``make docs`` runs them
+    (in a scratch directory, so that files a page writes land there): a page whose code no
+    longer works with the library fails the suite, not only the site build."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    cells = _CELL.findall(page.read_text(encoding="utf-8"))
+    if any(re.search(r"^\s*(import|from) torch\b", c, re.MULTILINE) for c in cells):
+        pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    for i, code in enumerate(cells, 1):
+        source = "\n".join(line for line in code.splitlines() if not line.startswith("%"))
+        exec(compile(source, f"{page.relative_to(DOCS)} (cell {i})", "exec"), namespace)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
