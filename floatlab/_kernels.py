@@ -41,6 +41,7 @@ __all__ = [
     "run_encode",
     "run_full",
     "run_general",
+    "run_mx",
     "run_round",
 ]
 
@@ -619,6 +620,79 @@ def _general_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool)
         out[i] = _decode_one(r[0], r[1], z, d, True) if to_input else r[0]
 
 
+_P_EMIN_T, _P_EMAX_T = 8, 9  # where the target's exponent range sits in EncodeParams
+_tuple_setitem: Any = None
+
+
+def _mx_kernel_py(
+    x: Any, row: Any, k: Any, emax_e: Any, codes: Any, scales: Any, table: Any, values: Any, z: Any, p: Any
+) -> Any:
+    """MX quantization of float64 bit patterns ``x``, rows of ``row`` values cut into blocks of
+    ``k``: the E8M0 code of each block into ``scales``, the element codes into ``codes`` and,
+    when ``values`` is not empty, element value times block scale into ``values``.
+
+    A block's value ``v / 2^s`` is never formed: rounding ``v`` into the element format with its
+    exponent range shifted by ``s`` gives the same code, exactly, whatever the magnitude (the
+    target's emin and emax are runtime parameters). Returns the counts (nonzero, flushed,
+    subnormal, inexact, overflow) over the blocks with a finite scale.
+    """
+    per_row = (row + k - 1) // k
+    nb = scales.size
+    want_values = values.size > 0
+    mag_mask = _u(0x7FFFFFFFFFFFFFFF, z)
+    n_nonzero = 0
+    n_flushed = 0
+    n_subnormal = 0
+    n_inexact = 0
+    n_overflow = 0
+    m_t = p[7]
+    stochastic = p[18] != 0
+    key0 = _u(p[_P_KEY0], np.uint32(0))
+    key1 = _u(p[_P_KEY0 + 1], np.uint32(0))
+    code_mag = _u((1 << p[12]) - 1, z)  # the code without its sign bit
+    for b in prange(nb):
+        r = b // per_row
+        j0 = r * row + (b - r * per_row) * k
+        j1 = min(j0 + k, r * row + row)
+        amax = _u(0, z)
+        special = False
+        for j in range(j0, j1):
+            m = _u(x[j] & mag_mask, z)
+            special |= _shr(m, 52) == _u(0x7FF, z)
+            amax = max(amax, m)
+        ex = _s(_shr(amax, 52), z)
+        # floor(log2(amax)) from the bit fields: the exponent, or a subnormal's highest set bit
+        top = _s(ex - 1023, z) if ex != 0 else _s(_s(63, z) - _s(_clz(amax), z) - 1074, z)
+        shared = -127 if amax == 0 else max(top - emax_e, -127)
+        if special or shared > 127:
+            scales[b] = 255
+            for j in range(j0, j1):
+                codes[j] = 0
+                if want_values:
+                    values[j] = np.nan
+            continue
+        scales[b] = shared + 127
+        q = _tuple_setitem(
+            _tuple_setitem(p, _P_EMIN_T, p[_P_EMIN_T] + shared), _P_EMAX_T, p[_P_EMAX_T] + shared
+        )
+        scale = np.ldexp(1.0, shared)
+        for j in range(j0, j1):
+            rnd = _random32(j, key0, key1) if stochastic else np.uint32(0)
+            res = _encode_one(_u(x[j], z), z, rnd, q)
+            code = res[0]
+            codes[j] = code
+            nonzero = _u(x[j] & mag_mask, z) != 0
+            mag = _u(code & code_mag, z)
+            n_nonzero += nonzero
+            n_flushed += nonzero & (mag == 0)
+            n_subnormal += (mag != 0) & (_shr(mag, m_t) == 0)
+            n_inexact += res[6]
+            n_overflow += res[8]
+            if want_values:
+                values[j] = table[code] * scale
+    return n_nonzero, n_flushed, n_subnormal, n_inexact, n_overflow
+
+
 def _decode_kernel_py(c: Any, out: Any, z: Any, d: Any) -> None:
     """Codes c into out (the bits of the output format, usually float64 as uint64)."""
     for i in prange(c.size):
@@ -727,6 +801,9 @@ def _compile() -> dict[str, Any]:
 
         g = globals()
         g["prange"] = numba.prange
+        from numba.cpython.unsafe.tuple import tuple_setitem
+
+        g["_tuple_setitem"] = tuple_setitem
         for name in ("_u", "_s", "_shl", "_shr", "_clz", "_half", "_unhalf"):
             g[name] = intrinsic(g[name + "_typer"])
         # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
@@ -754,6 +831,7 @@ def _compile() -> dict[str, Any]:
             "odd_sum",
             "odd_div",
             "odd_sqrt",
+            "mx",
         ):
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
         # the hardware conversion runs at memory speed on one core: no threads to wake
@@ -923,6 +1001,21 @@ def run_general(bits: np.ndarray, lanes: int, p: EncodeParams, d: DecodeParams, 
     out = np.empty(bits.size, z.dtype)
     _launch("general", bits.size, bits, out, z, p, d, to_input)
     return out
+
+
+def run_mx(
+    bits: np.ndarray, row: int, block: int, emax: int, p: EncodeParams, table: np.ndarray, values: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, ...]]:
+    """MX quantization of the float64 bit patterns ``bits`` (rows of ``row`` values, blocks of
+    ``block``) into the element format of ``p`` (built for float64 input, 64 lanes):
+    element codes, E8M0 scale codes, the dequantized values when ``values`` asks for them (from
+    ``table``, every element value as float64) and the counts of :func:`_mx_kernel_py`."""
+    rows = bits.size // row if row else 0
+    scales = np.empty(rows * -(-row // block), np.uint8)
+    codes = np.empty(bits.size, np.uint8)
+    out = np.empty(bits.size if values else 0, np.float64)
+    counts = _launch("mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), p)
+    return codes, scales, out if values else None, tuple(int(c) for c in counts)
 
 
 def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarray:

@@ -26,9 +26,12 @@ reference implementation (microsoft/microxcaling) computes it:
 2. it is clamped below at -127 (a block of zeros, or of values too small for any scale, gets the
    smallest scale); a shared exponent above 127, or a block holding a NaN or an infinity, gets the
    NaN scale, and every value of that block decodes as NaN;
-3. each ``v / 2^shared`` (exact: a power-of-two scaling) is rounded into the element format through
-   the one rounding primitive (:func:`floatlab.encode_array`), saturating: the values between the
-   largest element and the top of the binade (E4M3: 448 to 512) clamp to the largest element.
+3. each ``v / 2^shared`` is rounded into the element format, saturating: the values between the
+   largest element and the top of the binade (E4M3: 448 to 512) clamp to the largest element. The
+   rounding is the element function of the one rounding primitive (the loop behind
+   :func:`floatlab.encode_array`), applied to ``v`` itself with the element format's exponent range
+   shifted by ``shared``: the same code, with no scaled value ever formed, so nothing can underflow
+   on the way. One compiled pass does a whole array, block by block.
 
 The element rounding takes every rounding mode of floatlab (the specification leaves the mode to
 the implementation; microxcaling's default rounds ties away from zero, floatlab's ``"rna"``).
@@ -54,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import RoundingStats, check_rounding, encode_array
+from floatlab.rounding import check_rounding
 
 __all__ = [
     "E8M0_BIAS",
@@ -215,8 +218,8 @@ class MXArray:
     ``element_codes`` the shape of the input. Of the ``nonzero`` inputs in blocks with a finite
     scale, ``flushed`` counts those whose element rounded to zero, ``subnormal`` those whose element
     is subnormal; ``clamped`` counts the values that saturation held at the element's largest value
-    (they would have overflowed), ``nan_blocks`` the blocks with the NaN scale. ``stats`` holds the
-    IEEE 754 flags of the element rounding.
+    (they would have overflowed), ``inexact`` those the rounding changed, ``nan_blocks`` the blocks
+    with the NaN scale.
 
     >>> q = mx_quantize(np.arange(64.0).reshape(2, 32), "mxfp8_e4m3")
     >>> q.scale_codes.shape, q.element_codes.shape, q.nbytes
@@ -227,8 +230,8 @@ class MXArray:
     axis: int
     scale_codes: npt.NDArray[np.uint8]
     element_codes: npt.NDArray[np.uint8]
-    stats: RoundingStats
     nonzero: int
+    inexact: int
     flushed: int
     subnormal: int
     clamped: int
@@ -315,6 +318,16 @@ def _pct(share: float) -> str:
     return f"{100 * share:.3g}%"
 
 
+def _as_real_array(x: npt.ArrayLike) -> npt.NDArray[Any]:
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"x: expected an array of numbers ({e})") from None
+    if a.dtype.kind not in "fiub" and not a.dtype.type.__module__.startswith("ml_dtypes"):
+        raise ValueError(f"x of dtype {a.dtype}: expected an array of real numbers")
+    return a
+
+
 def _check_axis(axis: int, ndim: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ValueError(f"axis={axis!r}: expected a whole number")
@@ -357,53 +370,56 @@ def mx_quantize(
     """
     f = get_mx_format(fmt, block_size)
     mode = check_rounding(rounding)
-    try:
-        a = np.asarray(x)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"x: expected an array of numbers ({e})") from None
-    if a.dtype.kind not in "fiub" and not a.dtype.type.__module__.startswith("ml_dtypes"):
-        raise ValueError(f"x of dtype {a.dtype}: expected an array of real numbers")
-    a = np.atleast_1d(a.astype(np.float64))
+    a = np.atleast_1d(_as_real_array(x).astype(np.float64))
     ax = _check_axis(axis, a.ndim)
-    k = f.block_size
-    rows = np.moveaxis(a, ax, -1)
+    q, _ = _quantize(a, f, ax, mode, rng, values=False)
+    return q
+
+
+def _quantize(
+    a: npt.NDArray[np.float64],
+    f: MXFormat,
+    ax: int,
+    mode: str,
+    rng: np.random.Generator | int | None,
+    values: bool,
+) -> tuple[MXArray, npt.NDArray[np.float64] | None]:
+    """The work of :func:`mx_quantize` (and, with ``values``, the dequantized values) in one
+    compiled pass over the blocks."""
+    from floatlab import _kernels
+    from floatlab.codec import decode_array
+    from floatlab.formats import FP64
+    from floatlab.rounding import _stochastic_key
+
+    rows = np.ascontiguousarray(np.moveaxis(a, ax, -1))
     n = rows.shape[-1]
-    nblocks = -(-n // k)
-    padded = np.zeros((*rows.shape[:-1], nblocks * k))
-    padded[..., :n] = rows
-    blocks = padded.reshape(*rows.shape[:-1], nblocks, k)
-    scale_codes = _shared_exponents(blocks, f.element.emax)
-    shared = np.where(scale_codes == E8M0_NAN, 0, scale_codes - E8M0_BIAS)
-    nan_block = scale_codes == E8M0_NAN
-    # v / 2^shared: exact in float64 for every value of a block with a finite scale (the values
-    # of float32 and narrower inputs stay far inside float64's range); a float64 input small enough
-    # to underflow to 0 is kept as the smallest float64 of its sign, so that directed rounding
-    # still sees a nonzero value
-    scaled = np.ldexp(blocks, -shared[..., None])
-    lost = (scaled == 0) & (blocks != 0)
-    if lost.any():
-        scaled[lost] = np.copysign(5e-324, blocks[lost])
-    scaled[nan_block] = 0.0
-    codes, stats = encode_array(scaled, f.element, mode, rng=rng, saturate=True, flags=True)
-    codes = codes.astype(np.uint8, copy=False)
-    in_block = np.arange(nblocks * k) < n  # the padding at the end of each row is not counted
-    counted = (blocks != 0) & ~nan_block[..., None] & in_block.reshape(nblocks, k)
-    magnitude = codes & np.uint8(f.element.code_mask ^ f.element.sign_mask)
-    subnormal = (codes & np.uint8(f.element.exponent_mask)) == 0
-    element_codes = np.moveaxis(codes.reshape(*rows.shape[:-1], nblocks * k)[..., :n], -1, ax)
-    return MXArray(
+    e = f.element
+    p = _kernels.encode_params(
+        FP64, e, mode, saturate=True, subnormals=True, random_bits=32, lanes=64,
+        key=_stochastic_key(rng, mode),
+    )  # fmt: skip
+    table = decode_array(np.arange(2**e.bits, dtype=np.uint8), e)
+    codes, scales, out, counts = _kernels.run_mx(
+        rows.reshape(-1).view(np.uint64), n, f.block_size, e.emax, p, table, values
+    )
+    nonzero, flushed, subnormal, inexact, overflow = counts
+    nblocks = -(-n // f.block_size)
+    scale_codes = scales.reshape(*rows.shape[:-1], nblocks)
+    q = MXArray(
         format=f,
         axis=ax,
-        scale_codes=np.moveaxis(scale_codes.astype(np.uint8), -1, ax),
-        element_codes=np.ascontiguousarray(element_codes),
-        stats=RoundingStats(a.size, stats.inexact, stats.underflow, stats.overflow, stats.invalid),
-        nonzero=int(np.count_nonzero(counted)),
-        flushed=int(np.count_nonzero(counted & (magnitude == 0))),
-        subnormal=int(np.count_nonzero(counted & subnormal & (magnitude != 0))),
-        clamped=stats.overflow,
-        nan_blocks=int(np.count_nonzero(nan_block)),
+        scale_codes=np.ascontiguousarray(np.moveaxis(scale_codes, -1, ax)),
+        element_codes=np.ascontiguousarray(np.moveaxis(codes.reshape(rows.shape), -1, ax)),
+        inexact=inexact,
+        nonzero=nonzero,
+        flushed=flushed,
+        subnormal=subnormal,
+        clamped=overflow,
+        nan_blocks=int(np.count_nonzero(scales == E8M0_NAN)),
         rounding=mode,
     )
+    back = None if out is None else np.moveaxis(out.reshape(rows.shape), -1, ax)
+    return q, back
 
 
 def mx_round(
@@ -422,8 +438,12 @@ def mx_round(
     >>> mx_round(np.array([1.0, 0.3, 7.0], np.float32), "mxfp4_e2m1")   # E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6
     array([1. , 0.5, 6. ], dtype=float32)
     """
-    a = np.asarray(x)
-    out = mx_quantize(a, fmt, axis=axis, rounding=rounding, rng=rng, block_size=block_size).dequantize()
+    f = get_mx_format(fmt, block_size)
+    mode = check_rounding(rounding)
+    a = _as_real_array(x)
+    wide = np.atleast_1d(a.astype(np.float64))
+    _, out = _quantize(wide, f, _check_axis(axis, wide.ndim), mode, rng, values=True)
+    assert out is not None
     floating = a.dtype.kind == "f" or a.dtype.type.__module__.startswith("ml_dtypes")
     dtype = a.dtype if floating else np.dtype(np.float64)
     return out.reshape(a.shape).astype(dtype)

@@ -137,6 +137,8 @@ def test_counts_against_the_reference_codes() -> None:
                 flushed += c & 0x7F == 0
                 subnormal += (c & 0x78) == 0 and (c & 0x7F) != 0
     assert (q.nonzero, q.flushed, q.subnormal, q.nan_blocks) == (nonzero, flushed, subnormal, 1)
+    finite = np.isfinite(q.dequantize())
+    assert q.inexact == np.count_nonzero(q.dequantize()[finite] != blocks[finite])
     # saturated: the values that would round above 448 with the exponent unbounded (the overflow
     # flag): toward zero from 480 = 1.875 * 2^8 on, to nearest above the midpoint 464 (464 itself
     # is a tie that goes to the even 448)
