@@ -338,16 +338,6 @@ def _check_axis(axis: int, ndim: int) -> int:
     return int(axis) % ndim
 
 
-def _shared_exponents(blocks: npt.NDArray[np.float64], emax: int) -> npt.NDArray[np.int64]:
-    """The E8M0 code of each block (last axis) of ``blocks``."""
-    with np.errstate(invalid="ignore"):
-        amax = np.max(np.abs(blocks), axis=-1)  # NaN when the block holds one
-    # amax = m * 2^e with m in [0.5, 1): floor(log2(amax)) = e - 1, from the bit fields
-    _, e = np.frexp(np.where(np.isfinite(amax), amax, 1.0))
-    shared = np.where(amax == 0, _SCALE_MIN, np.maximum(e.astype(np.int64) - 1 - emax, _SCALE_MIN))
-    return np.where(np.isfinite(amax) & (shared <= _SCALE_MAX), shared + E8M0_BIAS, E8M0_NAN).astype(np.int64)
-
-
 def mx_quantize(
     x: npt.ArrayLike,
     fmt: MXFormat | str,
@@ -368,24 +358,25 @@ def mx_quantize(
     >>> q.scale_codes.shape      # blocks run down the columns: one block (of 2 values) per column
     (1, 32)
     """
-    f = get_mx_format(fmt, block_size)
-    mode = check_rounding(rounding)
-    a = np.atleast_1d(_as_real_array(x).astype(np.float64))
-    ax = _check_axis(axis, a.ndim)
-    q, _ = _quantize(a, f, ax, mode, rng, values=False)
+    q, _ = _quantize(_as_real_array(x), fmt, axis, rounding, rng, block_size, values=False)
     return q
 
 
 def _quantize(
-    a: npt.NDArray[np.float64],
-    f: MXFormat,
-    ax: int,
-    mode: str,
+    x: npt.NDArray[Any],
+    fmt: MXFormat | str,
+    axis: int,
+    rounding: str,
     rng: np.random.Generator | int | None,
+    block_size: int | None,
     values: bool,
 ) -> tuple[MXArray, npt.NDArray[np.float64] | None]:
     """The work of :func:`mx_quantize` (and, with ``values``, the dequantized values) in one
     compiled pass over the blocks."""
+    f = get_mx_format(fmt, block_size)
+    mode = check_rounding(rounding)
+    a = np.atleast_1d(x.astype(np.float64))
+    ax = _check_axis(axis, a.ndim)
     from floatlab import _kernels
     from floatlab.codec import decode_array
     from floatlab.formats import FP64
@@ -438,11 +429,8 @@ def mx_round(
     >>> mx_round(np.array([1.0, 0.3, 7.0], np.float32), "mxfp4_e2m1")   # E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6
     array([1. , 0.5, 6. ], dtype=float32)
     """
-    f = get_mx_format(fmt, block_size)
-    mode = check_rounding(rounding)
     a = _as_real_array(x)
-    wide = np.atleast_1d(a.astype(np.float64))
-    _, out = _quantize(wide, f, _check_axis(axis, wide.ndim), mode, rng, values=True)
+    _, out = _quantize(a, fmt, axis, rounding, rng, block_size, values=True)
     assert out is not None
     floating = a.dtype.kind == "f" or a.dtype.type.__module__.startswith("ml_dtypes")
     dtype = a.dtype if floating else np.dtype(np.float64)
