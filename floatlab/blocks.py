@@ -22,7 +22,8 @@ reference implementation (microsoft/microxcaling) computes it:
 
 1. the shared exponent is ``floor(log2(max |v|)) - emax``, where ``emax`` is the exponent of the
    element format's largest normal value, so that the largest value of the block lands in the
-   element format's top binade; it is read from the bit fields (``frexp``), never from ``log2``;
+   element format's top binade; it is read from the bit fields of the largest magnitude, never
+   from ``log2``;
 2. it is clamped below at -127 (a block of zeros, or of values too small for any scale, gets the
    smallest scale); a shared exponent above 127, or a block holding a NaN or an infinity, gets the
    NaN scale, and every value of that block decodes as NaN;
@@ -56,8 +57,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import check_rounding
+from floatlab import _kernels
+from floatlab.codec import decode_array
+from floatlab.formats import FP64, FloatFormat, get_format
+from floatlab.rounding import _as_float_array, _stochastic_key, check_rounding
 
 __all__ = [
     "E8M0_BIAS",
@@ -262,8 +265,6 @@ class MXArray:
 
     def elements(self) -> npt.NDArray[np.float64]:
         """The element values (before the block's scale is applied)."""
-        from floatlab.codec import decode_array
-
         return decode_array(self.element_codes, self.format.element)
 
     def _per_value(self, block_values: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -318,16 +319,6 @@ def _pct(share: float) -> str:
     return f"{100 * share:.3g}%"
 
 
-def _as_real_array(x: npt.ArrayLike) -> npt.NDArray[Any]:
-    try:
-        a = np.asarray(x)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"x: expected an array of numbers ({e})") from None
-    if a.dtype.kind not in "fiub" and not a.dtype.type.__module__.startswith("ml_dtypes"):
-        raise ValueError(f"x of dtype {a.dtype}: expected an array of real numbers")
-    return a
-
-
 def _check_axis(axis: int, ndim: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ValueError(f"axis={axis!r}: expected a whole number")
@@ -358,7 +349,7 @@ def mx_quantize(
     >>> q.scale_codes.shape      # blocks run down the columns: one block (of 2 values) per column
     (1, 32)
     """
-    q, _ = _quantize(_as_real_array(x), fmt, axis, rounding, rng, block_size, values=False)
+    q, _ = _quantize(_as_float_array(x)[0], fmt, axis, rounding, rng, block_size, values=False)
     return q
 
 
@@ -377,11 +368,6 @@ def _quantize(
     mode = check_rounding(rounding)
     a = np.atleast_1d(x.astype(np.float64))
     ax = _check_axis(axis, a.ndim)
-    from floatlab import _kernels
-    from floatlab.codec import decode_array
-    from floatlab.formats import FP64
-    from floatlab.rounding import _stochastic_key
-
     rows = np.ascontiguousarray(np.moveaxis(a, ax, -1))
     n = rows.shape[-1]
     e = f.element
@@ -429,9 +415,7 @@ def mx_round(
     >>> mx_round(np.array([1.0, 0.3, 7.0], np.float32), "mxfp4_e2m1")   # E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6
     array([1. , 0.5, 6. ], dtype=float32)
     """
-    a = _as_real_array(x)
+    a, _ = _as_float_array(x)  # integers and booleans become float64
     _, out = _quantize(a, fmt, axis, rounding, rng, block_size, values=True)
     assert out is not None
-    floating = a.dtype.kind == "f" or a.dtype.type.__module__.startswith("ml_dtypes")
-    dtype = a.dtype if floating else np.dtype(np.float64)
-    return out.reshape(a.shape).astype(dtype)
+    return out.reshape(a.shape).astype(a.dtype)
