@@ -27,7 +27,6 @@ import html
 import importlib
 import math
 import operator
-import re
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from floatlab.exact import parse_value
 from floatlab.formats import FP64, FloatFormat, get_format
 from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
@@ -664,91 +664,6 @@ def decode(code: int, fmt: FloatFormat | str) -> Decoded:
         mag = f.code_magnitude(c)
         exact = -mag if sign else mag
     return Decoded(f, c, sign, efield, frac, kind, quiet, exact)
-
-
-# ---- parsing -----------------------------------------------------------------------------------
-_MAX_EXPONENT = 100_000
-_MAX_DIGITS = 100_000
-# ASCII digits only: "\d" alone would also take the digits of other scripts
-_DECIMAL_RE = re.compile(r"([-+]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:e([-+]?\d+))?", re.IGNORECASE | re.ASCII)
-_HEX_RE = re.compile(
-    r"([-+]?)0x(?:([0-9a-f]+)(?:\.([0-9a-f]*))?|\.([0-9a-f]+))(?:p([-+]?\d+))?", re.IGNORECASE | re.ASCII
-)
-_RATIO_RE = re.compile(r"([-+]?)(\d+)\s*/\s*(\d+)", re.ASCII)
-_SPECIALS = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
-
-
-def _int10(digits: str, s: str) -> int:
-    """A decimal digit string as an int, without Python's 4300-digit limit on ``int(str)``
-    (exact decimals of wide formats run to thousands of digits) but within ``_MAX_DIGITS``."""
-    if len(digits) > _MAX_DIGITS:
-        raise ValueError(
-            f"{_shown(s)} has {len(digits):,} digits: expected at most {_MAX_DIGITS:,} in a number"
-        )
-    if len(digits) < 4000:
-        return int(digits)
-    return int(_decimal.Decimal(digits))  # Decimal converts without the limit (quadratic, so capped above)
-
-
-def _shown(s: str) -> str:
-    """``s`` for an error message: repr'd, and shortened when it is long."""
-    return repr(s) if len(s) <= 60 else f"{s[:30]!r}...{s[-10:]!r} ({len(s):,} characters)"
-
-
-def _exponent(text: str | None, s: str) -> int:
-    if not text:
-        return 0
-    # a long digit string is out of range whatever it says (and int() refuses over 4300 digits)
-    if len(text.lstrip("+-").lstrip("0")) > len(str(_MAX_EXPONENT)) or abs(int(text)) > _MAX_EXPONENT:
-        shown = text if len(text) <= 12 else f"{text[:10]}..."
-        raise ValueError(
-            f"exponent {shown} in {_shown(s)} is out of range: expected at most {_MAX_EXPONENT} in magnitude"
-        )
-    return int(text)
-
-
-def parse_value(s: str) -> float | Fraction:
-    """Parse a number exactly: decimals, fractions ``p/q``, hex floats, +-0, +-inf, nan.
-
-    Finite non-zero values come back as exact Fractions ("0.1" is 1/10, not the float
-    nearest to it); a negative zero, infinities and NaN come back as floats.
-
-    >>> parse_value("0.1"), parse_value("1e-5"), parse_value("-1/3"), parse_value("0x1.8p3")
-    (Fraction(1, 10), Fraction(1, 100000), Fraction(-1, 3), Fraction(12, 1))
-    >>> parse_value("-0"), parse_value("-inf")
-    (-0.0, -inf)
-    """
-    if not isinstance(s, str):
-        raise ValueError(f"{s!r}: expected a string holding a number")
-    text = s.strip()
-    negative = text.startswith("-")
-    special = _SPECIALS.get((text[1:] if text[:1] in "+-" else text).lower())
-    if special is not None:
-        return -special if negative else special
-    value: Fraction
-    if match := _DECIMAL_RE.fullmatch(text):
-        whole, part, part_only, exp = match.group(2, 3, 4, 5)
-        fraction_digits = part_only if part_only is not None else part or ""
-        shift = _exponent(exp, s) - len(fraction_digits)
-        value = Fraction(_int10((whole or "") + fraction_digits, s)) * (Fraction(10) ** shift)
-    elif match := _HEX_RE.fullmatch(text):
-        whole, part, part_only, exp = match.group(2, 3, 4, 5)
-        fraction_digits = part_only if part_only is not None else part or ""
-        digits = (whole or "") + fraction_digits
-        value = Fraction(int(digits, 16)) * _pow2(_exponent(exp, s) - 4 * len(fraction_digits))
-    elif match := _RATIO_RE.fullmatch(text):
-        numerator, denominator = _int10(match.group(2), s), _int10(match.group(3), s)
-        if denominator == 0:
-            raise ValueError(f"{_shown(s)}: the denominator is zero")
-        value = Fraction(numerator, denominator)
-    else:
-        raise ValueError(
-            f"cannot parse {_shown(s)} as a number: expected a decimal ('0.1', '-2.5e-3'), "
-            "a fraction ('1/3'), a hex float ('0x1.8p3'), 'inf', '-inf' or 'nan'"
-        )
-    if value == 0:
-        return -0.0 if negative else Fraction(0)
-    return -value if negative else value
 
 
 # ---- encode ------------------------------------------------------------------------------------
