@@ -62,6 +62,7 @@ _unhalf: Any = None
 _flags_one: Any = None
 _bf16: Any = None
 _prod_err: Any = None
+_step: Any = None
 
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
@@ -791,6 +792,65 @@ def _odd_sqrt_kernel_py(x: Any, out: Any, out_bits: Any) -> None:
                 out_bits[i] -= np.uint64(1)
 
 
+def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
+             fbuf: Any, ubuf: Any) -> Any:  # fmt: skip
+    """One simulated addition x + y (float64 values of the target), rounded once into the target
+    described by ``p`` and decoded back by ``d``; ``i`` numbers the random word of stochastic
+    rounding. ``fbuf`` and ``ubuf`` are one float64 seen as a float and as bits."""
+    s = x + y
+    if s == 0.0:
+        # IEEE 754 6.3: two zeros of one sign keep it; any other exact zero is +0 (-0 toward -inf)
+        same_zeros = x == 0.0 and y == 0.0 and np.signbit(x) == np.signbit(y)
+        s = x if same_zeros else (-0.0 if rdown else 0.0)
+    elif np.isfinite(s):
+        bv = s - x
+        e = (x - (s - bv)) + (y - bv)
+        fbuf[0] = s
+        # round to odd: an inexact float64 sum becomes the odd one of its two neighbours
+        if e != 0.0 and (ubuf[0] & np.uint64(1)) == 0:
+            s = np.nextafter(s, np.inf if e > 0.0 else -np.inf)
+    fbuf[0] = s
+    rnd = _random32(i, key0, key1) if stoch else np.uint32(0)
+    r = _encode_one(ubuf[0], np.uint64(0), rnd, p)
+    ubuf[0] = _decode_one(r[0], r[1], np.uint64(0), d)
+    return fbuf[0]
+
+
+def _sequential_kernel_py(
+    t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any
+) -> None:
+    """Running sums of ``t`` into ``run``, each addition rounded once (step i uses random word i)."""
+    fbuf = np.empty(1, np.float64)
+    ubuf = fbuf.view(np.uint64)
+    s = t[0]
+    run[0] = s
+    for i in range(1, t.size):
+        s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        run[i] = s
+
+
+def _kahan_kernel_py(
+    t: Any, run: Any, comp: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any
+) -> None:
+    """Kahan's compensated running sums of ``t`` (into ``run``) and compensations (into ``comp``),
+    every operation rounded once; rounding 4i + j of term i uses random word 4i + j."""
+    fbuf = np.empty(1, np.float64)
+    ubuf = fbuf.view(np.uint64)
+    s = t[0]
+    c = 0.0
+    run[0] = s
+    comp[0] = c
+    for i in range(1, t.size):
+        j = 4 * i  # four roundings per term, each with its own random word
+        y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # the term less the lost part
+        nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # what this addition lost
+        s = nxt
+        run[i] = s
+        comp[i] = c
+
+
 def _compile() -> dict[str, Any]:
     """Import numba and wrap the element functions and loops (once per process)."""
     with _lock:
@@ -818,6 +878,7 @@ def _compile() -> dict[str, Any]:
             "_flags_one",
             "_bf16",
             "_prod_err",
+            "_step",
         ):
             g[name] = helper(g[name + "_py"])
         loop = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
@@ -836,7 +897,15 @@ def _compile() -> dict[str, Any]:
             _compiled[name] = loop(g[f"_{name}_kernel_py"])
         # the hardware conversion runs at memory speed on one core: no threads to wake
         serial = numba.njit(cache=True, nogil=True, error_model="numpy")
-        for name in ("half_encode", "half_round", "bf16_encode", "bf16_round", "add_count"):
+        for name in (
+            "half_encode",
+            "half_round",
+            "bf16_encode",
+            "bf16_round",
+            "add_count",
+            "sequential",
+            "kahan",
+        ):
             _compiled[name] = serial(g[f"_{name}_kernel_py"])
         return _compiled
 
@@ -1016,6 +1085,27 @@ def run_mx(
     out = np.empty(bits.size if values else 0, np.float64)
     counts = _launch("mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), p)
     return codes, scales, out if values else None, tuple(int(c) for c in counts)
+
+
+def run_running_sums(
+    t: np.ndarray,
+    kahan: bool,
+    key: tuple[int, int],
+    stochastic: bool,
+    rdown: bool,
+    p: EncodeParams,
+    d: DecodeParams,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Running sums of the float64 terms ``t`` (and Kahan's compensations), one rounding a step."""
+    loops = _compiled if "sequential" in _compiled else _compile()
+    args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, p, d)
+    run = np.empty_like(t)
+    if not kahan:
+        loops["sequential"](t, run, *args)
+        return run, None
+    comp = np.empty_like(t)
+    loops["kahan"](t, run, comp, *args)
+    return run, comp
 
 
 def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarray:

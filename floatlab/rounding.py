@@ -44,12 +44,17 @@ __all__ = [
     "Flags",
     "Rounding",
     "RoundingStats",
+    "add_count",
     "check_rounding",
     "encode_array",
+    "odd_div",
+    "odd_sqrt",
+    "odd_sum",
     "random_bits_at",
     "round_array",
     "round_rational",
     "round_scalar",
+    "running_sums",
 ]
 
 Rounding = Literal["rne", "rna", "rtz", "rup", "rdown", "rodd", "stochastic"]
@@ -590,3 +595,73 @@ def round_array(
     out, counts = _run(a, src, target, mode, key, opts, flags=flags, back=True, specials=specials)
     values = out.view(a.dtype).reshape(a.shape)
     return (values, RoundingStats(a.size, *counts)) if flags else values
+
+
+def running_sums(
+    terms: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    kahan: bool = False,
+    rng: np.random.Generator | int | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The running sums of ``terms`` (float64 values of ``fmt``) with every addition rounded
+    once into ``fmt``, left to right, in one compiled serial loop; with ``kahan`` Kahan's
+    compensated sums, every one of its four operations a term rounded once.
+
+    Returns ``(sums, compensations)`` as float64 arrays (``compensations`` is None without
+    ``kahan``). Each exact sum is formed rounded to odd at 53 bits first, which equals one
+    rounding for formats of up to 51 bits of precision. Stochastic rounding draws its key as
+    :func:`encode_array` does; addition i (Kahan: operation 4i + j) uses random word i (4i + j).
+
+    >>> import numpy as np
+    >>> running_sums(np.ones(4), "fp16")[0].tolist()
+    [1.0, 2.0, 3.0, 4.0]
+    >>> float(running_sums(np.ones(3000), "fp16")[0][-1])      # fp16's gap at 2048 is 2
+    2048.0
+    """
+    from floatlab import _kernels as k
+
+    f = get_format(fmt)
+    mode = check_rounding(rounding)
+    opts = _options(saturate, subnormals, random_bits)
+    key = _stochastic_key(rng, mode)
+    t = np.ascontiguousarray(terms, dtype=np.float64).reshape(-1)
+    p = k.encode_params(FP64, f, mode, lanes=64, key=key, **opts)
+    d = k.decode_params(f, FP64, 64)
+    return k.run_running_sums(t, kahan, key, mode == "stochastic", mode == "rdown", p, d)
+
+
+def odd_sum(x: np.ndarray, y: np.ndarray, rdown: bool) -> np.ndarray:
+    """x + y rounded to odd at 53 bits (1-d float64 arrays of one size); see the kernels' notes.
+
+    >>> odd_sum(np.array([1.0, 1.0, 1.0]), np.array([2.0**-60, -(2.0**-60), -1.0]), True).tolist()
+    [1.0000000000000002, 0.9999999999999999, -0.0]
+    """
+    from floatlab import _kernels as k
+
+    return k.odd_sum(x, y, rdown)
+
+
+def odd_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x / y rounded to odd at 53 bits (1-d float64 arrays of one size)."""
+    from floatlab import _kernels as k
+
+    return k.odd_div(x, y)
+
+
+def odd_sqrt(x: np.ndarray) -> np.ndarray:
+    """sqrt(x) rounded to odd at 53 bits (1-d float64)."""
+    from floatlab import _kernels as k
+
+    return k.odd_sqrt(x)
+
+
+def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """``(w + d, count of d != 0, count of w + d != w, count of non-finite w + d)`` in one pass."""
+    from floatlab import _kernels as k
+
+    return k.add_count(w, d)

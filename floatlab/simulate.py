@@ -27,7 +27,7 @@ The exact result is then formed in float64:
 * from ``s`` and the sign of what float64 dropped, the float64 result is turned into the exact
   value *rounded to odd* at 53 bits (an inexact result gets an odd last bit: step one ulp toward
   the dropped part when the last bit is even). Each of these runs as one compiled pass over the
-  elements (``floatlab._kernels.odd_sum``, ``odd_div``, ``odd_sqrt``).
+  elements (``floatlab.rounding.odd_sum``, ``odd_div``, ``odd_sqrt``).
 
 Rounding to odd at p' bits and then rounding to p bits equals one rounding to p bits, for every
 rounding mode, when p' >= p + 2 (Boldo and Melquiond, "Emulation of FMA and correctly rounded
@@ -47,14 +47,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from floatlab import _kernels
 from floatlab.codec import Decoded, decode, encode, parse_value
-from floatlab.formats import FP64, FloatFormat, get_format
+from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
     MODE_DESCRIPTIONS,
     check_rounding,
+    odd_div,
+    odd_sqrt,
+    odd_sum,
     round_array,
+    running_sums,
 )
 
 __all__ = [
@@ -162,7 +165,7 @@ class _Op:
 
 def _odd_sum(x: FloatArray, y: FloatArray, mode: str) -> FloatArray:
     """x + y rounded to odd at 53 bits, with IEEE 754's sign for an exact zero (one compiled pass)."""
-    out: FloatArray = _kernels.odd_sum(
+    out: FloatArray = odd_sum(
         np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64), mode == "rdown"
     )
     return out
@@ -283,7 +286,7 @@ def div(
     op = _Op.make("div", fmt, rounding, saturate, subnormals, random_bits)
     shape, (x, y) = op.store(a, b)
     # x/0 is inf, 0/0 NaN, as IEEE 754 asks; the quotient is rounded to odd in one compiled pass
-    return op.finish(_kernels.odd_div(x, y), shape, rng)
+    return op.finish(odd_div(x, y), shape, rng)
 
 
 def sqrt(
@@ -304,7 +307,7 @@ def sqrt(
     op = _Op.make("sqrt", fmt, rounding, saturate, subnormals, random_bits)
     shape, (x,) = op.store(a)
     # the root of a negative number is NaN; the root is rounded to odd in one compiled pass
-    return op.finish(_kernels.odd_sqrt(x), shape, rng)
+    return op.finish(odd_sqrt(x), shape, rng)
 
 
 # ---- swallowed updates ---------------------------------------------------------------------------
@@ -1116,130 +1119,22 @@ def _g(x: float) -> str:
 # The serial methods run in one compiled loop: each step forms the round-to-odd float64 result,
 # as add() does, and rounds it with the element functions of the kernels behind round_array
 # (the same bits, one element at a time, without a call into numpy per step).
-_SERIAL: dict[str, Any] = {}
-_encode_one: Any = None  # the kernels' element functions, bound by _serial_loops()
-_decode_one: Any = None
-_random32: Any = None
-_step: Any = None
-
-
-def _serial_loops() -> dict[str, Any]:
-    """Compile (or load from numba's cache) the sequential and Kahan loops, once per process."""
-    if _SERIAL:
-        return _SERIAL
-    import hashlib
-
-    import numba
-
-    from floatlab import _kernels as k
-
-    k._compile()
-    g = globals()
-    g.update(_encode_one=k._encode_one, _decode_one=k._decode_one, _random32=k._random32)
-    with open(k.__file__, "rb") as fh:
-        # numba's cache key holds the closure's values but not the code of the kernels these loops
-        # inline: the kernels' source hash, as a closure value, makes a change there recompile them
-        kernels = hashlib.sha256(fh.read()).hexdigest()
-    jit = numba.njit(nogil=True, error_model="numpy", cache=True)
-
-    @jit
-    def step(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
-             fbuf: Any, ubuf: Any) -> Any:  # fmt: skip
-        _ = kernels
-        s = x + y
-        if s == 0.0:
-            # IEEE 754 6.3: two zeros of one sign keep it; any other exact zero is +0 (-0 toward -inf)
-            same_zeros = x == 0.0 and y == 0.0 and np.signbit(x) == np.signbit(y)
-            s = x if same_zeros else (-0.0 if rdown else 0.0)
-        elif np.isfinite(s):
-            bv = s - x
-            e = (x - (s - bv)) + (y - bv)
-            fbuf[0] = s
-            # round to odd: an inexact float64 sum becomes the odd one of its two neighbours
-            if e != 0.0 and (ubuf[0] & np.uint64(1)) == 0:
-                s = np.nextafter(s, np.inf if e > 0.0 else -np.inf)
-        fbuf[0] = s
-        rnd = _random32(i, key0, key1) if stoch else np.uint32(0)
-        r = _encode_one(ubuf[0], np.uint64(0), rnd, p)
-        ubuf[0] = _decode_one(r[0], r[1], np.uint64(0), d)
-        return fbuf[0]
-
-    # a global, not a closure value: numba's cache key would pickle a dispatcher differently each run
-    g["_step"] = step
-
-    @jit
-    def sequential(t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any) -> None:
-        _ = kernels
-        fbuf = np.empty(1, np.float64)
-        ubuf = fbuf.view(np.uint64)
-        s = t[0]
-        run[0] = s
-        for i in range(1, t.size):
-            s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
-            run[i] = s
-
-    @jit
-    def kahan(
-        t: Any, run: Any, comp: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any
-    ) -> None:
-        _ = kernels
-        fbuf = np.empty(1, np.float64)
-        ubuf = fbuf.view(np.uint64)
-        s = t[0]
-        c = 0.0
-        run[0] = s
-        comp[0] = c
-        for i in range(1, t.size):
-            j = 4 * i  # four roundings per term, each with its own random word
-            y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # the term less the lost part
-            nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
-            hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
-            c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # what this addition lost
-            s = nxt
-            run[i] = s
-            comp[i] = c
-
-    _SERIAL.update(sequential=sequential, kahan=kahan)
-    return _SERIAL
-
-
 def _serial_sum(
     t: FloatArray, op: _Op, method: str, rng: np.random.Generator | None
 ) -> tuple[FloatArray, FloatArray | None]:
-    """Running sums (and Kahan's compensation) of the accumulator values ``t``.
-
-    Step i (Kahan: rounding 4i + j) of a stochastic sum uses ``random_bits_at(key, i)`` with
-    ``key = rng.integers(0, 2**32, size=2, dtype=np.uint64)``, as round_array does for element i.
-    """
-    from floatlab import _kernels as k
-
-    key = (0, 0)
-    if op.mode == "stochastic":
-        if rng is None:
-            raise ValueError(_NEEDS_RNG)
-        words = rng.integers(0, 2**32, size=2, dtype=np.uint64)
-        key = (int(words[0]), int(words[1]))
-    p = k.encode_params(
-        FP64,
+    """Running sums (and Kahan's compensation) of the accumulator values ``t``."""
+    if op.mode == "stochastic" and rng is None:
+        raise ValueError(_NEEDS_RNG)
+    return running_sums(
+        t,
         op.fmt,
         op.mode,
+        kahan=method == "kahan",
+        rng=rng,
         saturate=op.saturate,
         subnormals=op.subnormals,
         random_bits=op.random_bits,
-        lanes=64,
-        key=key,
     )
-    d = k.decode_params(op.fmt, FP64, 64)
-    loops = _serial_loops()
-    args = (np.uint32(key[0]), np.uint32(key[1]), op.mode == "stochastic", op.mode == "rdown", p, d)
-    t = np.ascontiguousarray(t, dtype=np.float64)
-    run = np.empty_like(t)
-    if method == "sequential":
-        loops["sequential"](t, run, *args)
-        return run, None
-    comp = np.empty_like(t)
-    loops["kahan"](t, run, comp, *args)
-    return run, comp
 
 
 def _pairwise(t: FloatArray, op: _Op, rng: np.random.Generator | None) -> float:

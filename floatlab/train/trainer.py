@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from floatlab._kernels import add_count
 from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
+from floatlab.rounding import add_count
 from floatlab.train._checks import (
     shown,
     want_dict,
