@@ -134,7 +134,7 @@ def rounding_section(be: Backend, n: int) -> str:
         ("fp32 -> bf16, rne", lambda a: fl.round_array(a, "bf16")),
         ("fp32 -> fp16, stochastic", lambda a: fl.round_array(a, "fp16", "stochastic", rng=1)),
         ("fp32 -> e4m3fn codes, rne, saturate", lambda a: fl.encode_array(a, "e4m3fn", saturate=True)),
-        ("fp32 -> fp16 with IEEE flags", lambda a: fl.round_array(a, "fp16", flags=True)),
+        ("fp32 -> fp16 with IEEE flags", lambda a: fl.round_array_with_flags(a, "fp16")),
     ]
     t = Table(["conversion", "GPU M values/s", "CPU M values/s", "GPU / CPU"])
     for name, fn in cases:

@@ -3,12 +3,12 @@
 For each float32 input this checks, against oracles that share no code with floatlab:
 
 * round to nearest even, fp16: ``encode_array`` (the CPU's conversion instruction), the general
-  kernel (``flags=True``) and ``round_array`` (float32 out) against numpy's float16 cast and
+  kernel (``encode_array_with_flags``) and ``round_array`` (float32 out) against numpy's float16 cast and
   torch's; bf16 (``encode_array`` and ``round_array`` there are one integer add per value) against
   ml_dtypes' bfloat16 cast and torch's. NaNs are compared with the IEEE 754
   rule (a quiet NaN with the input's sign and the top bits of its payload), which torch's fp16
   cast follows bit for bit (numpy keeps signalling NaNs signalling, ml_dtypes drops payloads);
-* the IEEE flags counted by ``flags=True`` (inexact, underflow after rounding, overflow,
+* the IEEE flags counted by ``encode_array_with_flags`` (inexact, underflow after rounding, overflow,
   invalid) against counts made with exact float64 comparisons;
 * the directed modes ``rtz``, ``rup``, ``rdown``, ``rna`` and ``rodd`` into fp16 and bf16 against
   exact reference arithmetic: the two neighbours of each input are found from the oracle's
@@ -236,8 +236,8 @@ def check_bits(bits: U32, *, directed: bool = True, use_torch: bool = True) -> R
 
         got = fl.encode_array(x, name)
         rep.add(f"{name} rne encode_array", n, got != want, bits)
-        got_full, stats = fl.encode_array(x, name, flags=True)
-        rep.add(f"{name} rne encode_array(flags=True)", n, got_full != want, bits)
+        got_full, stats = fl.encode_array_with_flags(x, name)
+        rep.add(f"{name} rne encode_array_with_flags", n, got_full != want, bits)
         back = fl.round_array(x, name)
         rep.add(f"{name} rne round_array", n, back.view(np.uint32) != tg.table32[want].view(np.uint32), bits)
 

@@ -20,7 +20,16 @@ from floatlab.formats import (
     register_format,
 )
 from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
-from floatlab.rounding import ROUNDING_MODES, Flags, RoundingStats, encode_array, round_array
+from floatlab.rounding import (
+    ROUNDING_MODES,
+    Flags,
+    RoundingOptions,
+    RoundingStats,
+    encode_array,
+    encode_array_with_flags,
+    round_array,
+    round_array_with_flags,
+)
 
 __version__ = "0.1.0"
 
@@ -37,6 +46,7 @@ __all__ = [
     "Flags",
     "FloatFormat",
     "GradHistogram",
+    "RoundingOptions",
     "RoundingStats",
     "ScaleAdvice",
     "Verdict",
@@ -45,11 +55,13 @@ __all__ = [
     "decode_array",
     "encode",
     "encode_array",
+    "encode_array_with_flags",
     "format_names",
     "get_format",
     "histogram",
     "parse_value",
     "register_format",
     "round_array",
+    "round_array_with_flags",
     "simulate",
 ]

@@ -57,10 +57,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from floatlab import _kernels
 from floatlab.codec import decode_array
-from floatlab.formats import FP64, FloatFormat, get_format
-from floatlab.rounding import _as_float_array, _stochastic_key, check_rounding
+from floatlab.formats import FloatFormat, get_format
+from floatlab.rounding import as_float_array, check_rounding, encode_blocks
 
 __all__ = [
     "E8M0_BIAS",
@@ -349,7 +348,7 @@ def mx_quantize(
     >>> q.scale_codes.shape      # blocks run down the columns: one block (of 2 values) per column
     (1, 32)
     """
-    q, _ = _quantize(_as_float_array(x)[0], fmt, axis, rounding, rng, block_size, values=False)
+    q, _ = _quantize(as_float_array(x)[0], fmt, axis, rounding, rng, block_size, values=False)
     return q
 
 
@@ -370,16 +369,8 @@ def _quantize(
     ax = _check_axis(axis, a.ndim)
     rows = np.ascontiguousarray(np.moveaxis(a, ax, -1))
     n = rows.shape[-1]
-    e = f.element
-    p = _kernels.encode_params(
-        FP64, e, mode, saturate=True, subnormals=True, random_bits=32, lanes=64,
-        key=_stochastic_key(rng, mode),
-    )  # fmt: skip
-    table = decode_array(np.arange(2**e.bits, dtype=np.uint8), e)
-    codes, scales, out, counts = _kernels.run_mx(
-        rows.reshape(-1).view(np.uint64), n, f.block_size, e.emax, p, table, values
-    )
-    nonzero, flushed, subnormal, inexact, overflow = counts
+    b = encode_blocks(rows, f.element, f.block_size, mode, rng=rng, values=values)
+    codes, scales, out = b.element_codes, b.scale_codes, b.values
     nblocks = -(-n // f.block_size)
     scale_codes = scales.reshape(*rows.shape[:-1], nblocks)
     q = MXArray(
@@ -387,11 +378,11 @@ def _quantize(
         axis=ax,
         scale_codes=np.ascontiguousarray(np.moveaxis(scale_codes, -1, ax)),
         element_codes=np.ascontiguousarray(np.moveaxis(codes.reshape(rows.shape), -1, ax)),
-        inexact=inexact,
-        nonzero=nonzero,
-        flushed=flushed,
-        subnormal=subnormal,
-        clamped=overflow,
+        inexact=b.inexact,
+        nonzero=b.nonzero,
+        flushed=b.flushed,
+        subnormal=b.subnormal,
+        clamped=b.overflow,
         nan_blocks=int(np.count_nonzero(scales == E8M0_NAN)),
         rounding=mode,
     )
@@ -415,7 +406,7 @@ def mx_round(
     >>> mx_round(np.array([1.0, 0.3, 7.0], np.float32), "mxfp4_e2m1")   # E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6
     array([1. , 0.5, 6. ], dtype=float32)
     """
-    a, _ = _as_float_array(x)  # integers and booleans become float64
+    a, _ = as_float_array(x)  # integers and booleans become float64
     _, out = _quantize(a, fmt, axis, rounding, rng, block_size, values=True)
     assert out is not None
     return out.reshape(a.shape).astype(a.dtype)

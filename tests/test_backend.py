@@ -1,7 +1,7 @@
 """The backend layer on a machine without a GPU: NumPy arrays, the GEMM contract, the trainer's
 ``backend=`` plumbing, and the GPU rounding code path run on the CPU.
 
-The GPU rounding kernels are the element functions of floatlab._kernels compiled for CUDA; here
+The GPU rounding kernels are the element functions of floatlab.rounding._kernels compiled for CUDA; here
 the same element bodies and the same host-side code are compiled for the CPU (``target="cpu"``)
 and checked bit for bit against the production CPU kernels. tests/test_gpu.py repeats the
 check on a CUDA device.
@@ -22,12 +22,10 @@ import numpy as np
 import pytest
 
 import floatlab as fl
-from floatlab import _gpu_kernels as gk
 from floatlab.backend import (
     Backend,
     BackendUnavailable,
     cuda_available,
-    gemm_format,
     get_backend,
     get_xp,
     is_cupy,
@@ -36,6 +34,9 @@ from floatlab.backend import (
 )
 from floatlab.cli import main
 from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdict
+from floatlab.rounding import RoundingOptions
+from floatlab.rounding import cuda as gk
+from floatlab.train.matmul import check_gemm_support, gemm_format, matmul
 from floatlab.train.policy import policy_names
 from floatlab.train.precision import Precision
 
@@ -65,7 +66,7 @@ def test_get_backend_names_and_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown backend 'gpu': expected numpy or cupy"):
         get_backend("gpu")
     with pytest.raises(ValueError, match="GEMM compute format 'float8_e4m3fn'"):
-        get_backend().matmul(np.ones((1, 1)), np.ones((1, 1)), "e4m3fn")
+        matmul(np.ones((1, 1)), np.ones((1, 1)), "e4m3fn")
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="a CUDA device is available here")
@@ -89,8 +90,8 @@ def test_cupy_backend_without_cuda_says_so_in_one_line(capsys: pytest.CaptureFix
 def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
     probe = (
         "import numpy as np, floatlab as fl, floatlab.backend as b, sys\n"
-        "fl.round_array(np.ones(3, np.float32), 'fp16'); b.get_backend('numpy').matmul(np.ones((2, 2)), "
-        "np.ones((2, 2)), 'fp16')\n"
+        "fl.round_array(np.ones(3, np.float32), 'fp16')\n"
+        "import floatlab.train.matmul as g; g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
         "gpu = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda') or 'numba.cuda' in m]\n"
         "print(sorted(gpu))"
     )
@@ -126,7 +127,7 @@ def test_numpy_matmul_is_rounded_inputs_with_fp32_accumulation(
     rng = np.random.default_rng(7)
     a = (rng.standard_normal(sa) * 3).astype(np.float32)
     b = (rng.standard_normal(sb) * 3).astype(np.float32)
-    got = get_backend("numpy").matmul(a, b, compute)
+    got = matmul(a, b, compute, get_backend("numpy"))
     ra, rb = ORACLE_ROUND[compute](a).astype(np.float64), ORACLE_ROUND[compute](b).astype(np.float64)
     exact = np.matmul(ra, rb)  # products of <= 24-bit significands: float64 holds them; sums nearly
     bound = np.matmul(np.abs(ra), np.abs(rb)) * (sa[-1] * 2.0**-24) + 1e-30
@@ -224,6 +225,15 @@ def _inputs(dtype: str) -> np.ndarray:
     return np.concatenate([bits64.view(np.float64), near64])
 
 
+def _gpu_path(
+    x: Any, fmt: Any, rounding: str = "rne", *, back: bool = False, flags: bool = False, **kw: Any
+) -> Any:
+    """The GPU code path (host side and element functions) compiled for the CPU."""
+    options = RoundingOptions.make(rounding, **kw)
+    out, stats = gk.run_array(x, fl.get_format(fmt), options, back=back, flags=flags, xp=np, target="cpu")
+    return (out, stats) if flags else out
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, tuple):
         return _same(a[0], b[0]) and a[1] == b[1]
@@ -241,29 +251,30 @@ def test_gpu_code_path_on_cpu_gives_the_cpu_kernels_bits(dtype: str, fmt: str) -
         for opts in ({}, {"saturate": True, "subnormals": False}, {"random_bits": 7}):
             kw: dict[str, Any] = {"rng": 42 if mode == "stochastic" else None, **opts}
             for flags in (False, True):
-                cpu = fl.encode_array(x, f, mode, flags=flags, **kw)
-                gpu = gk.run_array(x, f, mode, flags=flags, xp=np, target="cpu", **kw)
+                encode = fl.encode_array_with_flags if flags else fl.encode_array
+                cpu = encode(x, f, mode, **kw)
+                gpu = _gpu_path(x, f, mode, flags=flags, **kw)
                 assert _same(cpu, gpu), (dtype, fmt, mode, opts, flags)
                 try:
-                    cpu = fl.round_array(x, f, mode, flags=flags, **kw)
+                    cpu = (fl.round_array_with_flags if flags else fl.round_array)(x, f, mode, **kw)
                 except ValueError as e:  # neither format holds the other: both refuse alike
                     with pytest.raises(ValueError, match=re.escape(str(e))):
-                        gk.run_array(x, f, mode, back=True, flags=flags, xp=np, target="cpu", **kw)
+                        _gpu_path(x, f, mode, back=True, flags=flags, **kw)
                     continue
-                gpu = gk.run_array(x, f, mode, back=True, flags=flags, xp=np, target="cpu", **kw)
+                gpu = _gpu_path(x, f, mode, back=True, flags=flags, **kw)
                 assert _same(cpu, gpu), ("round", dtype, fmt, mode, opts, flags)
 
 
 def test_gpu_code_path_errors_match_the_cpu() -> None:
     with pytest.raises(ValueError, match="round_array would round twice"):
-        gk.run_array(np.ones(2, np.float16), "bf16", back=True, xp=np, target="cpu")
+        _gpu_path(np.ones(2, np.float16), "bf16", back=True)
     with pytest.raises(ValueError, match="x has dtype complex128: expected float64, float32 or float16"):
-        gk.run_array(np.ones(2, complex), "fp16", xp=np, target="cpu")
+        _gpu_path(np.ones(2, complex), "fp16")
     with pytest.raises(ValueError, match="rounding='stochastic' needs rng"):
-        gk.run_array(np.ones(2), "fp16", "stochastic", xp=np, target="cpu")
+        _gpu_path(np.ones(2), "fp16", "stochastic")
     with pytest.raises(ValueError, match="kernel target 'tpu'"):
         gk.kernels("tpu")
-    assert gk.run_array(np.zeros((0, 3)), "fp16", xp=np, target="cpu").shape == (0, 3)
+    assert _gpu_path(np.zeros((0, 3)), "fp16").shape == (0, 3)
 
 
 def _numba_cuda() -> Any:
@@ -373,8 +384,6 @@ def test_bench_cli_on_numpy(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gemm_support_by_compute_capability(
     fmt: str, capability: tuple[int, int] | None, supported: bool
 ) -> None:
-    from floatlab.backend import check_gemm_support
-
     if supported:
         check_gemm_support(fmt, capability)
     else:

@@ -15,6 +15,7 @@ import pytest
 
 import floatlab as fl
 from floatlab.backend import cuda_available, get_backend, is_cupy, to_numpy
+from floatlab.train.matmul import matmul
 
 pytestmark = [
     pytest.mark.gpu,
@@ -56,8 +57,8 @@ def test_rounding_kernels_bit_identical_on_1e7_values(cp: Any, mode: str) -> Non
         assert _bits_equal(fl.encode_array(xg, fmt, mode, rng=rng), fl.encode_array(x, fmt, mode, rng=rng)), (
             fmt
         )
-        gpu, gstats = fl.round_array(xg, fmt, mode, rng=rng, flags=True)
-        cpu, cstats = fl.round_array(x, fmt, mode, rng=rng, flags=True)
+        gpu, gstats = fl.round_array_with_flags(xg, fmt, mode, rng=rng)
+        cpu, cstats = fl.round_array_with_flags(x, fmt, mode, rng=rng)
         assert is_cupy(gpu)
         assert _bits_equal(gpu, cpu), fmt
         assert gstats == cstats, fmt
@@ -77,13 +78,13 @@ def test_rounding_kernels_bit_identical_from_float64_and_float16(cp: Any, mode: 
     x16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     rng = 99 if mode == "stochastic" else None
     for fmt in ("fp16", "bf16", "fp32", "e5m2"):
-        gpu = fl.encode_array(cp.asarray(x64), fmt, mode, rng=rng, flags=True)
-        cpu = fl.encode_array(x64, fmt, mode, rng=rng, flags=True)
+        gpu = fl.encode_array_with_flags(cp.asarray(x64), fmt, mode, rng=rng)
+        cpu = fl.encode_array_with_flags(x64, fmt, mode, rng=rng)
         assert _bits_equal(gpu[0], cpu[0]), fmt
         assert gpu[1] == cpu[1], fmt
     for fmt in ("e4m3fn", "e5m2", "e2m1", "tf32"):
-        gpu = fl.round_array(cp.asarray(x16), fmt, mode, rng=rng, flags=True)
-        cpu = fl.round_array(x16, fmt, mode, rng=rng, flags=True)
+        gpu = fl.round_array_with_flags(cp.asarray(x16), fmt, mode, rng=rng)
+        cpu = fl.round_array_with_flags(x16, fmt, mode, rng=rng)
         assert _bits_equal(gpu[0], cpu[0]), fmt
         assert gpu[1] == cpu[1], fmt
 
@@ -98,10 +99,10 @@ def test_gemm_matches_the_numpy_simulation(
     rng = np.random.default_rng(5)
     a = (rng.standard_normal(sa) * 2).astype(np.float32)
     b = (rng.standard_normal(sb) * 2).astype(np.float32)
-    gpu = get_backend("cupy").matmul(cp.asarray(a), cp.asarray(b), compute)
+    gpu = matmul(cp.asarray(a), cp.asarray(b), compute, get_backend("cupy"))
     assert is_cupy(gpu)
     assert gpu.dtype == cp.float32
-    cpu = get_backend("numpy").matmul(a, b, compute)  # inputs rounded alike, fp32 accumulation
+    cpu = matmul(a, b, compute, get_backend("numpy"))  # inputs rounded alike, fp32 accumulation
     k = sa[-1]
     ra = fl.round_array(a, compute) if compute != "fp32" else a
     rb = fl.round_array(b, compute) if compute != "fp32" else b
@@ -118,8 +119,8 @@ def test_fp32_gemm_runs_with_tf32_off(cp: Any) -> None:
     """An fp32 GEMM whose exact result needs more than tf32's precision: only IEEE fp32 gets it."""
     a = np.full((128, 256), 1 + 2.0**-12, np.float32)
     b = np.ones((256, 128), np.float32)
-    fp32 = to_numpy(get_backend("cupy").matmul(cp.asarray(a), cp.asarray(b), "fp32"))
-    tf32 = to_numpy(get_backend("cupy").matmul(cp.asarray(a), cp.asarray(b), "tf32"))
+    fp32 = to_numpy(matmul(cp.asarray(a), cp.asarray(b), "fp32", get_backend("cupy")))
+    tf32 = to_numpy(matmul(cp.asarray(a), cp.asarray(b), "tf32", get_backend("cupy")))
     assert np.all(fp32 == np.float32(256 * (1 + 2.0**-12)))
     assert np.all(tf32 == 256.0)  # 1 + 2^-12 has no tf32 value but 1 (either rounding)
 

@@ -161,7 +161,7 @@ def test_any_float64_nan_payload_or_signalling_nan(negative: bool, fraction: int
     quiet_in = (bits >> 51) & 1
     for f in ("fp32", "fp16", "bf16"):
         fmt = fl.get_format(f)
-        codes, stats = fl.encode_array(x, f, flags=True)
+        codes, stats = fl.encode_array_with_flags(x, f)
         c = int(codes[0])
         # IEEE 754: a quiet NaN of the same sign, carrying the top bits of the payload
         payload = (bits & ((1 << 51) - 1)) >> (51 - (fmt.mantissa_bits - 1))
@@ -323,7 +323,7 @@ def test_signalling_nans_in_every_input_dtype() -> None:
     snan16 = np.array([0x7C01, 0xFD23], np.uint16).view(np.float16)
     snan64 = np.array([0x7FF0000000000001], np.uint64).view(np.float64)
     for x in (snan32, snan16, snan64):
-        codes, stats = fl.encode_array(x, "bf16", flags=True)
+        codes, stats = fl.encode_array_with_flags(x, "bf16")
         assert stats.invalid == x.size
         assert all(math.isnan(v) for v in fl.decode_array(codes, "bf16"))
         assert ((codes >> 15) == np.signbit(x)).all()

@@ -22,7 +22,6 @@ import pytest
 from oracles import ML_DTYPES
 
 import floatlab as fl
-from floatlab import _kernels
 from floatlab.formats import (
     BF16,
     FORMATS,
@@ -35,13 +34,20 @@ from floatlab.formats import (
 from floatlab.rounding import (
     ROUNDING_MODES,
     Flags,
+    RoundingOptions,
     RoundingStats,
+    code_dtype,
+    decode_codes,
     encode_array,
+    encode_array_with_flags,
     random_bits_at,
     round_array,
+    round_array_with_flags,
     round_rational,
     round_scalar,
 )
+from floatlab.rounding import cpu as rounding_cpu
+from floatlab.rounding.plan import make_plan
 
 DTYPES: dict[str, tuple[Any, FloatFormat]] = {
     "float64": (np.float64, FP64),
@@ -70,12 +76,12 @@ def _warm_up() -> None:
         x = np.ones(4, dt)
         for fmt in ("float8_e4m3fn", "fp16", "tf32", "fp64"):
             encode_array(x, fmt)
-        encode_array(x, "fp16", flags=True)
+        encode_array_with_flags(x, "fp16")
         encode_array(x, "fp64", "stochastic", rng=0)
         round_array(x, "float8_e4m3fn")
-        round_array(x, "float8_e4m3fn", flags=True)
+        round_array_with_flags(x, "float8_e4m3fn")
     for fmt in ("float8_e4m3fn", "fp16", "tf32", "fp64"):
-        _kernels.decode_codes(np.zeros(2, np.uint8), get_format(fmt))
+        decode_codes(np.zeros(2, np.uint8), get_format(fmt))
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -277,16 +283,16 @@ def test_kernels_equal_the_scalar_reference(dname: str, fmt: FloatFormat) -> Non
             want, flags = _reference(bits, src, fmt, mode, _key(seed), **opts)
             ctx = f"{mode} saturate={saturate} subnormals={subnormals}"
             got = encode_array(x, fmt, mode, rng=seed, **opts)
-            assert got.dtype == _kernels.code_dtype(fmt)
+            assert got.dtype == code_dtype(fmt)
             np.testing.assert_array_equal(got, np.array(want, got.dtype), err_msg=ctx)
-            got, stats = encode_array(x, fmt, mode, rng=seed, flags=True, **opts)
+            got, stats = encode_array_with_flags(x, fmt, mode, rng=seed, **opts)
             np.testing.assert_array_equal(got, np.array(want, got.dtype), err_msg=ctx)
             assert stats == _stats(flags), ctx
             if not back:
                 continue
             expected = [_back(c, fmt, src) for c in want]
             for with_flags in (False, True):
-                res = round_array(x, fmt, mode, rng=seed, flags=with_flags, **opts)
+                res = (round_array_with_flags if with_flags else round_array)(x, fmt, mode, rng=seed, **opts)
                 y = res[0] if with_flags else res
                 if with_flags:
                     assert res[1] == _stats(flags), ctx
@@ -334,8 +340,8 @@ def test_stochastic_random_bits_equal_the_reference(random_bits: int, dname: str
     rng = np.random.default_rng(99)
     key = tuple(int(k) for k in np.random.default_rng(99).integers(0, 2**32, size=2, dtype=np.uint64))
     want, flags = _reference(bits, src, fmt, "stochastic", (key[0], key[1]), random_bits=random_bits)
-    got, stats = encode_array(
-        bits.view(dtype), fmt, "stochastic", rng=rng, random_bits=random_bits, flags=True
+    got, stats = encode_array_with_flags(
+        bits.view(dtype), fmt, "stochastic", rng=rng, random_bits=random_bits
     )
     np.testing.assert_array_equal(got, np.array(want, got.dtype))
     assert stats == _stats(flags)
@@ -344,10 +350,6 @@ def test_stochastic_random_bits_equal_the_reference(random_bits: int, dname: str
 def test_stochastic_index_is_the_flat_c_order_index_past_2_to_32() -> None:
     # the counter's high word enters the hash: check an index beyond 2^32 through the kernel's
     # own random words by rounding a value exactly between two neighbours (P(up) = 1/2)
-    from floatlab._kernels import _compile
-
-    kern = _compile()
-    assert kern  # compiled; the hash itself is checked bit for bit against random_bits_at below
     x = np.full((3, 5), 1 + 2**-11, np.float64)  # halfway between fp16 1 and 1 + 2^-10
     key = _key(5)
     got = encode_array(x, "fp16", "stochastic", rng=5)
@@ -509,7 +511,7 @@ def test_shapes_layouts_and_byte_orders() -> None:
     assert zero_d.item() == 0x3E00
     assert round_array(2.5, "fp16").shape == ()
     assert encode_array(np.zeros((0, 3)), "fp8").shape == (0, 3)
-    assert round_array(np.zeros((2, 0), np.float16), "fp8", flags=True)[1] == RoundingStats(0, 0, 0, 0, 0)
+    assert round_array_with_flags(np.zeros((2, 0), np.float16), "fp8")[1] == RoundingStats(0, 0, 0, 0, 0)
     np.testing.assert_array_equal(encode_array([1, 2, 65520], "fp16"), [0x3C00, 0x4000, 0x7C00])
     np.testing.assert_array_equal(encode_array(np.array([True, False]), "fp16"), [0x3C00, 0])
     assert round_array([1, 3], "fp8").dtype == np.float64
@@ -563,27 +565,27 @@ def _quiet_nan(v: np.ndarray) -> np.ndarray:
 
 def test_decode_every_16_bit_code() -> None:
     codes = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
-    got = _kernels.decode_codes(codes, FP16)
+    got = decode_codes(codes, FP16)
     want = codes.view(np.float16).astype(np.float64)
     nan = np.isnan(want)
     np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
     assert np.all(_quiet_nan(got[nan]))
     assert np.array_equal(np.signbit(got[nan]), np.signbit(want[nan]))
-    got = _kernels.decode_codes(codes, BF16)
+    got = decode_codes(codes, BF16)
     with np.errstate(invalid="ignore"):  # the signalling NaNs
         want = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     nan = np.isnan(want)
     np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
     assert np.all(_quiet_nan(got[nan]))
     # an IEEE NaN keeps its payload's top bits
-    assert _bits(_kernels.decode_codes(np.array([0x7C01], np.uint16), FP16))[0] == 0x7FF8040000000000
+    assert _bits(decode_codes(np.array([0x7C01], np.uint16), FP16))[0] == 0x7FF8040000000000
 
 
 @pytest.mark.parametrize("name", list(ML_DTYPES)[1:])
 def test_decode_small_formats_against_ml_dtypes(name: str) -> None:
     fmt = get_format(name)
     codes = np.arange(2**fmt.bits, dtype=np.uint8)
-    got = _kernels.decode_codes(codes, fmt)
+    got = decode_codes(codes, fmt)
     with np.errstate(all="ignore"):
         want = codes.view(ML_DTYPES[name]).astype(np.float64)
     np.testing.assert_array_equal(got, want)  # NaN == NaN here
@@ -616,8 +618,8 @@ def test_decode_wide_formats_against_exact_values(fmt: FloatFormat) -> None:
         fmt.code_mask,
         fmt.code_mask - 1,
     ]
-    c = codes.astype(_kernels.code_dtype(fmt))
-    got = _kernels.decode_codes(c, fmt)
+    c = codes.astype(code_dtype(fmt))
+    got = decode_codes(c, fmt)
     for ci, g in zip(c.tolist(), got.tolist(), strict=True):
         if fmt.is_nan_code(ci):
             assert math.isnan(g)
@@ -638,14 +640,14 @@ def test_decode_wide_formats_against_exact_values(fmt: FloatFormat) -> None:
 def test_decode_ignores_bits_above_the_format() -> None:
     fmt = get_format("float6_e2m3fn")
     codes = np.arange(256, dtype=np.uint8)
-    np.testing.assert_array_equal(_kernels.decode_codes(codes, fmt), _kernels.decode_codes(codes & 0x3F, fmt))
+    np.testing.assert_array_equal(decode_codes(codes, fmt), decode_codes(codes & 0x3F, fmt))
     wide = np.array([0x3C00, 0x13C00, -1], np.int64)  # integer codes are cast to the format's dtype
-    np.testing.assert_array_equal(_kernels.decode_codes(wide, FP16), [1.0, 1.0, np.nan])
+    np.testing.assert_array_equal(decode_codes(wide, FP16), [1.0, 1.0, np.nan])
 
 
 def test_decode_rejects_non_integer_codes() -> None:
     with pytest.raises(ValueError, match="expected unsigned integer codes"):
-        _kernels.decode_codes(np.array([1.0]), FP16)
+        decode_codes(np.array([1.0]), FP16)
 
 
 # ---- the hardware float32 -> fp16 path -----------------------------------------------------------
@@ -661,19 +663,15 @@ def _fp32_patterns() -> np.ndarray:
 def _generic_rne(bits: np.ndarray, target: FloatFormat, back: bool) -> np.ndarray:
     """What the generic loops give for float32 bits ``bits`` -> ``target``, nearest even: codes,
     or with ``back`` the float32 bits of the rounded values."""
-    p = _kernels.encode_params(
-        fl.FP32, target, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32
-    )
-    if back:
-        return _kernels.run_round(bits, 32, p, _kernels.decode_params(target, fl.FP32, 32))
-    return _kernels.run_encode(bits, np.dtype(np.uint16), 32, p)
+    plan = make_plan(fl.FP32, target, RoundingOptions(), back=back, flags=False)
+    return rounding_cpu.execute(bits, plan, shortcuts=False)[0]
 
 
-@pytest.mark.skipif(not _kernels.half_hardware(), reason="this CPU has no float32 -> fp16 instruction")
+@pytest.mark.skipif(not rounding_cpu.half_hardware(), reason="this CPU has no float32 -> fp16 instruction")
 @pytest.mark.parametrize("back", [False, True], ids=["encode", "round"])
 def test_hardware_half_path_equals_the_generic_loops(back: bool) -> None:
     bits = _fp32_patterns()
-    fast = _kernels.run_half(bits, back)
+    fast = rounding_cpu.run_half(bits, back)
     assert np.array_equal(fast, _generic_rne(bits, fl.FP16, back))
     # and the oracle: numpy's own cast (NaNs compared by class, numpy keeps other payload bits)
     x = bits.view(np.float32)
@@ -692,7 +690,7 @@ def test_hardware_half_path_equals_the_generic_loops(back: bool) -> None:
 def test_integer_bf16_path_equals_the_generic_loops(back: bool) -> None:
     nans = np.arange(0x7F800001, 0x80000000, 97, dtype=np.uint32)  # NaN payloads, both signs
     bits = np.concatenate([_fp32_patterns(), nans, nans | np.uint32(0x80000000)])
-    fast = _kernels.run_bf16(bits, back)
+    fast = rounding_cpu.run_bf16(bits, back)
     assert np.array_equal(fast, _generic_rne(bits, fl.BF16, back))
     # and the oracle: ml_dtypes' cast (NaNs compared by class)
     x = bits.view(np.float32)
@@ -708,13 +706,13 @@ def test_integer_bf16_path_equals_the_generic_loops(back: bool) -> None:
 
 def test_round_array_to_bf16_takes_the_integer_path(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    real = _kernels.run_bf16
+    real = rounding_cpu.run_bf16
 
     def spy(bits: np.ndarray, back: bool) -> np.ndarray:
         calls.append(back)
         return real(bits, back)
 
-    monkeypatch.setattr(_kernels, "run_bf16", spy)
+    monkeypatch.setattr(rounding_cpu, "run_bf16", spy)
     x = np.array([1 + 2.0**-8, -3e38, 2.0**-133, 3.4e38], np.float32)
     want = x.astype(ML_DTYPES["bf16"])
     assert fl.round_array(x, "bf16").tolist() == want.astype(np.float32).tolist()

@@ -212,7 +212,7 @@ def test_stochastic_casts_are_seeded() -> None:
 def test_fused_update_and_counts_equal_numpy(dtype: type) -> None:
     """The trainer's one-pass update (w + d with the counts of non-zero and of effective
     updates and of non-finite results) against numpy, on swallowed, zero, overflowing and NaN updates."""
-    from floatlab._kernels import add_count
+    from floatlab.rounding import add_count
 
     rng = np.random.default_rng(5)
     w: np.ndarray[Any, Any] = rng.standard_normal(10_000).astype(dtype)

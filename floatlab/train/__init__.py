@@ -15,10 +15,11 @@ products and sums in fp32).
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
 from floatlab.train.history import History, compare
+from floatlab.train.matmul import gemm
 from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
 from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
-from floatlab.train.precision import Precision, gemm
+from floatlab.train.precision import Precision
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
 from floatlab.train.trainer import StepStats, TrainConfig, Trainer, make_scaler, train
 

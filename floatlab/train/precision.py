@@ -25,55 +25,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.backend import Backend, gemm_format, get_backend, get_xp
-from floatlab.formats import FP32, FloatFormat, get_format
+from floatlab.backend import Backend, get_backend, get_xp
+from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import round_array
+from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
 
 __all__ = ["Array", "Precision", "Rounder", "gemm"]
 
 Array = NDArray[Any]
-
-
-def gemm(
-    a: Array,
-    b: Array,
-    compute: FloatFormat | str = "fp16",
-    out: FloatFormat | str | None = None,
-    *,
-    bias: Array | None = None,
-    alpha: float | None = None,
-    rounding: str = "rne",
-    rng: np.random.Generator | None = None,
-) -> NDArray[np.float32]:
-    """Simulated tensor-core GEMM ``round_out(alpha * round_in(a) @ round_in(b) + bias)``.
-
-    The inputs are rounded to ``compute``; the products and their accumulation run in fp32
-    through a float32 BLAS call (a product of two fp16 or bf16 values has at most 22
-    significant bits, so it is exact in fp32, as in the hardware); ``bias`` is added in fp32
-    (the epilogue) and the result rounded once to ``out`` (default: ``compute``).
-
-    >>> a = np.full((1, 4096), 1.0, dtype=np.float32)
-    >>> b = np.full((4096, 1), 1e-4, dtype=np.float32)
-    >>> float(gemm(a, b, "fp16")[0, 0])     # fp32 accumulation: 4096 * fp16(1e-4), rounded once
-    0.40966796875
-    """
-    cf = get_format(compute)
-    of = cf if out is None else get_format(out)
-    if not FP32.contains(cf) or not FP32.contains(of):
-        raise ValueError(f"gemm formats {cf.name}, {of.name}: expected formats that fit in fp32")
-    sr = rng if rounding == "stochastic" else None
-    # round in the input's own dtype first: a float64 input then rounds once, straight to `cf`,
-    # and the float32 copy of the rounded value is exact
-    a32 = round_array(np.asarray(a), cf, rounding, rng=sr).astype(np.float32, copy=False)
-    b32 = round_array(np.asarray(b), cf, rounding, rng=sr).astype(np.float32, copy=False)
-    acc = np.matmul(a32, b32)
-    if alpha is not None:
-        acc *= np.float32(alpha)
-    if bias is not None:
-        acc += round_array(np.asarray(bias), FP32).astype(np.float32, copy=False)
-    result: NDArray[np.float32] = round_array(acc, of, rounding, rng=sr)
-    return result
 
 
 class Precision:
@@ -203,7 +163,7 @@ class Precision:
         # NumPy multiplies the stored values in float32 (exact products); a GPU or a TF32 run
         # enters them in the GEMM format (exact conversion) and accumulates in fp32
         gpu = self.backend.is_gpu or self.gemm_compute == "tf32"
-        acc = self.backend.matmul(a, b, self.gemm_compute) if gpu else np.matmul(a, b)
+        acc = matmul(a, b, self.gemm_compute, self.backend) if gpu else np.matmul(a, b)
         if alpha is not None:
             acc *= acc.dtype.type(alpha)
         if bias is not None:

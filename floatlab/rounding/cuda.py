@@ -1,7 +1,8 @@
-"""The rounding primitive on a CUDA GPU: the CPU kernels' own element functions, compiled for CUDA.
+"""The CUDA executor: the CPU kernels' own element functions, compiled for CUDA.
 
 :func:`floatlab.rounding.encode_array` and :func:`~floatlab.rounding.round_array` hand CuPy
-arrays here. The element functions of :mod:`floatlab._kernels` (``_encode_one``,
+arrays here, with the same :class:`~floatlab.rounding.plan.Plan` the CPU executor runs. The
+element functions of :mod:`floatlab.rounding._kernels` (``_encode_one``,
 ``_decode_one``, ``_core``, ``_random32`` and their lane-width intrinsics) are the
 specification of every bit; this module does not restate them. It binds the same Python
 functions, through a fresh globals table, to CUDA device functions (numba-cuda reads CuPy
@@ -17,7 +18,8 @@ is checked the same way.
 
 >>> import numpy as np, floatlab as fl
 >>> x = np.array([0.1, 1e-8, 70000.0, -2.5], np.float32)
->>> run_array(x, "fp16", xp=np, target="cpu").tolist() == fl.encode_array(x, "fp16").tolist()
+>>> codes, _ = run_array(x, fl.FP16, RoundingOptions(), xp=np, target="cpu")
+>>> codes.tolist() == fl.encode_array(x, "fp16").tolist()
 True
 """
 
@@ -30,8 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from floatlab import _kernels as k
-from floatlab.formats import BF16, FP32, FP64, FloatFormat, get_format
+from floatlab.formats import FP16, FP32, FloatFormat
+from floatlab.rounding import _kernels as k
+from floatlab.rounding.cpu import zero
+from floatlab.rounding.options import FORMAT_OF_DTYPE_NAME, RoundingOptions, RoundingStats
+from floatlab.rounding.params import decode_params, encode_params
+from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target, widen16
 
 __all__ = ["THREADS_PER_BLOCK", "compile_ptx", "kernels", "run_array"]
 
@@ -54,32 +60,32 @@ _general_at: Any = None
 _full_at: Any = None
 
 
-# ---- one element (the loop bodies of floatlab._kernels, written per index) ---------------------
+# ---- one element (the loop bodies of floatlab.rounding._kernels, written per index) ------------
 def _encode_at_py(i: Any, x: Any, out: Any, z: Any, p: Any) -> None:
     """Deterministic modes: the code of x[i]."""
-    out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p)[0]
+    out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0).code
 
 
 def _round_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
     """Deterministic modes: x[i] rounded to the target and back into x's format."""
-    r = _encode_one(_u(x[i], z), z, np.uint32(0), p)
-    out[i] = _decode_one(r[0], r[1], z, d, True)
+    r = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0)
+    out[i] = _decode_one(r.code, r.sign, z, d, True)
 
 
 def _general_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
     """Any mode without flags; the random word of element i (used by stochastic only)."""
-    key0 = _u(p[k._P_KEY0], np.uint32(0))
-    key1 = _u(p[k._P_KEY0 + 1], np.uint32(0))
-    r = _encode_one(_u(x[i], z), z, _random32(i, key0, key1), p)
+    key0 = _u(p.key0, np.uint32(0))
+    key1 = _u(p.key1, np.uint32(0))
+    r = _encode_one(_u(x[i], z), z, _random32(i, key0, key1), p, 0)
     if to_input:
-        out[i] = _decode_one(r[0], r[1], z, d, True)
+        out[i] = _decode_one(r.code, r.sign, z, d, True)
     else:
-        out[i] = r[0]
+        out[i] = r.code
 
 
 def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
     """Any mode with the IEEE flags of element i in fl[i]: 1 inexact, 2 underflow, 4 overflow,
-    8 invalid (the per-element terms that floatlab._kernels' flag loop adds up)."""
+    8 invalid (the per-element terms that the CPU's flag loop adds up)."""
     code, sgn, flags = _flags_one(x[i], i, z, p)
     fl[i] = flags
     if to_input:
@@ -167,7 +173,7 @@ def _bind(target: str) -> dict[str, Any]:
     table.update({name: obj for name, obj in globals().items() if name.endswith("_py")})
     table["np"] = np
     table["k"] = k
-    for name in ("_u", "_s", "_shl", "_shr", "_clz"):
+    for name in k.INTRINSICS:
         table[name] = intrinsic(getattr(k, name + "_typer"))
     if target == "cuda":
         numba_cuda = _numba_cuda()
@@ -175,7 +181,7 @@ def _bind(target: str) -> dict[str, Any]:
         device = numba_cuda.jit(device=True, inline=True)
     else:
         device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one"):
+    for name in k.ELEMENT_FUNCTIONS:
         table[name] = device(_rebind(getattr(k, name + "_py"), table))
     for name in _NAMES:
         table[f"_{name}_at"] = device(_rebind(globals()[f"_{name}_at_py"], table))
@@ -205,10 +211,9 @@ def compile_ptx(cc: tuple[int, int] = (7, 0)) -> dict[str, str]:
     numba_cuda = _numba_cuda()
     nt = _numba().types
     table = _bind("cuda")
-    fp16 = get_format("fp16")
-    p = k.encode_params(FP32, fp16, "rne", saturate=False, subnormals=True, random_bits=32, lanes=32)
-    d = k.decode_params(fp16, FP32, 32)
-    pt, dt = nt.UniTuple(nt.int64, len(p)), nt.UniTuple(nt.int64, len(d))
+    p = encode_params(FP32, FP16, RoundingOptions(), lanes=32)
+    d = decode_params(FP16, FP32, 32)
+    pt, dt = _numba().typeof(p), _numba().typeof(d)
     u32 = nt.uint32[::1]
     sigs = {
         "encode": (u32, nt.uint16[::1], nt.uint32, pt),
@@ -223,10 +228,7 @@ def compile_ptx(cc: tuple[int, int] = (7, 0)) -> dict[str, str]:
     return out
 
 
-# ---- host side: the same steps as floatlab.rounding._run ---------------------------------------
-_UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
-
-
+# ---- host side: the plan of floatlab.rounding.plan, launched on the device --------------------
 def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> None:
     kern = kernels(target)[name]
     if n == 0:
@@ -241,129 +243,60 @@ def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> N
     kern[blocks, THREADS_PER_BLOCK, stream](*args)
 
 
-def _widen_half(bits: Any, xp: Any) -> Any:
-    """float32 bit patterns of fp16 bit patterns, exact, NaN payloads kept as they are (numpy's
-    float16 -> float32 cast does so; a GPU's conversion instruction may quieten a NaN)."""
-    h = bits.astype(xp.uint32)
-    wide = bits.view(xp.float16).astype(xp.float32).view(xp.uint32)  # every finite fp16 is a float32: exact
-    special = (h & xp.uint32(0x7C00)) == xp.uint32(0x7C00)
-    sign = (h >> xp.uint32(15)) << xp.uint32(31)
-    nan_inf = sign | xp.uint32(0x7F800000) | ((h & xp.uint32(0x3FF)) << xp.uint32(13))
-    return xp.where(special, nan_inf, wide)
-
-
-def _run(
-    a: Any,
-    src: FloatFormat,
-    fmt: FloatFormat,
-    mode: str,
-    key: tuple[int, int],
-    opts: dict[str, Any],
-    *,
-    flags: bool,
-    back: bool,
-    specials: FloatFormat | None,
-    xp: Any,
-    target: str,
-) -> tuple[Any, tuple[int, int, int, int]]:
-    """Codes (or, with ``back``, bit patterns in src's format) of the contiguous array ``a``."""
-    udt = _UINT[src.bits]
-    bits = a.reshape(-1).view(udt)
-    n = bits.size
-    cdt = k.code_dtype(fmt)
-    lanes = 64 if max(src.bits, fmt.bits) > 32 else 32
-    fast = mode != "stochastic" and not flags and (back or src.bits == 64 or cdt.itemsize * 8 <= src.bits)
-    if fast:
-        z = k._zero(lanes)
-        p = k.encode_params(src, fmt, mode, lanes=lanes, specials_from=specials, **opts)
-        if back:
-            out = xp.empty(n, udt)
-            _launch("round", n, (bits, out, z, p, k.decode_params(fmt, src, lanes)), xp, target)
-        else:
-            out = xp.empty(n, cdt)
-            _launch("encode", n, (bits, out, z, p), xp, target)
-        return out, (0, 0, 0, 0)
-    # 16-bit inputs are widened to float32 first, exactly, as on the CPU
-    wide = src
-    if src.bits == 16:
-        if not opts["subnormals"]:
-            zeroed = bits & xp.uint16(src.sign_mask)
-            bits = xp.where((bits & xp.uint16(src.exponent_mask)) == 0, zeroed, bits).astype(udt)
-        # bfloat16 is the top half of a float32
-        bits = bits.astype(xp.uint32) << xp.uint32(16) if src == BF16 else _widen_half(bits, xp)
-        wide = FP32
-    lanes = 64 if max(wide.bits, fmt.bits) > 32 else 32
-    z = k._zero(lanes)
-    p = k.encode_params(wide, fmt, mode, lanes=lanes, full=flags, key=key, specials_from=specials, **opts)
-    d = k.decode_params(fmt, src, lanes)
-    out = xp.empty(n, z.dtype)
-    counts = (0, 0, 0, 0)
-    if flags:
-        fl = xp.empty(n, xp.uint8)
-        _launch("full", n, (bits, out, fl, z, p, d, back), xp, target)
-        c = [int(xp.count_nonzero(fl & xp.uint8(1 << j))) for j in range(4)]
-        counts = (c[0], c[1], c[2], c[3])
-    else:
-        _launch("general", n, (bits, out, z, p, d, back), xp, target)
-    return out.astype(udt if back else cdt, copy=False), counts
-
-
 def run_array(
     x: Any,
-    fmt: FloatFormat | str,
-    rounding: str = "rne",
+    fmt: FloatFormat,
+    options: RoundingOptions,
     *,
     back: bool = False,
-    rng: np.random.Generator | int | None = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = 32,
     flags: bool = False,
     xp: Any = None,
     target: str = "cuda",
-) -> Any:
-    """encode_array (``back=False``) or round_array (``back=True``) of a device array.
+) -> tuple[Any, RoundingStats]:
+    """encode_array (``back=False``) or round_array (``back=True``) of a device array, and the
+    flag counts (zeros unless ``flags``).
 
-    Same contract, options and bits as :func:`floatlab.rounding.encode_array` and
+    Same contract and bits as :func:`floatlab.rounding.encode_array` and
     :func:`floatlab.rounding.round_array`, for float64, float32 and float16 CuPy arrays (CuPy
     has no bfloat16 dtype). ``xp`` and ``target`` choose the array module and the kernels:
     cupy and ``"cuda"`` (the default), or numpy and ``"cpu"`` to run this very code path on the
     host (see the module's docstring).
     """
-    from floatlab.rounding import RoundingStats, _options, _stochastic_key, check_rounding
-
     if xp is None:
         from floatlab.backend import require_cupy
 
         xp = require_cupy()
-    f = get_format(fmt)
-    mode = check_rounding(rounding)
-    opts = _options(saturate, subnormals, random_bits)
-    key = _stochastic_key(rng, mode)
     a = xp.asarray(x)
     if a.dtype.kind in "biu":
         a = a.astype(xp.float64)  # integers and booleans are taken as float64 values
-    src = {"float64": FP64, "float32": FP32, "float16": get_format("fp16")}.get(a.dtype.name)
+    src = FORMAT_OF_DTYPE_NAME.get(a.dtype.name) if a.dtype.name != "bfloat16" else None
     if src is None:
         raise ValueError(
             f"x has dtype {a.dtype}: expected float64, float32 or float16 on the GPU "
             "(integers and booleans are converted to float64)"
         )
     a = xp.ascontiguousarray(a)
-    specials: FloatFormat | None = None
-    target_fmt = f
-    if back:
-        if src.contains(f):
-            pass
-        elif f.contains(src):
-            target_fmt, specials = src, f
+    tgt, specials = round_target(src, fmt, str(a.dtype)) if back else (fmt, None)
+    plan = make_plan(src, tgt, options, back=back, flags=flags, specials=specials)
+    bits = a.reshape(-1).view(UINT_OF_BITS[src.bits])
+    n = bits.size
+    z = zero(plan.lanes)
+    out = xp.empty(n, plan.out_dtype)
+    counts = (0, 0, 0, 0)
+    if plan.loop == "encode":
+        _launch("encode", n, (bits, out, z, plan.p), xp, target)
+    elif plan.loop == "round":
+        _launch("round", n, (bits, out, z, plan.p, plan.d), xp, target)
+    else:
+        if plan.widen:
+            bits = widen16(bits, src, options.subnormals, xp)
+        if plan.loop == "full":
+            fl = xp.empty(n, xp.uint8)
+            _launch("full", n, (bits, out, fl, z, plan.p, plan.d, back), xp, target)
+            c = [int(xp.count_nonzero(fl & xp.uint8(1 << j))) for j in range(4)]
+            counts = (c[0], c[1], c[2], c[3])
         else:
-            raise ValueError(
-                f"format {f.name} has values that {a.dtype} cannot hold, so round_array would round "
-                f"twice; use encode_array(x, {f.name!r}) and decode_array(codes, {f.name!r}) (float64)"
-            )
-    out, counts = _run(
-        a, src, target_fmt, mode, key, opts, flags=flags, back=back, specials=specials, xp=xp, target=target
-    )
+            _launch("general", n, (bits, out, z, plan.p, plan.d, back), xp, target)
+        out = out.astype(plan.result_dtype, copy=False)
     result = out.view(a.dtype).reshape(a.shape) if back else out.reshape(a.shape)
-    return (result, RoundingStats(int(a.size), *counts)) if flags else result
+    return result, RoundingStats(int(a.size), *counts)

@@ -1,0 +1,92 @@
+"""Rounding: the one door through which a real number becomes a low-precision one.
+
+The package is layered bottom-up; no module imports one above it:
+
+* :mod:`~floatlab.rounding.spec`: the specification, the exact scalar reference
+  (:func:`round_rational`, :func:`round_scalar`), the modes and the random-bit rule;
+* :mod:`~floatlab.rounding.options`: :class:`RoundingOptions`, every knob checked in one place,
+  and the one input check :func:`as_float_array`;
+* :mod:`~floatlab.rounding.params`: the integers a compiled loop needs, derived from the formats
+  as named fields;
+* :mod:`~floatlab.rounding.plan`: the host prologue (which loop, which parameters), shared by
+* the executors :mod:`~floatlab.rounding.cpu` (numba loops over the cores) and
+  :mod:`~floatlab.rounding.cuda` (the same element functions compiled for a GPU);
+* :mod:`~floatlab.rounding.arrays`: the public door, :func:`round_array`, :func:`encode_array`
+  and the building blocks the rest of floatlab uses.
+
+Modes (IEEE 754 names in brackets):
+
+* ``"rne"``  nearest, ties to even            [roundTiesToEven, the default]
+* ``"rna"``  nearest, ties away from zero     [roundTiesToAway]
+* ``"rtz"``  toward zero                      [roundTowardZero]
+* ``"rup"``  toward +infinity                 [roundTowardPositive]
+* ``"rdown"`` toward -infinity                [roundTowardNegative]
+* ``"rodd"`` to odd: an inexact result gets an odd last bit (used to avoid double rounding)
+* ``"stochastic"``: up with probability equal to the distance from the lower neighbour,
+  in units of the gap, using ``random_bits`` uniform random bits
+
+>>> import numpy as np, floatlab as fl
+>>> fl.round_array(np.array([0.1, 1e-9], np.float32), "fp16").tolist()
+[0.0999755859375, 0.0]
+"""
+
+from __future__ import annotations
+
+from floatlab.rounding.arrays import (
+    BlockCodes,
+    Counted,
+    add_count,
+    decode_codes,
+    encode_array,
+    encode_array_with_flags,
+    encode_blocks,
+    odd_div,
+    odd_sqrt,
+    odd_sum,
+    round_array,
+    round_array_with_flags,
+    running_sums,
+)
+from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
+from floatlab.rounding.params import code_dtype
+from floatlab.rounding.spec import (
+    DEFAULT_RANDOM_BITS,
+    MODE_DESCRIPTIONS,
+    ROUNDING_MODES,
+    Flags,
+    Rounding,
+    check_rounding,
+    random_bits_at,
+    round_rational,
+    round_scalar,
+)
+
+__all__ = [
+    "DEFAULT_RANDOM_BITS",
+    "MODE_DESCRIPTIONS",
+    "RNG",
+    "ROUNDING_MODES",
+    "BlockCodes",
+    "Counted",
+    "Flags",
+    "Rounding",
+    "RoundingOptions",
+    "RoundingStats",
+    "add_count",
+    "as_float_array",
+    "check_rounding",
+    "code_dtype",
+    "decode_codes",
+    "encode_array",
+    "encode_array_with_flags",
+    "encode_blocks",
+    "odd_div",
+    "odd_sqrt",
+    "odd_sum",
+    "random_bits_at",
+    "round_array",
+    "round_array_with_flags",
+    "round_rational",
+    "round_scalar",
+    "running_sums",
+]

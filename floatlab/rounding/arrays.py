@@ -1,0 +1,279 @@
+"""The one door to rounding arrays: everything in floatlab that rounds an array comes through here.
+
+:func:`round_array` and :func:`encode_array` (and their twins that also count the IEEE flags)
+round every element exactly as the scalar reference :func:`~floatlab.rounding.round_scalar`
+does, on the CPU or, for a CuPy array, on its GPU. :func:`decode_array`'s kernel
+(:func:`decode_codes`), the MX block loop (:func:`encode_blocks`), the running sums of the
+accumulation simulator (:func:`running_sums`) and the exact float64 arithmetic of the simulators
+(:func:`odd_sum`, :func:`odd_div`, :func:`odd_sqrt`, :func:`add_count`) are offered here as
+public building blocks, so that no other module compiles or calls the kernels itself.
+
+All take the same keyword-only knobs, checked in one place (:class:`RoundingOptions`):
+``rng`` (a numpy Generator or a non-negative int seed; stochastic rounding needs it),
+``saturate``, ``subnormals`` and ``random_bits``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from floatlab.backend import is_cupy
+from floatlab.formats import FP64, FloatFormat, get_format
+from floatlab.rounding import cpu
+from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
+from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
+from floatlab.rounding.params import decode_params, encode_params
+from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
+from floatlab.rounding.spec import DEFAULT_RANDOM_BITS
+
+__all__ = [
+    "BlockCodes",
+    "Counted",
+    "add_count",
+    "decode_codes",
+    "encode_array",
+    "encode_array_with_flags",
+    "encode_blocks",
+    "odd_div",
+    "odd_sqrt",
+    "odd_sum",
+    "round_array",
+    "round_array_with_flags",
+    "running_sums",
+]
+
+
+class Counted(NamedTuple):
+    """An array rounding's result and its IEEE flag counts (unpacks as ``values, stats``)."""
+
+    array: Any
+    stats: RoundingStats
+
+
+def _door(
+    x: ArrayLike, fmt: FloatFormat | str, options: RoundingOptions, *, back: bool, flags: bool
+) -> tuple[Any, RoundingStats]:
+    """The work of the four public functions: check, plan, execute (CPU or GPU)."""
+    f = get_format(fmt)
+    if is_cupy(x):  # a CuPy array: the same element functions, compiled for its GPU
+        from floatlab.rounding.cuda import run_array
+
+        return run_array(x, f, options, back=back, flags=flags)
+    a, src = as_float_array(x)
+    target, specials = round_target(src, f, str(a.dtype)) if back else (f, None)
+    plan = make_plan(src, target, options, back=back, flags=flags, specials=specials)
+    out, counts = cpu.execute(a.reshape(-1).view(UINT_OF_BITS[src.bits]), plan)
+    result = out.view(a.dtype).reshape(a.shape) if back else out.reshape(a.shape)
+    return result, RoundingStats(a.size, *counts)
+
+
+def _no_flags(flags: object, name: str) -> None:
+    """A flag never changes a return type: the flag counts have their own function."""
+    if flags is not False:
+        raise TypeError(
+            f"{name}(..., flags={flags!r}) is now {name}_with_flags(...): it returns (array, stats)"
+        )
+
+
+def encode_array(
+    x: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+    flags: Literal[False] = False,
+) -> Any:
+    """Round every element of ``x`` into ``fmt`` and return the codes (unsigned integers).
+
+    ``x`` may be float64, float32, float16 or bfloat16 (integers of up to 53 bits and booleans
+    are taken as float64), of any shape. The codes have the shape of ``x`` and the smallest
+    unsigned dtype that holds ``fmt.bits``. Every element gets exactly the bits of
+    :func:`~floatlab.rounding.round_scalar`; a float64 input is rounded once, never through float32.
+
+    ``saturate`` clamps overflows to the largest finite value; ``subnormals=False`` treats
+    subnormal inputs as zero and flushes subnormal results to zero. Stochastic rounding
+    needs ``rng`` (a numpy Generator or an int seed): its key is
+    ``rng.integers(0, 2**32, size=2, dtype=np.uint64)`` and element ``i`` (flat C order)
+    uses ``random_bits_at(key, i, random_bits)``. :func:`encode_array_with_flags` also counts
+    the IEEE flags.
+
+    >>> import numpy as np, floatlab as fl
+    >>> [hex(c) for c in fl.encode_array(np.array([1.0, 0.1, -65520.0]), "fp16")]
+    ['0x3c00', '0x2e66', '0xfc00']
+    >>> fl.encode_array([448.0, 500.0, 1e6], "e4m3fn", saturate=True).tolist()
+    [126, 126, 126]
+    """
+    options = RoundingOptions.make(
+        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+    )
+    _no_flags(flags, "encode_array")
+    return _door(x, fmt, options, back=False, flags=False)[0]
+
+
+def encode_array_with_flags(
+    x: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+) -> Counted:
+    """:func:`encode_array`, with how many elements raised each IEEE flag: ``(codes, stats)``.
+
+    >>> import numpy as np, floatlab as fl
+    >>> codes, stats = fl.encode_array_with_flags(np.array([1.0, 1e-9]), "fp16")
+    >>> codes.tolist(), stats.underflow
+    ([15360, 0], 1)
+    """
+    options = RoundingOptions.make(
+        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+    )
+    return Counted(*_door(x, fmt, options, back=False, flags=True))
+
+
+def round_array(
+    x: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+    flags: Literal[False] = False,
+) -> Any:
+    """Round every element of ``x`` to a value of ``fmt`` (per ``rounding``), kept in x's dtype.
+
+    The result has x's dtype and shape: each element is rounded into ``fmt`` exactly as
+    :func:`encode_array` does and converted back, which is exact because every value of
+    ``fmt`` must be a value of x's dtype (otherwise ValueError: use encode_array and
+    decode_array, whose float64 holds them). When x's dtype is the narrower one (float16
+    into fp32, say) the values pass through, zeroed if subnormal with ``subnormals=False``.
+    NaN results are quiet NaNs of x's dtype with the sign of the input. Options as in
+    :func:`encode_array`; :func:`round_array_with_flags` also counts the IEEE flags.
+
+    >>> import numpy as np, floatlab as fl
+    >>> y = fl.round_array(np.array([0.1, 1000.0, 1e-3], np.float32), "bf16")
+    >>> y.dtype, y.tolist()
+    (dtype('float32'), [0.10009765625, 1000.0, 0.00099945068359375])
+    >>> fl.round_array(np.float32(1 + 2**-9), "bf16", "rup").item()
+    1.0078125
+    """
+    options = RoundingOptions.make(
+        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+    )
+    _no_flags(flags, "round_array")
+    return _door(x, fmt, options, back=True, flags=False)[0]
+
+
+def round_array_with_flags(
+    x: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+) -> Counted:
+    """:func:`round_array`, with how many elements raised each IEEE flag: ``(values, stats)``.
+
+    >>> import numpy as np, floatlab as fl
+    >>> values, stats = fl.round_array_with_flags(np.array([1.0, 1e6], np.float32), "fp16")
+    >>> values.tolist(), stats.overflow
+    ([1.0, inf], 1)
+    """
+    options = RoundingOptions.make(
+        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+    )
+    return Counted(*_door(x, fmt, options, back=True, flags=True))
+
+
+def running_sums(
+    terms: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    kahan: bool = False,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    random_bits: int = DEFAULT_RANDOM_BITS,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The running sums of ``terms`` (float64 values of ``fmt``) with every addition rounded
+    once into ``fmt``, left to right, in one compiled serial loop; with ``kahan`` Kahan's
+    compensated sums, every one of its four operations a term rounded once.
+
+    Returns ``(sums, compensations)`` as float64 arrays (``compensations`` is None without
+    ``kahan``). Each exact sum is formed rounded to odd at 53 bits first, which equals one
+    rounding for formats of up to 51 bits of precision. Stochastic rounding draws its key as
+    :func:`encode_array` does; addition i (Kahan: operation 4i + j) uses random word i (4i + j).
+
+    >>> running_sums(np.ones(4), "fp16")[0].tolist()
+    [1.0, 2.0, 3.0, 4.0]
+    >>> float(running_sums(np.ones(3000), "fp16")[0][-1])      # fp16's gap at 2048 is 2
+    2048.0
+    """
+    f = get_format(fmt)
+    options = RoundingOptions.make(
+        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+    )
+    t = np.ascontiguousarray(terms, dtype=np.float64).reshape(-1)
+    p = encode_params(FP64, f, options, lanes=64)
+    d = decode_params(f, FP64, 64)
+    return cpu.run_running_sums(t, kahan, options.key, options.stochastic, options.mode == "rdown", p, d)
+
+
+class BlockCodes(NamedTuple):
+    """What :func:`encode_blocks` gives: codes, block scales, values and counts."""
+
+    element_codes: np.ndarray  # uint8, one per value
+    scale_codes: np.ndarray  # uint8 E8M0 codes, one per block (255: the NaN scale)
+    values: np.ndarray | None  # element value times block scale, when asked for
+    nonzero: int  # counted over the blocks with a finite scale
+    flushed: int
+    subnormal: int
+    inexact: int
+    overflow: int  # values that saturation held at the element format's largest value
+
+
+def encode_blocks(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    values: bool = False,
+) -> BlockCodes:
+    """Block-scaled (MX) encoding of the rows (the last axis) of the C-contiguous float64 array
+    ``rows``: each run of ``block_size`` values along a row (the last may be shorter) gets the E8M0 scale
+    2^s with s = floor(log2(max |v|)) - element.emax (clamped to the E8M0 range), and each value
+    the ``element`` code of v / 2^s, saturating; the block's value v / 2^s is never formed, so
+    no intermediate rounds. A block with an inf or NaN, or whose s exceeds 127, gets the NaN
+    scale and zero codes.
+
+    >>> import floatlab as fl
+    >>> b = encode_blocks(np.array([[1.0, -3.0, 0.0]]), fl.get_format("e2m1"), 32)
+    >>> b.scale_codes.tolist(), b.element_codes.tolist()
+    ([126], [4, 15, 0])
+    """
+    options = RoundingOptions.make(rounding, rng=rng, saturate=True)
+    if rows.dtype != np.float64 or rows.ndim < 1 or not rows.flags.c_contiguous:
+        raise ValueError(f"rows: expected a C-contiguous float64 array, got {rows.dtype} {rows.shape}")
+    if element.bits > 8:
+        raise ValueError(f"element format {element.name}: expected at most 8 bits")
+    p = encode_params(FP64, element, options, lanes=64)
+    table = decode_codes(np.arange(2**element.bits, dtype=np.uint8), element)
+    n = rows.shape[-1]
+    bits = rows.reshape(-1).view(np.uint64)
+    codes, scales, out, counts = cpu.run_mx(bits, n, block_size, element.emax, p, table, values)
+    return BlockCodes(codes, scales, out, *counts)

@@ -1,0 +1,262 @@
+"""The CPU executor: the compiled loops of :mod:`floatlab.rounding._kernels`, run over the cores.
+
+:func:`execute` runs a :class:`~floatlab.rounding.plan.Plan` on numpy bit patterns. Beside the
+plan's loop it knows two shortcuts that give the same bits faster: the CPU's own float32 -> fp16
+conversion (x86 F16C, AArch64) and float32 -> bfloat16 in integer arithmetic. The other entry
+points are the building blocks the public door offers: decoding codes, the MX block loop, the
+running sums of the accumulation simulator and the exact float64 arithmetic of the simulators.
+
+>>> import numpy as np, floatlab as fl
+>>> decode_codes(np.array([0x3C00, 0x7BFF, 0xFC00], np.uint16), fl.FP16).tolist()
+[1.0, 65504.0, -inf]
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.rounding._jit import launch, loop
+from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
+from floatlab.rounding.plan import Plan
+
+__all__ = [
+    "add_count",
+    "decode_codes",
+    "execute",
+    "half_hardware",
+    "odd_div",
+    "odd_sqrt",
+    "odd_sum",
+    "run_bf16",
+    "run_half",
+    "run_mx",
+    "run_running_sums",
+]
+
+
+def zero(lanes: int) -> Any:
+    """The zero whose type tells a loop its lane width."""
+    return np.uint32(0) if lanes == 32 else np.uint64(0)
+
+
+def execute(
+    bits: np.ndarray, plan: Plan, *, shortcuts: bool = True
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Run ``plan`` on the 1-d contiguous bit patterns ``bits`` of the input: the codes (or the
+    rounded values' bit patterns) in ``plan.result_dtype``, and the flag counts (inexact,
+    underflow, overflow, invalid; zeros unless the plan counts them). ``shortcuts=False`` runs
+    the plan's own loop where a shortcut would give the same bits faster (the tests compare them)."""
+    none = (0, 0, 0, 0)
+    if shortcuts and plan.is_plain_cast(FP32, FP16) and half_hardware():
+        # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
+        return run_half(bits, plan.back), none
+    if shortcuts and plan.is_plain_cast(FP32, BF16):
+        # bfloat16 is float32's top half: rounding is one integer add (same bits, tested)
+        return run_bf16(bits, plan.back), none
+    z = zero(plan.lanes)
+    n = bits.size
+    out = np.empty(n, plan.out_dtype)
+    if plan.loop == "encode":
+        launch("encode", n, bits, out, z, plan.p)
+        return out, none
+    if plan.loop == "round":
+        launch("round", n, bits, out, z, plan.p, plan.d)
+        return out, none
+    if plan.widen:
+        from floatlab.rounding.plan import widen16
+
+        bits = widen16(bits, plan.src, plan.options.subnormals, np)
+    if plan.loop == "full":
+        c = launch("full", n, bits, out, z, plan.p, plan.d, plan.back)
+        counts = (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+    else:
+        launch("general", n, bits, out, z, plan.p, plan.d, plan.back)
+        counts = none
+    return out.astype(plan.result_dtype, copy=False), counts
+
+
+def half_hardware() -> bool:
+    """True when this CPU converts float32 to fp16 in hardware (x86 F16C, or AArch64), so that
+    the float32 -> fp16 round-to-nearest-even loops can use the CPU's own conversion."""
+    global _half_hw
+    if _half_hw is None:
+        import platform
+
+        from llvmlite import binding
+
+        machine = platform.machine().lower()
+        features = binding.get_host_cpu_features() if machine in ("x86_64", "amd64") else None
+        _half_hw = machine in ("aarch64", "arm64") or bool(features and features.get("f16c"))
+    return _half_hw
+
+
+_half_hw: bool | None = None
+
+
+_half_hw: bool | None = None
+
+
+def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
+    """float32 bit patterns (uint32) to fp16 codes, or with ``back`` to float32 bit patterns of
+    the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
+    Call only where :func:`half_hardware` is true."""
+    out = np.empty(bits.size, np.uint32 if back else np.uint16)
+    loop("half_round" if back else "half_encode")(bits, out)
+    return out
+
+
+def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
+    """float32 bit patterns (uint32) to bfloat16 codes, or with ``back`` to float32 bit patterns
+    of the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
+
+    >>> x = np.array([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, -np.inf], np.float32)
+    >>> run_bf16(x.view(np.uint32), True).view(np.float32).tolist()   # ties go to even
+    [1.0, 1.015625, inf, -inf]
+    """
+    out = np.empty(bits.size, np.uint32 if back else np.uint16)
+    loop("bf16_round" if back else "bf16_encode")(bits, out)
+    return out
+
+
+def odd_sum(x: np.ndarray, y: np.ndarray, rdown: bool) -> np.ndarray:
+    """x + y (1-d contiguous float64 arrays of one size) rounded to odd at 53 bits, with IEEE 754's
+    sign for an exact zero sum (-0 under ``rdown``, round toward -inf). Rounding this to p <= 51
+    bits in any mode equals one rounding of the exact sum (see :mod:`floatlab.simulate`).
+
+    >>> odd_sum(np.array([1.0, 1.0, 1.0]), np.array([2.0**-60, -(2.0**-60), -1.0]), True).tolist()
+    [1.0000000000000002, 0.9999999999999999, -0.0]
+    """
+    out = np.empty_like(x)
+    launch("odd_sum", x.size, x, y, out, out.view(np.uint64), bool(rdown))
+    return out
+
+
+def odd_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x / y (1-d contiguous float64 arrays of one size) rounded to odd at 53 bits.
+
+    >>> odd_div(np.array([1.0, 6.0]), np.array([10.0, 3.0])).tolist()  # the double nearest 0.1 is even
+    [0.09999999999999999, 2.0]
+    """
+    out = np.empty_like(x)
+    launch("odd_div", x.size, x, y, out, out.view(np.uint64))
+    return out
+
+
+def odd_sqrt(x: np.ndarray) -> np.ndarray:
+    """The square roots of ``x`` (1-d contiguous float64) rounded to odd at 53 bits.
+
+    >>> odd_sqrt(np.array([3.0, 4.0, -0.0, -1.0])).tolist()
+    [1.7320508075688774, 2.0, -0.0, nan]
+    """
+    out = np.empty_like(x)
+    launch("odd_sqrt", x.size, x, out, out.view(np.uint64))
+    return out
+
+
+def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """``(w + d, count of d != 0, count of w + d != w, count of non-finite w + d)`` for
+    float32/float64 arrays of one shape and dtype, in one compiled pass (the trainer's update
+    with its swallowed-update counts and its check that the new weights are finite).
+
+    >>> w = np.array([1.0, 1.0, 2.0, 3e38], np.float32)
+    >>> new, intended, changed, nonfinite = add_count(w, np.array([1e-8, 0.5, 0.0, 3e38], np.float32))
+    >>> new.tolist(), intended, changed, nonfinite   # 1e-8 is below half an ulp of 1: swallowed
+    ([1.0, 1.5, 2.0, inf], 3, 2, 1)
+    """
+    wc, dc = np.ascontiguousarray(w).reshape(-1), np.ascontiguousarray(d, dtype=w.dtype).reshape(-1)
+    out = np.empty_like(wc)
+    intended, changed, nonfinite = loop("add_count")(wc, dc, out)
+    return out.reshape(w.shape), int(intended), int(changed), int(nonfinite)
+
+
+def run_mx(
+    bits: np.ndarray, row: int, block: int, emax: int, p: EncodeParams, table: np.ndarray, values: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, ...]]:
+    """MX quantization of the float64 bit patterns ``bits`` (rows of ``row`` values, blocks of
+    ``block``) into the element format of ``p`` (built for float64 input, 64 lanes):
+    element codes, E8M0 scale codes, the dequantized values when ``values`` asks for them (from
+    ``table``, every element value as float64) and the counts (nonzero, flushed, subnormal,
+    inexact, overflow) over the blocks with a finite scale."""
+    rows = bits.size // row if row else 0
+    scales = np.empty(rows * -(-row // block), np.uint8)
+    codes = np.empty(bits.size, np.uint8)
+    out = np.empty(bits.size if values else 0, np.float64)
+    counts = launch("mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), p)
+    return codes, scales, out if values else None, tuple(int(c) for c in counts)
+
+
+def run_running_sums(
+    t: np.ndarray,
+    kahan: bool,
+    key: tuple[int, int],
+    stochastic: bool,
+    rdown: bool,
+    p: EncodeParams,
+    d: DecodeParams,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Running sums of the float64 terms ``t`` (and Kahan's compensations), one rounding a step."""
+    args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, p, d)
+    run = np.empty_like(t)
+    if not kahan:
+        loop("sequential")(t, run, *args)
+        return run, None
+    comp = np.empty_like(t)
+    loop("kahan")(t, run, comp, *args)
+    return run, comp
+
+
+def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarray:
+    """Output-format bit patterns (uint64 for 64 lanes) of the 1-d contiguous ``codes``."""
+    z = zero(lanes)
+    out = np.empty(codes.size, z.dtype)
+    launch("decode", codes.size, codes, out, z, d)
+    return out
+
+
+_tables: dict[tuple[FloatFormat, int], np.ndarray] = {}
+
+
+_tables: dict[tuple[FloatFormat, int], np.ndarray] = {}
+_lock = threading.Lock()
+
+
+def _decode_table(fmt: FloatFormat, width: int) -> np.ndarray:
+    """float64 value of every ``width``-bit code of ``fmt`` (bits above fmt.bits are ignored)."""
+    key = (fmt, width)
+    table = _tables.get(key)
+    if table is None:
+        codes = np.arange(1 << width, dtype=np.uint64)
+        table = run_decode(codes, decode_params(fmt, FP64, 64)).view(np.float64)
+        with _lock:
+            _tables[key] = table
+    return table
+
+
+def decode_codes(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """float64 values of the codes of ``fmt`` (any shape; bits above ``fmt.bits`` are ignored).
+
+    Exact whenever fmt's values are float64 values (every format with at most 11 exponent
+    and 52 fraction bits); wider formats round to nearest even (overflowing to inf). A NaN
+    code gives a quiet float64 NaN with the code's sign and, for IEEE formats, the top
+    bits of its payload. Codes of up to 16 bits are looked up in a table of all their
+    values, built on first use.
+
+    >>> import floatlab as fl
+    >>> decode_codes(np.array([[0x01, 0x7E], [0x80, 0xFF]], np.uint8), fl.get_format("e4m3fn")).tolist()
+    [[0.001953125, 448.0], [-0.0, nan]]
+    """
+    a = np.asarray(codes)
+    if a.dtype.kind not in "ui":
+        raise ValueError(f"codes of dtype {a.dtype}: expected unsigned integer codes")
+    cdt = code_dtype(fmt)
+    c = np.ascontiguousarray(a.astype(cdt, copy=False)).reshape(-1)
+    if cdt.itemsize <= 2:
+        out = np.empty(c.size, np.float64)
+        launch("gather", c.size, c, _decode_table(fmt, 8 * cdt.itemsize), out)
+        return out.reshape(a.shape)
+    bits = run_decode(c, decode_params(fmt, FP64, 64))
+    return bits.view(np.float64).reshape(a.shape)

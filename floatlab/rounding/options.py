@@ -1,0 +1,182 @@
+"""The knobs of rounding, checked in one place: :class:`RoundingOptions`, and the one input check.
+
+Every public function that rounds takes the same keyword-only knobs (``rounding``, ``rng``,
+``saturate``, ``subnormals``, ``random_bits``) and hands them to :meth:`RoundingOptions.make`,
+so a bad value gets the same one-line error wherever it is given. Arrays enter through
+:func:`as_float_array`, which says which formats floatlab rounds from.
+
+>>> o = RoundingOptions.make("floor", saturate=True)
+>>> o.mode, o.saturate, o.subnormals, o.key
+('rdown', True, True, (0, 0))
+>>> RoundingOptions.make("stochastic", rng=7).key != (0, 0)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, Rounding, check_random_bits, check_rounding
+
+__all__ = ["RNG", "RoundingOptions", "RoundingStats", "as_float_array", "check_bool", "stochastic_key"]
+
+#: what ``rng=`` takes everywhere: a numpy Generator, a non-negative int seed, or None
+RNG = np.random.Generator | int | None
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a real boolean (Python's or numpy's), else ValueError naming ``name``:
+    ``saturate="no"`` must not count as true.
+
+    >>> check_bool("saturate", np.True_)
+    True
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name}={value!r}: expected True or False")
+
+
+def stochastic_key(rng: RNG, mode: str) -> tuple[int, int]:
+    """The key of the counter-based random bits: two uint32 drawn from ``rng`` (a numpy Generator
+    or a non-negative int seed). Only stochastic rounding draws (and needs) them.
+
+    >>> stochastic_key(None, "rne"), stochastic_key(3, "rne")
+    ((0, 0), (0, 0))
+    """
+    if rng is None:
+        if mode == "stochastic":
+            raise ValueError("rounding='stochastic' needs rng: a numpy Generator or an int seed")
+        return 0, 0
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)) and rng >= 0:
+        rng = np.random.default_rng(int(rng))
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng={rng!r}: expected a numpy Generator or a non-negative int seed")
+    if mode != "stochastic":
+        return 0, 0  # only stochastic rounding consumes random numbers
+    k = rng.integers(0, 2**32, size=2, dtype=np.uint64)
+    return int(k[0]), int(k[1])
+
+
+@dataclass(frozen=True)
+class RoundingOptions:
+    """One rounding's settings, validated: the mode, overflow and subnormal handling, and the
+    random bits of stochastic rounding (``key`` is drawn from ``rng`` once, at :meth:`make`).
+
+    ``saturate`` clamps overflows to the largest finite value; ``subnormals=False`` treats
+    subnormal inputs as zero (denormals-are-zero) and flushes subnormal results to zero
+    (flush-to-zero); ``random_bits`` (1 to 32) is how many random bits stochastic rounding reads.
+    """
+
+    mode: Rounding = "rne"
+    saturate: bool = False
+    subnormals: bool = True
+    random_bits: int = DEFAULT_RANDOM_BITS
+    key: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def make(
+        cls,
+        rounding: str = "rne",
+        *,
+        rng: RNG = None,
+        saturate: bool = False,
+        subnormals: bool = True,
+        random_bits: int = DEFAULT_RANDOM_BITS,
+    ) -> RoundingOptions:
+        """Check every knob (one error text per bad value) and draw the stochastic key."""
+        mode = check_rounding(rounding)
+        return cls(
+            mode,
+            check_bool("saturate", saturate),
+            check_bool("subnormals", subnormals),
+            check_random_bits(random_bits),
+            stochastic_key(rng, mode),
+        )
+
+    @property
+    def stochastic(self) -> bool:
+        return self.mode == "stochastic"
+
+
+@dataclass(frozen=True)
+class RoundingStats:
+    """How many elements of one array rounding raised each IEEE 754 flag.
+
+    Counted per element with the semantics of :func:`~floatlab.rounding.round_scalar` (tininess
+    detected after rounding; a flushed subnormal is inexact and underflows). ``total`` is the
+    number of elements rounded.
+
+    >>> import numpy as np, floatlab as fl
+    >>> fl.encode_array_with_flags(np.array([1.0, 0.1, 1e-9, 1e9]), "fp16").stats
+    RoundingStats(total=4, inexact=3, underflow=1, overflow=1, invalid=0)
+    """
+
+    total: int
+    inexact: int
+    underflow: int
+    overflow: int
+    invalid: int
+
+
+#: the formats of the arrays floatlab rounds from, by dtype name (the one table of them)
+FORMAT_OF_DTYPE_NAME: dict[str, FloatFormat] = {
+    "float64": FP64,
+    "float32": FP32,
+    "float16": FP16,
+    "bfloat16": BF16,
+}
+_FORMAT_OF_DTYPE: dict[np.dtype[Any], FloatFormat] = {}  # (filled on first sight of each dtype)
+_EXPECTED_DTYPES = (
+    "expected float64, float32, float16 or bfloat16 (integers and booleans are converted to float64)"
+)
+
+
+def as_float_array(x: ArrayLike) -> tuple[np.ndarray, FloatFormat]:
+    """``x`` as a native-endian, C-contiguous float64/32/16 or bfloat16 array, with its format:
+    the one input check of everything that rounds. Integers and booleans become float64 (an
+    integer beyond 2^53 is refused rather than rounded twice); complex, strings, objects, dates
+    and float128 are refused with a ValueError.
+
+    >>> a, fmt = as_float_array([1, 2])
+    >>> a.dtype, fmt.name
+    (dtype('float64'), 'fp64')
+    """
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:  # ragged nested lists, objects numpy cannot take
+        raise ValueError(f"x: expected an array of numbers ({e})") from None
+    kind = a.dtype.kind
+    if kind in "biu":
+        a = _integers_as_float64(a)
+    fmt = _FORMAT_OF_DTYPE.get(a.dtype)
+    if fmt is None:
+        name = a.dtype.name if kind != "V" else str(a.dtype)
+        if name not in FORMAT_OF_DTYPE_NAME:
+            raise ValueError(f"x has dtype {a.dtype}: {_EXPECTED_DTYPES}")
+        fmt = _FORMAT_OF_DTYPE[a.dtype] = FORMAT_OF_DTYPE_NAME[name]
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))  # a byte swap, no float conversion
+    return (a if a.flags.c_contiguous else np.ascontiguousarray(a)), fmt  # (keeps a 0-d array 0-d)
+
+
+def _integers_as_float64(a: np.ndarray) -> np.ndarray:
+    """Integers and booleans as float64 values, refused where float64 would round them: rounding
+    such an integer into a format would round twice (2^60 + 2^36 + 1 -> fp32)."""
+    wide = a.astype(np.float64)
+    if a.dtype.itemsize >= 8 and a.size:
+        top = 2.0**64 if a.dtype.kind == "u" else 2.0**63
+        with np.errstate(invalid="ignore"):  # out-of-range values are caught by the first test
+            bad = (wide >= top) | (wide.astype(a.dtype) != a)
+        if bool(np.any(bad)):
+            first = a.reshape(-1)[int(np.argmax(bad.reshape(-1)))]
+            raise ValueError(
+                f"x holds the integer {int(first)}, which float64 cannot hold exactly: expected "
+                "integers of at most 53 significant bits (pass such integers one by one to "
+                "floatlab.encode, which rounds them once)"
+            )
+    return wide

@@ -1,0 +1,135 @@
+"""The host prologue of an array rounding, shared by the CPU and the CUDA executor.
+
+From the input's format, the target format, the options and what the caller wants back (codes
+or values, with or without flag counts), :func:`make_plan` picks the loop and derives its
+parameters. The executors (:mod:`floatlab.rounding.cpu`, :mod:`floatlab.rounding.cuda`) then
+differ only in where the loop runs.
+
+>>> import floatlab as fl
+>>> plan = make_plan(fl.FP32, fl.FP16, RoundingOptions(), back=False, flags=False)
+>>> plan.loop, plan.lanes, plan.out_dtype
+('encode', 32, dtype('uint16'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from floatlab.formats import BF16, FP32, FloatFormat
+from floatlab.rounding.options import RoundingOptions
+from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params, encode_params
+
+__all__ = ["UINT_OF_BITS", "Plan", "make_plan", "round_target", "widen16"]
+
+UINT_OF_BITS: dict[int, type[np.unsignedinteger[Any]]] = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which loop rounds the input's bit patterns, with which parameters, into what.
+
+    ``loop`` is "encode" or "round" (deterministic modes, no flags: codes, or values back in
+    the input's format), "general" (any mode, stochastic above all) or "full" (any mode, with
+    the flag counts). The last two read 32- or 64-bit patterns: a 16-bit input is widened to
+    float32 first (``widen``), exactly.
+    """
+
+    loop: Literal["encode", "round", "general", "full"]
+    src: FloatFormat
+    target: FloatFormat
+    specials: FloatFormat | None  # whose infinities and NaNs apply, when not the target's
+    options: RoundingOptions
+    back: bool  # values back in the input's format (round_array), rather than codes (encode_array)
+    lanes: int
+    widen: bool
+    p: EncodeParams
+    d: DecodeParams | None
+    out_dtype: np.dtype[Any]  # what the loop writes
+    result_dtype: np.dtype[Any]  # what the caller gets: codes, or the input's bit patterns
+
+    def is_plain_cast(self, src: FloatFormat, target: FloatFormat) -> bool:
+        """Round to nearest even from ``src`` to ``target`` with IEEE behaviour throughout (no
+        flags, subnormals kept, overflow to inf): what a hardware conversion does."""
+        o = self.options
+        return (
+            self.loop in ("encode", "round")
+            and self.src == src
+            and self.target == target
+            and self.specials is None
+            and o.mode == "rne"
+            and o.subnormals
+            and not o.saturate
+        )
+
+
+def round_target(
+    src: FloatFormat, fmt: FloatFormat, dtype_name: str
+) -> tuple[FloatFormat, FloatFormat | None]:
+    """Where round_array rounds values of ``src`` for ``fmt``: into ``fmt`` when ``src`` holds all
+    of fmt's values; into ``src`` itself (the identity on finite values) with fmt's infinities
+    and NaNs when ``fmt`` holds all of src's; ValueError otherwise (it would round twice)."""
+    if src.contains(fmt):
+        return fmt, None
+    if fmt.contains(src):
+        return src, fmt
+    raise ValueError(
+        f"format {fmt.name} has values that {dtype_name} cannot hold, so round_array would round "
+        f"twice; use encode_array(x, {fmt.name!r}) and decode_array(codes, {fmt.name!r}) (float64)"
+    )
+
+
+def make_plan(
+    src: FloatFormat,
+    target: FloatFormat,
+    options: RoundingOptions,
+    *,
+    back: bool,
+    flags: bool,
+    specials: FloatFormat | None = None,
+) -> Plan:
+    """The plan for rounding values of ``src`` into ``target``: codes, or with ``back`` the rounded
+    values as bit patterns of ``src``; with ``flags`` the loop that counts the IEEE flags."""
+    udt = np.dtype(UINT_OF_BITS[src.bits])
+    cdt = code_dtype(target)
+    result = udt if back else cdt
+    lanes = 64 if max(src.bits, target.bits) > 32 else 32
+    fast = not options.stochastic and not flags and (back or src.bits == 64 or cdt.itemsize * 8 <= src.bits)
+    if fast:
+        # the lean loops: deterministic modes, no flags, one compiled loop per dtype pair
+        p = encode_params(src, target, options, lanes=lanes, specials_from=specials)
+        d = decode_params(target, src, lanes) if back else None
+        loop: Literal["encode", "round", "general", "full"] = "round" if back else "encode"
+        return Plan(loop, src, target, specials, options, back, lanes, False, p, d, result, result)
+    # the general loops (stochastic rounding, flag counts, 16/32-bit input to 64-bit codes)
+    # take 32- and 64-bit inputs only: 16-bit ones are widened first, exactly
+    wide = FP32 if src.bits == 16 else src
+    lanes = 64 if max(wide.bits, target.bits) > 32 else 32
+    p = encode_params(wide, target, options, lanes=lanes, full=flags, specials_from=specials)
+    d = decode_params(target, src, lanes)
+    lane_dtype = np.dtype(np.uint32 if lanes == 32 else np.uint64)
+    loop = "full" if flags else "general"
+    return Plan(loop, src, target, specials, options, back, lanes, src.bits == 16, p, d, lane_dtype, result)
+
+
+def widen16(bits: Any, src: FloatFormat, subnormals: bool, xp: Any) -> Any:
+    """float32 bit patterns of fp16 or bfloat16 bit patterns ``bits``, exact, NaN payloads kept;
+    with ``subnormals=False`` subnormal inputs become zeros of their sign first
+    (denormals-are-zero). ``xp`` is numpy or cupy."""
+    udt = bits.dtype
+    if not subnormals:
+        zeroed = bits & udt.type(src.sign_mask)
+        bits = xp.where((bits & udt.type(src.exponent_mask)) == 0, zeroed, bits).astype(udt)
+    if src == BF16:
+        return bits.astype(xp.uint32) << xp.uint32(16)  # bfloat16 is the top half of a float32
+    wide = bits.view(xp.float16).astype(xp.float32).view(xp.uint32)  # every fp16 is a float32: exact
+    if xp is np:
+        return wide  # numpy's conversion keeps NaN payloads as they are
+    # a GPU's conversion instruction may quieten a NaN: rebuild infinities and NaNs from the bits
+    h = bits.astype(xp.uint32)
+    special = (h & xp.uint32(0x7C00)) == xp.uint32(0x7C00)
+    sign = (h >> xp.uint32(15)) << xp.uint32(31)
+    nan_inf = sign | xp.uint32(0x7F800000) | ((h & xp.uint32(0x3FF)) << xp.uint32(13))
+    return xp.where(special, nan_inf, wide)
