@@ -8,10 +8,9 @@ as coloured bit boxes in a notebook and as a LaTeX formula. :func:`encode` round
 reference of :mod:`floatlab.rounding` and returns the code. :func:`decode_array` is the
 vectorised twin of :func:`decode` for NumPy arrays of codes.
 
-One idea a module: :mod:`~floatlab.codec.decoded` (the :class:`Decoded` value and its exact
-facts), :mod:`~floatlab.codec.views` (how it is drawn: terminal text and HTML),
-:mod:`~floatlab.codec.encoded` (:func:`encode` and the :class:`Encoded` code it returns) and
-:mod:`~floatlab.codec.arrays` (:func:`decode_array`).
+One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts), ``views``
+(how it is drawn: terminal text and HTML), ``encoded`` (:func:`encode` and the
+:class:`Encoded` code it returns) and ``arrays`` (:func:`decode_array`).
 
 >>> d = decode(0x7BFF, "fp16")
 >>> d.kind, d.decimal, hex(d.next_up)

@@ -3,7 +3,7 @@
 The :class:`Decoded` it returns holds the three fields, the class, the exact value as a
 :class:`~fractions.Fraction`, the exact decimal expansion, the ulp and the neighbours; it shows
 itself as a terminal report, as coloured bit boxes in a notebook (both laid out by
-:mod:`floatlab.codec.views`) and as a LaTeX formula.
+``floatlab.codec.views``) and as a LaTeX formula.
 
 >>> d = decode(0x7BFF, "fp16")
 >>> d.kind, d.decimal, hex(d.next_up)
@@ -322,10 +322,10 @@ class Decoded:
             dec = f"~{approx(d.exact)}" if d.exact else dec
         return f"{dec} ({d.hex})"
 
-    def view(self) -> CodeView:
-        """Everything the report shows, in words, for :mod:`floatlab.codec.views` to lay out.
+    def _view(self) -> CodeView:
+        """Everything the report shows, in words, for ``floatlab.codec.views`` to lay out.
 
-        >>> decode(0x3C00, "fp16").view().description
+        >>> decode(0x3C00, "fp16")._view().description
         'normal, exactly 1'
         """
         fmt = self.fmt
@@ -361,10 +361,10 @@ class Decoded:
           ulp     32 = 2^5
           next    up +inf (0x7C00)   down 65472 (0x7BFE)
         """
-        return self.view().text(color)
+        return self._view().text(color)
 
     def _repr_html_(self) -> str:
-        return self.view().html()
+        return self._view().html()
 
     def _repr_latex_(self) -> str:
         import sympy

@@ -6,7 +6,7 @@ boxes for a notebook (text out). The colours are those of float.exposed: blue si
 exponent, red fraction.
 
 >>> from floatlab.codec import decode
->>> view = decode(0x3C00, "fp16").view()
+>>> view = decode(0x3C00, "fp16")._view()
 >>> [f.bits for f in view.fields], view.ulp
 (['0', '01111', '0000000000'], '0.0009765625 = 2^-10')
 >>> print(view.text().splitlines()[3])

@@ -13,9 +13,8 @@ loss scale), changes it through ordinary methods, and shows it in two ways:
 Set the environment variable ``FLOATLAB_WIDGETS=static`` to get the static view even in a live
 kernel (for a docs build that executes the notebooks but keeps no widget state).
 
-:mod:`~floatlab.widgets.base` holds what every control shares, :mod:`~floatlab.widgets.bits`
-the bit toggler of lesson 01 and :mod:`~floatlab.widgets.explorers` the figure-and-slider
-explorers of lessons 02, 04 and 05.
+``base`` holds what every control shares, ``bits`` the bit toggler of lesson 01 and
+``explorers`` the figure-and-slider explorers of lessons 02, 04 and 05.
 
 >>> t = BitToggler("fp16", 0x3C00)
 >>> t.decoded.value, t.toggle(14).value, t.hex
