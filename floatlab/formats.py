@@ -329,88 +329,55 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
     raise ValueError(f"unknown format {fmt!r}: {hint}(known: {known}, ...)")
 
 
-FP64 = register_format(
-    FloatFormat(11, 52, name="fp64", description="IEEE 754 binary64 (double)"),
-    "float64",
-    "double",
-    "binary64",
-    "f64",
+#: the other names of the built-in formats (get_format takes any of them, in any case)
+_BUILTIN_ALIASES: dict[str, str] = {
+    "fp64": "float64 double binary64 f64",
+    "fp32": "float32 single binary32 f32 float",
+    "tf32": "tensorfloat32 tensorfloat_32",
+    "fp16": "float16 half binary16 f16",
+    "bf16": "bfloat16 brain_float brainfloat16",
+    "float8_e5m2": "fp8_e5m2 e5m2 fp8e5m2 f8e5m2",
+    "float8_e4m3fn": "fp8_e4m3fn e4m3fn fp8_e4m3 e4m3 f8e4m3fn fp8",
+    "float8_e4m3fnuz": "fp8_e4m3fnuz e4m3fnuz f8e4m3fnuz",
+    "float8_e5m2fnuz": "fp8_e5m2fnuz e5m2fnuz f8e5m2fnuz",
+    "float6_e2m3fn": "fp6_e2m3fn e2m3fn fp6_e2m3 e2m3",
+    "float6_e3m2fn": "fp6_e3m2fn e3m2fn fp6_e3m2 e3m2",
+    "float4_e2m1fn": "fp4_e2m1fn e2m1fn fp4_e2m1 e2m1 fp4",
+}
+
+
+def _builtin(fmt: FloatFormat) -> FloatFormat:
+    """Register a built-in format under its name and its :data:`_BUILTIN_ALIASES`."""
+    return register_format(fmt, *_BUILTIN_ALIASES[fmt.name].split())
+
+
+FP64 = _builtin(FloatFormat(11, 52, name="fp64", description="IEEE 754 binary64 (double)"))
+FP32 = _builtin(FloatFormat(8, 23, name="fp32", description="IEEE 754 binary32 (single)"))
+TF32 = _builtin(
+    FloatFormat(8, 10, name="tf32", description="NVIDIA TensorFloat-32: fp32 range, fp16 precision")
 )
-FP32 = register_format(
-    FloatFormat(8, 23, name="fp32", description="IEEE 754 binary32 (single)"),
-    "float32",
-    "single",
-    "binary32",
-    "f32",
-    "float",
+FP16 = _builtin(FloatFormat(5, 10, name="fp16", description="IEEE 754 binary16 (half)"))
+BF16 = _builtin(FloatFormat(8, 7, name="bf16", description="bfloat16: fp32 range, 8-bit precision"))
+FP8_E5M2 = _builtin(
+    FloatFormat(5, 2, name="float8_e5m2", description="OCP fp8 E5M2 (IEEE-style inf and NaN)")
 )
-TF32 = register_format(
-    FloatFormat(8, 10, name="tf32", description="NVIDIA TensorFloat-32: fp32 range, fp16 precision"),
-    "tensorfloat32",
-    "tensorfloat_32",
+FP8_E4M3FN = _builtin(
+    FloatFormat(4, 3, "fn", name="float8_e4m3fn", description="OCP fp8 E4M3: no inf, one NaN")
 )
-FP16 = register_format(
-    FloatFormat(5, 10, name="fp16", description="IEEE 754 binary16 (half)"),
-    "float16",
-    "half",
-    "binary16",
-    "f16",
+FP8_E4M3FNUZ = _builtin(
+    FloatFormat(4, 3, "fnuz", name="float8_e4m3fnuz", description="fp8 E4M3 FNUZ (Graphcore/AMD)")
 )
-BF16 = register_format(
-    FloatFormat(8, 7, name="bf16", description="bfloat16: fp32 range, 8-bit precision"),
-    "bfloat16",
-    "brain_float",
-    "brainfloat16",
+FP8_E5M2FNUZ = _builtin(
+    FloatFormat(5, 2, "fnuz", name="float8_e5m2fnuz", description="fp8 E5M2 FNUZ (Graphcore/AMD)")
 )
-FP8_E5M2 = register_format(
-    FloatFormat(5, 2, name="float8_e5m2", description="OCP fp8 E5M2 (IEEE-style inf and NaN)"),
-    "fp8_e5m2",
-    "e5m2",
-    "fp8e5m2",
-    "f8e5m2",
+FP6_E2M3FN = _builtin(
+    FloatFormat(2, 3, "fn", has_nan=False, name="float6_e2m3fn", description="OCP MX fp6 E2M3: all finite")
 )
-FP8_E4M3FN = register_format(
-    FloatFormat(4, 3, "fn", name="float8_e4m3fn", description="OCP fp8 E4M3: no inf, one NaN"),
-    "fp8_e4m3fn",
-    "e4m3fn",
-    "fp8_e4m3",
-    "e4m3",
-    "f8e4m3fn",
-    "fp8",
+FP6_E3M2FN = _builtin(
+    FloatFormat(3, 2, "fn", has_nan=False, name="float6_e3m2fn", description="OCP MX fp6 E3M2: all finite")
 )
-FP8_E4M3FNUZ = register_format(
-    FloatFormat(4, 3, "fnuz", name="float8_e4m3fnuz", description="fp8 E4M3 FNUZ (Graphcore/AMD)"),
-    "fp8_e4m3fnuz",
-    "e4m3fnuz",
-    "f8e4m3fnuz",
-)
-FP8_E5M2FNUZ = register_format(
-    FloatFormat(5, 2, "fnuz", name="float8_e5m2fnuz", description="fp8 E5M2 FNUZ (Graphcore/AMD)"),
-    "fp8_e5m2fnuz",
-    "e5m2fnuz",
-    "f8e5m2fnuz",
-)
-FP6_E2M3FN = register_format(
-    FloatFormat(2, 3, "fn", has_nan=False, name="float6_e2m3fn", description="OCP MX fp6 E2M3: all finite"),
-    "fp6_e2m3fn",
-    "e2m3fn",
-    "fp6_e2m3",
-    "e2m3",
-)
-FP6_E3M2FN = register_format(
-    FloatFormat(3, 2, "fn", has_nan=False, name="float6_e3m2fn", description="OCP MX fp6 E3M2: all finite"),
-    "fp6_e3m2fn",
-    "e3m2fn",
-    "fp6_e3m2",
-    "e3m2",
-)
-FP4_E2M1FN = register_format(
-    FloatFormat(2, 1, "fn", has_nan=False, name="float4_e2m1fn", description="OCP MX fp4 E2M1: all finite"),
-    "fp4_e2m1fn",
-    "e2m1fn",
-    "fp4_e2m1",
-    "e2m1",
-    "fp4",
+FP4_E2M1FN = _builtin(
+    FloatFormat(2, 1, "fn", has_nan=False, name="float4_e2m1fn", description="OCP MX fp4 E2M1: all finite")
 )
 
 

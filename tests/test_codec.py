@@ -939,7 +939,7 @@ def test_big_int_text_equals_str(bits: int) -> None:
     # oracle: Python's own int-to-str, with the digit limit (Python >= 3.11) lifted
     import random
 
-    from floatlab.codec import _int_str
+    from floatlab.exact import int_str
 
     limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
     if limit:
@@ -948,7 +948,7 @@ def test_big_int_text_equals_str(bits: int) -> None:
         r = random.Random(bits)
         top = r.getrandbits(bits) | 1 << (bits - 1)
         for n in (top, (1 << bits) - 1, 10 ** (bits // 4), -(10 ** (bits // 4)) - 1):
-            assert _int_str(n) == str(n)
+            assert int_str(n) == str(n)
     finally:
         if limit:
             sys.set_int_max_str_digits(limit)

@@ -92,6 +92,18 @@ def _from_json_float(v: Any) -> Any:
     return v
 
 
+def _append_row(
+    what: str, columns: dict[str, list[Any]], fields: tuple[str, ...], values: dict[str, Any]
+) -> None:
+    """Append ``values`` to ``columns``, one value a field; every field and no other must be given."""
+    missing = set(fields) - set(values)
+    extra = set(values) - set(fields)
+    if missing or extra:
+        raise ValueError(f"{what}: missing {sorted(missing)}, unknown {sorted(extra)}")
+    for k in fields:
+        columns[k].append(values[k])
+
+
 @dataclass
 class History:
     """Columns of per-step values, rows of evaluations, and gradient histograms by step.
@@ -114,22 +126,11 @@ class History:
     def log_step(self, **values: Any) -> None:
         """Append one step; every field of :data:`STEP_FIELDS` must be given (``fault`` may be
         left out: no fault)."""
-        values = {**STEP_DEFAULTS, **values}
-        missing = set(STEP_FIELDS) - set(values)
-        extra = set(values) - set(STEP_FIELDS)
-        if missing or extra:
-            raise ValueError(f"log_step: missing {sorted(missing)}, unknown {sorted(extra)}")
-        for k in STEP_FIELDS:
-            self.steps[k].append(values[k])
+        _append_row("log_step", self.steps, STEP_FIELDS, {**STEP_DEFAULTS, **values})
 
     def log_eval(self, **values: Any) -> None:
         """Append one evaluation; every field of :data:`EVAL_FIELDS` must be given."""
-        missing = set(EVAL_FIELDS) - set(values)
-        extra = set(values) - set(EVAL_FIELDS)
-        if missing or extra:
-            raise ValueError(f"log_eval: missing {sorted(missing)}, unknown {sorted(extra)}")
-        for k in EVAL_FIELDS:
-            self.evals[k].append(values[k])
+        _append_row("log_eval", self.evals, EVAL_FIELDS, values)
 
     def add_histogram(self, step: int, data: dict[str, Any], histogram: Any = None) -> None:
         """Keep the gradient histogram taken at ``step``: its plain data, and the object itself."""

@@ -38,15 +38,7 @@ from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
 from floatlab.train._checks import shown, want_bool, want_dict, want_str
 
-__all__ = [
-    "FP32_OPS",
-    "LOSS_SCALING",
-    "POLICIES",
-    "LossScaling",
-    "Policy",
-    "get_policy",
-    "policy_names",
-]
+__all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get_policy", "policy_names"]
 
 LossScaling = Literal["none", "static", "dynamic"]
 LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")

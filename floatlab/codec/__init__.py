@@ -1,0 +1,46 @@
+"""The exact codec: bit patterns to values and back.
+
+:func:`decode` takes a code (the bit pattern as an integer) and returns a :class:`Decoded`
+holding its three fields, its class, its exact value as a :class:`~fractions.Fraction`, its
+exact decimal expansion, its ulp and its neighbours; it shows itself as a terminal report,
+as coloured bit boxes in a notebook and as a LaTeX formula. :func:`encode` rounds a value
+(a float, an int, a Fraction or a string parsed exactly) into a format with the rounding
+reference of :mod:`floatlab.rounding` and returns the code. :func:`decode_array` is the
+vectorised twin of :func:`decode` for NumPy arrays of codes.
+
+One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts), ``views``
+(how it is drawn: terminal text and HTML), ``encoded`` (:func:`encode` and the
+:class:`Encoded` code it returns) and ``arrays`` (:func:`decode_array`).
+
+>>> d = decode(0x7BFF, "fp16")
+>>> d.kind, d.decimal, hex(d.next_up)
+('normal', '65504', '0x7c00')
+>>> print(d.formula())
+(-1)^0 x 2^(30 - 15) x (1 + 1023/1024)
+>>> code = encode("0.1", "fp16")
+>>> code == 0x2E66, code.decoded.decimal
+(True, '0.0999755859375')
+>>> decode_array([0x3C00, 0x7BFF, 0xFC00], "fp16").tolist()
+[1.0, 65504.0, -inf]
+"""
+
+from __future__ import annotations
+
+from floatlab.codec.arrays import decode_array
+from floatlab.codec.decoded import Decoded, Kind, decode
+from floatlab.codec.encoded import Encoded, encode
+from floatlab.codec.views import FIELD_COLOURS
+from floatlab.exact import parse_value
+
+__all__ = [
+    "Decoded",
+    "Encoded",
+    "Kind",
+    "decode",
+    "decode_array",
+    "encode",
+    "parse_value",
+]
+
+# the old private name of FIELD_COLOURS, still read by the docs' format diagrams
+_HTML_COLOURS = FIELD_COLOURS
