@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.gradhist import GradHistogram, _pct
+from floatlab.gradhist import GradHistogram
+from floatlab.text import percent
 
 __all__ = ["GradientRecorder"]
 
@@ -160,8 +161,8 @@ class GradientRecorder:
                 v = h.verdict(f, 1, rounding)
                 t = v.total
                 lines.append(
-                    f"  {name:<{width}}  {t:>12,}  {_pct(v.flushed, t):>8}  {_pct(v.subnormal, t):>9}  "
-                    f"{_pct(v.overflow, t):>8}"
+                    f"  {name:<{width}}  {t:>12,}  {percent(v.flushed, t):>8}  {percent(v.subnormal, t):>9}  "
+                    f"{percent(v.overflow, t):>8}"
                 )
         advice = self.total.recommend_scale(f, headroom=headroom, rounding=rounding)
         lines.append(f"all gradients: {advice.before}")

@@ -118,7 +118,7 @@ def test_an_object_prefers_its_most_public_address() -> None:
     )
     assert api.resolve_alias(index, "floatlab.train.scaler.LossScaler") == "floatlab.train.LossScaler"
     assert api.resolve_alias(index, "floatlab.codec.no_such_name") is None
-    assert api.names_private_object("floatlab._histkernels")
+    assert api.names_private_object("floatlab.gradhist._kernels")
     assert not api.names_private_object("floatlab._no_such_module")
     assert not api.names_private_object("floatlab.decode")
 

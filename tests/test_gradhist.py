@@ -25,6 +25,7 @@ import pytest
 import floatlab as fl
 from floatlab import gradhist as H
 from floatlab.formats import FloatFormat, get_format
+from floatlab.gradhist import _inputs as gradhist_inputs
 
 SEED = 20240601
 
@@ -89,13 +90,13 @@ def check_against_frexp(h: H.GradHistogram, x: npt.NDArray[Any]) -> None:
 @pytest.fixture
 def small_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Route float32/float64 inputs of any size through the vectorised reference."""
-    monkeypatch.setattr(H, "_SMALL_INPUT", 1 << 62)
+    monkeypatch.setattr(gradhist_inputs, "_SMALL_INPUT", 1 << 62)
 
 
 @pytest.fixture
 def compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Route float32/float64 inputs of any size through the compiled loops."""
-    monkeypatch.setattr(H, "_SMALL_INPUT", 0)
+    monkeypatch.setattr(gradhist_inputs, "_SMALL_INPUT", 0)
 
 
 # ---- binning ----------------------------------------------------------------------------------
@@ -209,9 +210,9 @@ def test_compiled_and_vectorised_paths_agree(monkeypatch: pytest.MonkeyPatch) ->
     rng = np.random.default_rng(SEED + 6)
     x = random_float32(30_000, rng)
     y = np.concatenate([x.astype(np.float64), rng.standard_normal(1000) * 1e-310])
-    monkeypatch.setattr(H, "_SMALL_INPUT", 0)
+    monkeypatch.setattr(gradhist_inputs, "_SMALL_INPUT", 0)
     compiled = H.histogram(x, y)
-    monkeypatch.setattr(H, "_SMALL_INPUT", 1 << 62)
+    monkeypatch.setattr(gradhist_inputs, "_SMALL_INPUT", 1 << 62)
     assert H.histogram(x, y) == compiled
 
 

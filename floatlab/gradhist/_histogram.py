@@ -1,420 +1,42 @@
-"""Gradient exponent histograms: would a format lose these values, and which loss scale saves them?
-
-The loss scalers of the big frameworks watch for overflow only; underflow is silent. A
-:class:`GradHistogram` makes it visible, as Figure 2 of Micikevicius et al., "Mixed Precision
-Training" (ICLR 2018) does for one model: it counts the values of any float array by their
-base-2 exponent, read exactly from the bit fields, with separate counts for zeros, infinities,
-NaNs and inputs that were subnormal in their own format. It is
-
-* streaming: :meth:`GradHistogram.update` folds in one chunk at a time, so a dump larger than
-  memory, or the gradients of many steps, make one histogram;
-* mergeable: ``h1 + h2`` is the histogram of both inputs (say, of two workers);
-* exact: inside each binade it keeps 599 cells of the significand (see
-  :mod:`floatlab._histkernels`), fine enough that for power-of-two scales every class boundary of
-  a rounding falls between cells. :meth:`GradHistogram.verdict` then says exactly how many values
-  a format would flush to zero, make subnormal, keep normal or overflow, the same counts that
-  :func:`floatlab.round_array` produces element by element.
+"""The streaming, mergeable histogram itself: :class:`GradHistogram` and :func:`histogram`.
 
 >>> import numpy as np
->>> from floatlab.gradhist import histogram
->>> x = np.array([1.0, 2.0**-20, 2.0**-26, 0.0, 1e6], np.float32)
->>> h = histogram(x)
->>> h.total, h.zeros, h.exponent_counts()[0].tolist()[:3]
-(5, 1, [-26, -25, -24])
->>> v = h.verdict("fp16")
->>> v.flushed, v.subnormal, v.normal, v.overflow
-(1, 1, 1, 1)
->>> h.recommend_scale("fp16", headroom=1).log2_scale
--5
+>>> h = histogram(np.array([1.0, 2.0**-20, 0.0], np.float32))
+>>> h.total, h.zeros, h.min_exponent
+(3, 1, -20)
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import sys
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from floatlab import _histkernels as hk
-from floatlab.formats import BF16, FORMATS, FP16, FP32, FP64, FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, Flags, check_rounding, round_rational
+from floatlab.exact import floor_log2, pow2
+from floatlab.formats import FloatFormat, get_format
+from floatlab.gradhist._classes import (
+    CLASSES,
+    _as_scale,
+    _cell_sup,
+    _checked,
+    _deterministic,
+    _split,
+    _thresholds,
+)
+from floatlab.gradhist._inputs import _read
+from floatlab.gradhist._kernels import E_MIN, NCELL, Counts
+from floatlab.gradhist._verdict import ScaleAdvice, Verdict, _advice_text
+from floatlab.rounding import MODE_DESCRIPTIONS
+from floatlab.text import percent, scale_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CLASSES", "GradHistogram", "ScaleAdvice", "Verdict", "histogram"]
-
-NCELL = hk.NCELL
-E_MIN = hk.E_MIN
-E_MAX = hk.E_MAX
-
-#: What a rounding does to a finite nonzero value, in increasing order of magnitude.
-CLASSES: tuple[str, ...] = ("zero", "subnormal", "normal", "overflow")
-
-# below this many elements the vectorised path beats the compiled loop's fixed cost
-_SMALL_INPUT = 1 << 14
-
-_DTYPE_FORMATS: dict[str, FloatFormat] = {"float64": FP64, "float32": FP32, "float16": FP16, "bfloat16": BF16}
-_DTYPE_NAMES: dict[FloatFormat, str] = {f: name for name, f in _DTYPE_FORMATS.items()}
+__all__ = ["GradHistogram", "histogram"]
 
 
-# ---- inputs -----------------------------------------------------------------------------------
-def _format_of_dtype(name: str) -> FloatFormat | None:
-    fmt = _DTYPE_FORMATS.get(name)
-    if fmt is None and name in FORMATS and FORMATS[name].bits <= 8:
-        fmt = FORMATS[name]  # the ml_dtypes 8-, 6- and 4-bit types share floatlab's names
-    return fmt
-
-
-def _torch_bits(t: Any) -> tuple[npt.NDArray[Any], FloatFormat]:
-    torch = sys.modules["torch"]
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous().reshape(-1)
-    name = str(t.dtype).removeprefix("torch.")
-    fmt = _format_of_dtype(name)
-    if fmt is None:
-        raise ValueError(f"tensor of dtype {t.dtype}: expected a floating-point tensor (float64 ... float8)")
-    if fmt.bits == 8:
-        return t.view(torch.uint8).numpy(), fmt
-    if fmt is BF16:  # numpy has no bfloat16: read the bit patterns
-        return t.view(torch.int16).numpy().view(np.uint16), fmt
-    return t.numpy().view({64: np.uint64, 32: np.uint32, 16: np.uint16}[fmt.bits]), fmt
-
-
-def _bits_of(x: Any) -> tuple[npt.NDArray[Any], FloatFormat]:
-    """The 1-d bit patterns of ``x`` (unsigned integers) and the format of its dtype."""
-    if type(x).__module__.split(".")[0] == "torch":
-        return _torch_bits(x)
-    if not isinstance(x, np.ndarray):
-        if hasattr(x, "__cuda_array_interface__") and callable(getattr(x, "get", None)):
-            x = x.get()  # a device array: copy it to the host
-        elif hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
-            x = np.from_dlpack(x)
-    a = np.asarray(x)
-    fmt = _format_of_dtype(a.dtype.name)
-    if fmt is None:
-        raise ValueError(
-            f"array of dtype {a.dtype}: expected floating-point values "
-            "(float64, float32, float16, bfloat16 or an ml_dtypes float8/6/4 type)"
-        )
-    if not a.dtype.isnative:
-        a = a.astype(a.dtype.newbyteorder("="))  # a byte swap, not a conversion
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    return np.ascontiguousarray(a).reshape(-1).view(uint), fmt
-
-
-def _count(bits: npt.NDArray[Any], fmt: FloatFormat) -> hk.Counts:
-    if fmt.bits <= 16:
-        return hk.count_codes(bits, fmt)
-    if bits.size < _SMALL_INPUT:
-        return hk.count_numpy(bits, fmt)
-    return hk.count32(bits) if fmt.bits == 32 else hk.count64(bits)
-
-
-# ---- exact helpers ----------------------------------------------------------------------------
-def _pow2(k: int) -> Fraction:
-    return Fraction(1 << k) if k >= 0 else Fraction(1, 1 << -k)
-
-
-def _floor_log2(q: Fraction) -> int:
-    """floor(log2(q)) for q > 0, exactly."""
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    # now 2^(e-1) < q < 2^(e+1): one comparison settles it
-    if (q.numerator << max(-e, 0)) < (q.denominator << max(e, 0)):
-        e -= 1
-    return e
-
-
-def _as_scale(scale: Any) -> Fraction:
-    try:
-        q = Fraction(scale)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"scale={scale!r}: expected a finite positive number") from None
-    # the verdicts report the scale as a float64: keep it inside float64's range
-    if q <= 0 or q >= 2**1024 or q < Fraction(1, 2**1074):
-        raise ValueError(f"scale={scale!r}: expected a finite positive number from 2^-1074 to below 2^1024")
-    return q
-
-
-def _deterministic(rounding: str) -> str:
-    mode = check_rounding(rounding)
-    if mode == "stochastic":
-        raise ValueError(
-            "rounding='stochastic': a verdict needs a deterministic mode (rne, rna, rtz, rup, rdown, rodd); "
-            "stochastic rounding flushes each small value only with some probability"
-        )
-    return mode
-
-
-def _class_of(mag: Fraction, fmt: FloatFormat, mode: str, negative: bool, subnormals: bool) -> int:
-    """Index into CLASSES of what ``fmt`` makes of the value +-mag (mag > 0)."""
-    code, flags = round_rational(-mag if negative else mag, fmt, mode, subnormals=subnormals)
-    if flags & Flags.OVERFLOW:
-        return 3
-    m = code & (fmt.sign_mask - 1)
-    if m == 0:
-        return 0
-    return 1 if m < 1 << fmt.mantissa_bits else 2
-
-
-@functools.lru_cache(maxsize=256)
-def _thresholds(
-    fmt: FloatFormat, mode: str, negative: bool, subnormals: bool
-) -> tuple[tuple[Fraction, bool], ...]:
-    """For k = 1, 2, 3: the set of magnitudes y > 0 with class(y) >= k, as (t, closed): [t, inf)
-    when closed, else (t, inf). Found by bisection with the exact scalar reference."""
-    esub = fmt.emin - fmt.mantissa_bits
-    # every class boundary is a representable value or a midpoint, a multiple of 2^(esub-1):
-    # on the grid of h = 2^(esub-2) a class is constant between neighbours, so bisecting over
-    # grid points and then testing the middle of the last gap finds each boundary exactly
-    h = _pow2(esub - 2)
-    top = 1 << (fmt.emax + 2 - (esub - 2))  # top*h = 2^(emax+2) overflows in every mode
-
-    @functools.cache
-    def cls(half_steps: int) -> int:
-        return _class_of(Fraction(half_steps, 2) * h, fmt, mode, negative, subnormals)
-
-    out = []
-    for k in (1, 2, 3):
-        if cls(2) >= k:
-            n = 1
-        else:
-            lo, hi = 1, top  # cls(2 lo) < k <= cls(2 hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if cls(2 * mid) >= k:
-                    hi = mid
-                else:
-                    lo = mid
-            n = hi
-        out.append(((n - 1) * h, False) if cls(2 * n - 1) >= k else (n * h, True))
-    return tuple(out)
-
-
-def _split(t: Fraction, closed: bool) -> tuple[int, bool]:
-    """Where the set [t, inf) (closed) or (t, inf) cuts the global cell order.
-
-    Returns (g, straddles): cells before g lie wholly below the set; if ``straddles``, cell g has
-    values on both sides and the cells after it lie wholly inside; otherwise cells from g on do.
-    """
-    if t <= 0:
-        return 0, False
-    e = _floor_log2(t)
-    if e < E_MIN:
-        return 0, False
-    if e > E_MAX:
-        return hk.N_EXP * NCELL, False
-    base = (e - E_MIN) * NCELL
-    frac = t / _pow2(e) - 1
-    if frac == 0:
-        return (base, False) if closed else (base + 1, False)
-    j256 = frac * 256
-    j = math.floor(j256)
-    if j < 255:
-        if j256 == j:  # t is the point 1 + j/256, a cell of its own
-            return (base + 2 * j, False) if closed else (base + 2 * j + 1, False)
-        return base + 2 * j + 1, True
-    d = 1 - frac  # t = 2^e (2 - d) with 0 < d <= 2^-8: count the leading ones
-    L = _floor_log2(1 / d)
-    if L >= 52:
-        if d == _pow2(-52):
-            return (base + NCELL - 1, False) if closed else (base + NCELL, False)
-        return base + NCELL, False  # between 2^e(2 - 2^-52) and 2^(e+1): no float64 there
-    c = 510 + 2 * (L - 8)
-    if d == _pow2(-L):
-        return (base + c, False) if closed else (base + c + 1, False)
-    return base + c + 1, True
-
-
-def _cell_sup(e: int, c: int) -> Fraction:
-    """The largest value of cell c of binade e, or the upper end of an open cell."""
-    return hk.cell_bounds(c)[1] * _pow2(e)
-
-
-def _cell_inf(e: int, c: int) -> Fraction:
-    """The smallest value of cell c of binade e, or the lower end of an open cell."""
-    return hk.cell_bounds(c)[0] * _pow2(e)
-
-
-def _pct(count: int, total: int) -> str:
-    if total == 0 or count == 0:
-        return "0%"
-    p = 100 * count / total
-    return "<0.01%" if p < 0.01 else f"{p:.3g}%"
-
-
-def _scale_text(q: Fraction) -> str:
-    if q.numerator == 1 or q.denominator == 1:
-        k = _floor_log2(q)
-        if q == _pow2(k):
-            return "1" if k == 0 else f"2^{k}"
-    return f"{float(q):g}"
-
-
-# ---- results ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Verdict:
-    """What one format, rounding mode and loss scale do to the values of a histogram.
-
-    Every value counted falls in one field: ``zeros`` (exact zeros of the input, they stay zero),
-    ``nonfinite`` (inf and NaN of the input), and, for the finite nonzero ones, what rounding
-    ``x * scale`` (computed exactly) into ``format`` gives: ``flushed`` (to zero), ``subnormal``
-    (nonzero but below the normal range: fewer significant bits), ``normal``, or ``overflow``
-    (the IEEE overflow flag: inf, NaN or a saturated maximum), or ``uncertain``: values in a
-    histogram cell that straddles a class boundary (only for scales that are not powers of two,
-    or exotic formats). So the count that element-wise rounding gives for a class lies between
-    its field here and that field plus ``uncertain``; for power-of-two scales and the registered
-    formats ``uncertain`` is 0 and every field is exact.
-
-    >>> import numpy as np
-    >>> v = histogram(np.array([2.0**-25, 2.0**-24, 1.0, 0.0])).verdict("fp16")
-    >>> v.flushed, v.subnormal, v.normal, v.zeros, v.exact
-    (1, 1, 1, 1, True)
-    >>> print(v)
-    fp16, scale 1 (rne): 25% flush to zero, 25% subnormal, 0% overflow (of 4 values)
-    """
-
-    format: str
-    scale: float
-    rounding: str
-    total: int
-    zeros: int
-    nonfinite: int
-    flushed: int
-    subnormal: int
-    normal: int
-    overflow: int
-    uncertain: int
-    scale_text: str = "1"
-
-    @property
-    def exact(self) -> bool:
-        """True when no value sits in a cell that straddles a class boundary.
-
-        >>> import numpy as np
-        >>> h = histogram(np.array([65510.0, 1.0]))
-        >>> h.verdict("fp16").exact, h.verdict("fp16", 1.0001).exact
-        (True, False)
-        """
-        return self.uncertain == 0
-
-    def fraction(self, field: str) -> float:
-        """``field`` (flushed, subnormal, normal, overflow, uncertain, zeros, nonfinite) as a
-        fraction of all values counted.
-
-        >>> import numpy as np
-        >>> histogram(np.array([1e-9, 1.0])).verdict("fp16").fraction("flushed")
-        0.5
-        """
-        fields = ("flushed", "subnormal", "normal", "overflow", "uncertain", "zeros", "nonfinite")
-        if field not in fields:
-            raise ValueError(f"field {field!r}: expected one of {', '.join(fields)}")
-        count: int = getattr(self, field)
-        return count / self.total if self.total else 0.0
-
-    @property
-    def lost(self) -> int:
-        """Values that become zero or overflow.
-
-        >>> import numpy as np
-        >>> histogram(np.array([1e-9, 1e9, 1.0])).verdict("fp16").lost
-        2
-        """
-        return self.flushed + self.overflow
-
-    def __str__(self) -> str:
-        t = self.total
-        text = (
-            f"{self.format}, scale {self.scale_text} ({self.rounding}): "
-            f"{_pct(self.flushed, t)} flush to zero, {_pct(self.subnormal, t)} subnormal, "
-            f"{_pct(self.overflow, t)} overflow (of {t:,} values"
-        )
-        if self.uncertain:
-            text += f"; {_pct(self.uncertain, t)} undecided by the histogram's cells"
-        return text + ")"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The verdict as plain numbers (for JSON).
-
-        >>> import numpy as np
-        >>> histogram(np.array([1e-9, 1.0])).verdict("fp16").to_dict()["fractions"]["flushed"]
-        0.5
-        """
-        keys = ("format", "scale", "rounding", "total", "zeros", "nonfinite")
-        counts = ("flushed", "subnormal", "normal", "overflow", "uncertain")
-        d: dict[str, Any] = {k: getattr(self, k) for k in keys}
-        d.update({k: getattr(self, k) for k in counts})
-        d["fractions"] = {k: self.fraction(k) for k in counts}
-        return d
-
-
-@dataclass(frozen=True)
-class ScaleAdvice:
-    """The power-of-two loss scale :meth:`GradHistogram.recommend_scale` chose, and why.
-
-    ``log2_scale`` is chosen so that ``max|x| * scale <= format.max / 2^headroom`` and, among
-    those scales, the fewest values flush to zero and then the fewest become subnormal; when
-    several scales tie, the one closest to 1 (the most headroom). ``max_log2_scale`` is the
-    largest scale the headroom allows.
-
-    >>> import numpy as np
-    >>> a = histogram(np.full(10, 2.0**-30, np.float32)).recommend_scale("fp16")
-    >>> a.log2_scale, a.scale, a.before.flushed, a.after.flushed
-    (16, 65536.0, 10, 0)
-    """
-
-    format: str
-    rounding: str
-    headroom: int
-    log2_scale: int
-    max_log2_scale: int
-    max_abs_bound: float
-    before: Verdict
-    after: Verdict
-    reason: str
-
-    @property
-    def scale(self) -> float:
-        """The scale, 2^log2_scale.
-
-        >>> import numpy as np
-        >>> histogram(np.array([2.0**-20, 1.0])).recommend_scale("fp16").scale
-        64.0
-        """
-        return math.ldexp(1.0, self.log2_scale)
-
-    def __str__(self) -> str:
-        return self.reason
-
-    def to_dict(self) -> dict[str, Any]:
-        """The advice as plain numbers and text (for JSON).
-
-        >>> import numpy as np
-        >>> histogram(np.array([2.0**-20, 1.0])).recommend_scale("fp16").to_dict()["log2_scale"]
-        6
-        """
-        return {
-            "format": self.format,
-            "rounding": self.rounding,
-            "headroom": self.headroom,
-            "scale": self.scale,
-            "log2_scale": self.log2_scale,
-            "max_log2_scale": self.max_log2_scale,
-            "max_abs_bound": self.max_abs_bound,
-            "before": self.before.to_dict(),
-            "after": self.after.to_dict(),
-            "reason": self.reason,
-        }
-
-
-# ---- the histogram ----------------------------------------------------------------------------
 class GradHistogram:
     """A streaming, mergeable histogram of the base-2 exponents of floating-point values.
 
@@ -451,11 +73,10 @@ class GradHistogram:
         >>> GradHistogram().update(np.zeros(3, np.float16)).zeros
         3
         """
-        bits, fmt = _bits_of(x)
-        self._absorb(_count(bits, fmt), _DTYPE_NAMES.get(fmt, fmt.name))
+        self._absorb(*_read(x))
         return self
 
-    def _absorb(self, c: hk.Counts, dtype: str) -> None:
+    def _absorb(self, c: Counts, dtype: str) -> None:
         rows = np.flatnonzero(c.block.any(axis=(0, 2)))
         if rows.size:
             self._add_block(c.e0 + int(rows[0]), c.block[:, rows[0] : rows[-1] + 1])
@@ -659,7 +280,7 @@ class GradHistogram:
         >>> histogram(np.array([2.0**-30, 2.0**-24, 1.0, 0.0])).count_below(2**-24)
         1
         """
-        q = _as_scale(t)
+        q = _as_scale(t, "t")
         g, straddles = _split(q, True)
         if straddles:
             raise ValueError(
@@ -684,22 +305,27 @@ class GradHistogram:
     def _count_cells_below(self, g: int, sign: int) -> int:
         return int(self._cumulative()[sign, self._local(g)])
 
-    def _class_bounds(
-        self, fmt: FloatFormat, scale: Fraction, mode: str, subnormals: bool, sign: int
-    ) -> list[tuple[int, int]]:
-        """Local cell ranges [lo, hi) of the four classes for one sign (uncertain cells between)."""
+    def _class_runs(
+        self, fmt: FloatFormat, scale: Fraction, mode: str, subnormals: bool
+    ) -> list[tuple[int, int, int, int]]:
+        """(sign, class, lo, hi): the local cells [lo, hi) whose values round to each class, for both
+        signs, empty runs left out (cells that straddle a class boundary are in no run)."""
         width = self._cells.shape[1] * NCELL
-        cuts: list[tuple[int, int]] = []  # (b, a): cells < b below the boundary, cells >= a above
-        for t, closed in _thresholds(fmt, mode, sign == 1, subnormals):
-            g, straddles = _split(t / scale, closed)
-            p = g - (self._e0 - E_MIN) * NCELL
-            if p < 0 or p >= width:
-                p = min(max(p, 0), width)
-                cuts.append((p, p))
-            else:
-                cuts.append((p, p + 1 if straddles else p))
-        (b1, a1), (b2, a2), (b3, a3) = cuts
-        return [(0, b1), (a1, b2), (a2, b3), (a3, width)]
+        runs: list[tuple[int, int, int, int]] = []
+        for sign in (0, 1):
+            cuts: list[tuple[int, int]] = []  # (b, a): cells < b below the boundary, cells >= a above
+            for t, closed in _thresholds(fmt, mode, sign == 1, subnormals):
+                g, straddles = _split(t / scale, closed)
+                p = g - (self._e0 - E_MIN) * NCELL
+                if p < 0 or p >= width:
+                    p = min(max(p, 0), width)
+                    cuts.append((p, p))
+                else:
+                    cuts.append((p, p + 1 if straddles else p))
+            (b1, a1), (b2, a2), (b3, a3) = cuts
+            ranges = [(0, b1), (a1, b2), (a2, b3), (a3, width)]
+            runs += [(sign, k, lo, hi) for k, (lo, hi) in enumerate(ranges) if hi > lo]
+        return runs
 
     def verdict(
         self,
@@ -719,15 +345,11 @@ class GradHistogram:
         >>> h.verdict("fp16").flushed, h.verdict("fp16", scale=1024).flushed, h.verdict("fp16", 4).overflow
         (1, 0, 1)
         """
-        f = get_format(fmt)
-        mode = _deterministic(rounding)
-        q = _as_scale(scale)
+        f, mode, q = _checked(fmt, scale, rounding)
         cum = self._cumulative()
         per_class = [0, 0, 0, 0]
-        for s in (0, 1):
-            for k, (lo, hi) in enumerate(self._class_bounds(f, q, mode, subnormals, s)):
-                if hi > lo:
-                    per_class[k] += int(cum[s, hi] - cum[s, lo])
+        for s, k, lo, hi in self._class_runs(f, q, mode, subnormals):
+            per_class[k] += int(cum[s, hi] - cum[s, lo])
         finite = self.finite
         return Verdict(
             format=f.name,
@@ -741,7 +363,7 @@ class GradHistogram:
             normal=per_class[2],
             overflow=per_class[3],
             uncertain=finite - sum(per_class),
-            scale_text=_scale_text(q),
+            scale_text=scale_text(q),
         )
 
     def binade_classes(
@@ -760,19 +382,15 @@ class GradHistogram:
         >>> int(e[0]), n[0].tolist()
         (-25, [1, 1, 0, 0, 0])
         """
-        f = get_format(fmt)
-        mode = _deterministic(rounding)
-        q = _as_scale(scale)
+        f, mode, q = _checked(fmt, scale, rounding)
         e0, n = self._e0, self._cells.shape[1]
+        cls = np.full((2, n * NCELL), 4, np.int64)  # 4: undecided
+        for s, k, lo, hi in self._class_runs(f, q, mode, subnormals):
+            cls[s, lo:hi] = k
+        cells = self._cells.reshape(2, -1)
         out = np.zeros((n, 5), np.int64)
-        for s in (0, 1):
-            cls = np.full(n * NCELL, 4, np.int64)
-            for k, (lo, hi) in enumerate(self._class_bounds(f, q, mode, subnormals, s)):
-                if hi > lo:
-                    cls[lo:hi] = k
-            cells = self._cells[s].reshape(-1)
-            for k in range(5):
-                out[:, k] += np.where(cls == k, cells, 0).reshape(n, NCELL).sum(axis=1)
+        for k in range(5):
+            out[:, k] = np.where(cls == k, cells, 0).reshape(2, n, NCELL).sum(axis=(0, 2))
         keep = np.flatnonzero(out.any(axis=1))
         if not keep.size:
             return np.zeros(0, np.int64), np.zeros((0, 5), np.int64)
@@ -801,11 +419,11 @@ class GradHistogram:
         if isinstance(headroom, bool) or not isinstance(headroom, (int, np.integer)) or headroom < 0:
             raise ValueError(f"headroom={headroom!r}: expected a whole number of bits >= 0")
         headroom = int(headroom)
-        limit = f.max_exact / _pow2(headroom)
+        limit = f.max_exact / pow2(headroom)
         bound = self._max_bound()
 
         def at(k: int) -> Verdict:
-            return self.verdict(f, _pow2(k), mode, subnormals=subnormals)
+            return self.verdict(f, pow2(k), mode, subnormals=subnormals)
 
         def key(v: Verdict) -> tuple[int, int]:
             return v.flushed + v.uncertain, v.subnormal
@@ -815,7 +433,7 @@ class GradHistogram:
             reason = f"No finite nonzero values: any scale leaves them as they are; {f.name} needs none."
             return ScaleAdvice(f.name, mode, headroom, 0, 0, 0.0, before, before, reason)
         # scales are float64 powers of two: 2^-1074 .. 2^1023
-        k_max = max(min(_floor_log2(limit / bound), 1023), -1074)
+        k_max = max(min(floor_log2(limit / bound), 1023), -1074)
         best = key(at(k_max))
         k_lo = min(0, k_max)
         if key(at(k_lo)) == best:
@@ -830,7 +448,10 @@ class GradHistogram:
                     lo = mid
             k = hi
         after = at(k)
-        reason = _advice_text(self, f, mode, headroom, bound, limit, k, k_max, before, after)
+        e_lo, e_hi = self.min_exponent, self.max_exponent
+        assert e_lo is not None
+        assert e_hi is not None
+        reason = _advice_text(e_lo, e_hi, f, mode, headroom, bound, limit, k, k_max, before, after)
         return ScaleAdvice(f.name, mode, headroom, k, k_max, float(bound), before, after, reason)
 
     # ---- output -------------------------------------------------------------------------------
@@ -893,7 +514,7 @@ class GradHistogram:
         empty: list[int] = []  # a run of empty binades, shown as one row when it is long
 
         def add(label: str, count: int, becomes: list[str]) -> None:
-            rows.append([label, f"{count:,}", _pct(count, total) if count else "", *becomes])
+            rows.append([label, f"{count:,}", percent(count, total) if count else "", *becomes])
             counts_of_rows.append(count)
 
         def flush_empty() -> None:
@@ -925,7 +546,7 @@ class GradHistogram:
             add("NaN", self.nan, ["NaN" if f.has_nan else "zero"] * len(scales))
         head = ["log2|x|", "count", "share", "becomes" if len(scales) == 1 else "unscaled"]
         if len(scales) == 2:
-            head.append(f"at {_scale_text(q)}")
+            head.append(f"at {scale_text(q)}")
         widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
         peak = max(counts_of_rows, default=1) or 1
 
@@ -972,7 +593,7 @@ class GradHistogram:
         >>> len(histogram(np.array([2.0**-30, 1.0])).plot("fp16").axes)
         2
         """
-        from floatlab.plotting import plot_histogram
+        from floatlab.gradhist.plot import plot_histogram
 
         return plot_histogram(self, fmt, **kwargs)
 
@@ -991,53 +612,6 @@ def _bar(count: int, peak: int, width: int) -> str:
         return ""
     eighths = max(1, round(8 * width * count / peak))  # a nonzero count always shows
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
-
-
-def _advice_text(
-    h: GradHistogram,
-    f: FloatFormat,
-    mode: str,
-    headroom: int,
-    bound: Fraction,
-    limit: Fraction,
-    k: int,
-    k_max: int,
-    before: Verdict,
-    after: Verdict,
-) -> str:
-    t = before.total
-    scale = f"2^{k} = {math.ldexp(1.0, k):g}" if k else "1"
-    bits = f"{headroom} bit{'s' if headroom != 1 else ''}"
-    parts = [
-        f"max|x| <= {float(bound):.4g} (binade 2^{h.max_exponent}); {f.name} holds up to {f.max:g}, so with "
-        f"{bits} of headroom (max|x| * scale <= {float(limit):g}) the scale may go up to 2^{k_max}.",
-        f"At scale 1, {_pct(before.flushed, t)} of the values flush to zero, {_pct(before.subnormal, t)} "
-        f"are subnormal and {_pct(before.overflow, t)} overflow.",
-    ]
-    if k == 0 and before.lost + before.subnormal == 0:
-        parts.append(f"Nothing to rescue: {f.name} holds these values unscaled; use scale 1.")
-    elif k == 0:
-        parts.append("No larger scale rescues more values: keep scale 1.")
-    else:
-        parts.append(
-            f"At scale {scale}, {_pct(after.flushed, t)} flush, {_pct(after.subnormal, t)} are subnormal "
-            f"and {_pct(after.overflow, t)} overflow."
-        )
-        if k < 0:
-            parts.append(f"The values overflow {f.name} unscaled: scale down by 2^{-k}.")
-        elif k < k_max:
-            parts.append(f"Scales up to 2^{k_max} give the same counts; 2^{k} keeps the most headroom.")
-    if after.flushed:
-        lo, hi = h.min_exponent, h.max_exponent
-        assert lo is not None
-        assert hi is not None
-        parts.append(
-            f"{_pct(after.flushed, t)} still flush: the values span {hi - lo + 1} binades "
-            f"(2^{lo} to 2^{hi}), "
-            f"more than the {f.dynamic_range_log2 + 1 - headroom} that {f.name} covers from its smallest "
-            f"subnormal up to its largest value less the headroom."
-        )
-    return " ".join(parts)
 
 
 def histogram(*arrays: Any) -> GradHistogram:

@@ -247,6 +247,9 @@ def count_codes(codes: npt.NDArray[Any], fmt: FloatFormat) -> Counts:
 prange: Any = range
 _cell52_one: Any = None
 _rare: Any = None
+_run32: Any = None
+_run64: Any = None
+_part: Any = None
 
 _U32 = np.uint32
 _F32 = _U32(0x7FFFFF)
@@ -307,57 +310,60 @@ def _rare_py(
     det[row * NCELL + _cell52_one(f52)] += 1
 
 
-def _count32_py(bits: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
-    """float32 bit patterns: per thread, a 2^18 table of (point?, sign, exponent, top 8 bits)."""
-    nth = hot.shape[0]
-    n = bits.size
+def _run32_py(bits: Any, lo: Any, hi: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
+    """float32 bit patterns ``bits[lo:hi]`` into one thread's counters: ``h``, a 2^18 table of
+    (point?, sign, exponent, top 8 bits), and the rows ``d`` of the rare values."""
+    for i in range(lo, hi):
+        b = bits[i]
+        f = b & _F32
+        # off the fast path: the top 8 fraction bits all set (the leading-ones cells need
+        # the lower bits) and nonzero subnormals (they are renormalised). |x| - 1 < 2^23 - 1
+        # in uint32 picks the subnormals alone: zero wraps around to the top and stays on it
+        if ((f >> _T32) == _255_32) | (((b & _ABS32) - _1_32) < _F32):
+            _rare(np.int64(b >> _S31_32), np.int64(b & _ABS32), 23, 8, 127, -149, 277, d, tc, sp)
+        else:
+            # bit 17 marks a point: nothing set below the top 8 fraction bits
+            h[(b >> _T32) | (_U32((b & _L32) == 0) << _S17_32)] += _1_32
+
+
+def _run64_py(bits: Any, lo: Any, hi: Any, ebase: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
+    """float64 bit patterns ``bits[lo:hi]`` into one thread's counters: the fast table ``h``
+    covers the exponent fields ebase+1 .. ebase+255."""
+    for i in range(lo, hi):
+        b = np.int64(bits[i])  # a reinterpretation: the sign lands in bit 63
+        s = (b >> 63) & 1
+        mag = b & 0x7FFFFFFFFFFFFFFF
+        f = b & _M52
+        t8 = f >> 44
+        er = (mag >> 52) - ebase
+        if mag == 0:
+            er = 0  # zeros use row 0 of the window, kept free for them
+        if (t8 == 255) | ((mag != 0) & ((er < 1) | (er > 255))):
+            _rare(s, mag, 52, 11, 1023, -1074, 2098, d, tc, sp)
+        else:
+            pt = np.int64((f & _M44) == 0)
+            h[(pt << 17) | (s << 16) | (er << 8) | t8] += _1_32
+
+
+def _part_py(t: Any, n: Any, nth: Any) -> tuple[Any, Any]:
+    """The elements [lo, hi) of n that thread t of nth counts."""
     chunk = (n + nth - 1) // nth
-    for t in prange(nth):
-        lo = t * chunk
-        hi = min(n, lo + chunk)
-        h = hot[t]
-        d = det[t]
-        tc = touched[t]
-        sp = spec[t]
-        for i in range(lo, hi):
-            b = bits[i]
-            f = b & _F32
-            # off the fast path: the top 8 fraction bits all set (the leading-ones cells need
-            # the lower bits) and nonzero subnormals (they are renormalised). |x| - 1 < 2^23 - 1
-            # in uint32 picks the subnormals alone: zero wraps around to the top and stays on it
-            if ((f >> _T32) == _255_32) | (((b & _ABS32) - _1_32) < _F32):
-                _rare(np.int64(b >> _S31_32), np.int64(b & _ABS32), 23, 8, 127, -149, 277, d, tc, sp)
-            else:
-                # bit 17 marks a point: nothing set below the top 8 fraction bits
-                h[(b >> _T32) | (_U32((b & _L32) == 0) << _S17_32)] += _1_32
+    lo = t * chunk
+    return lo, min(n, lo + chunk)
+
+
+def _count32_py(bits: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
+    """float32 bit patterns, a part per thread, each into the thread's own counters."""
+    for t in prange(hot.shape[0]):
+        lo, hi = _part(t, bits.size, hot.shape[0])
+        _run32(bits, lo, hi, hot[t], det[t], touched[t], spec[t])
 
 
 def _count64_py(bits: Any, ebase: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
-    """float64 bit patterns: the fast table covers the exponent fields ebase+1 .. ebase+255."""
-    nth = hot.shape[0]
-    n = bits.size
-    chunk = (n + nth - 1) // nth
-    for t in prange(nth):
-        lo = t * chunk
-        hi = min(n, lo + chunk)
-        h = hot[t]
-        d = det[t]
-        tc = touched[t]
-        sp = spec[t]
-        for i in range(lo, hi):
-            b = np.int64(bits[i])  # a reinterpretation: the sign lands in bit 63
-            s = (b >> 63) & 1
-            mag = b & 0x7FFFFFFFFFFFFFFF
-            f = b & _M52
-            t8 = f >> 44
-            er = (mag >> 52) - ebase
-            if mag == 0:
-                er = 0  # zeros use row 0 of the window, kept free for them
-            if (t8 == 255) | ((mag != 0) & ((er < 1) | (er > 255))):
-                _rare(s, mag, 52, 11, 1023, -1074, 2098, d, tc, sp)
-            else:
-                pt = np.int64((f & _M44) == 0)
-                h[(pt << 17) | (s << 16) | (er << 8) | t8] += _1_32
+    """float64 bit patterns, a part per thread, each into the thread's own counters."""
+    for t in prange(hot.shape[0]):
+        lo, hi = _part(t, bits.size, hot.shape[0])
+        _run64(bits, lo, hi, ebase, hot[t], det[t], touched[t], spec[t])
 
 
 _lock = threading.Lock()
@@ -376,6 +382,9 @@ def _compile() -> dict[str, Any]:
         helper = numba.njit(nogil=True, error_model="numpy", cache=True)
         g["_cell52_one"] = helper(_cell52_one_py)
         g["_rare"] = helper(_rare_py)
+        g["_run32"] = helper(_run32_py)
+        g["_run64"] = helper(_run64_py)
+        g["_part"] = helper(_part_py)
         loop = numba.njit(parallel=True, nogil=True, error_model="numpy", cache=True)
         _compiled["32"] = loop(_count32_py)
         _compiled["64"] = loop(_count64_py)
