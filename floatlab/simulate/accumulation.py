@@ -248,7 +248,8 @@ def accumulate(
     f = get_format(fmt)
     acc_fmt = f if accumulator is None else get_format(accumulator)
     if random_bits is None:
-        # stochastic steps stay exact with p + random_bits <= 52 (see the module notes): fp32 gets 28
+        # stochastic steps stay exact with p + random_bits <= 52 (see the notes in
+        # floatlab.simulate.arithmetic): fp32 gets 28
         random_bits = min(DEFAULT_RANDOM_BITS, 52 - acc_fmt.precision)
     op = _Op.make("accumulate", acc_fmt, rounding, saturate, subnormals, random_bits)
     if method not in METHODS:
