@@ -378,6 +378,10 @@ def test_swallowed_updates_match_numpy_float16() -> None:
     assert np.array_equal(res.sums, (w16 + u16).astype(np.float64))
     assert "nonzero updates" in str(res)
     assert "4,096" in res.report()
+    # the weights and updates as stored keep the sign of a zero, as a cast does
+    zeros = sim.swallowed_updates([-0.0, 0.0, 1.0], [1e-3, -0.0, -0.0], "fp16")
+    assert np.signbit(zeros.weights).tolist() == [True, False, False]
+    assert np.signbit(zeros.updates).tolist() == [False, True, True]
     assert res.to_dict()["n_lost"] == res.n_lost
 
 

@@ -133,8 +133,9 @@ def swallowed_updates(
     mode = check_rounding(rounding)
     w_in, u_in = np.broadcast_arrays(np.asarray(w, dtype=np.float64), np.asarray(u, dtype=np.float64))
     kw: dict[str, Any] = {"saturate": saturate, "subnormals": subnormals}
-    ws = np.asarray(add(w_in, 0.0, f, **kw))  # adding +0 stores w and keeps -0 as -0
-    us = np.asarray(add(u_in, 0.0, f, **kw))
+    # adding -0 stores a value unchanged in round to nearest, -0 included (-0 + +0 would be +0)
+    ws = np.asarray(add(w_in, -0.0, f, **kw))
+    us = np.asarray(add(u_in, -0.0, f, **kw))
     sums = add(ws, us, f, mode, rng=rng, **kw)
     nonzero = u_in != 0
     lost = nonzero & np.isfinite(ws) & (sums == ws)
