@@ -6,12 +6,15 @@ Nothing here rounds by itself. Every conversion to a lower precision goes throug
 :func:`floatlab.rounding.round_rational`); these modules form exact results, hand them to the
 primitive and count what it did to them. One idea per module:
 
-* :mod:`floatlab.simulate.arithmetic`: :func:`add`, :func:`sub`, :func:`mul`, :func:`fma`,
-  :func:`div`, :func:`sqrt` in a format, each rounded once (its notes say how that stays exact);
-* :mod:`floatlab.simulate.updates`: swallowed updates, :func:`swallowed_updates` and
-  :func:`explain_add`;
-* :mod:`floatlab.simulate.storage`: a tensor stored in a format, :func:`underflow`;
-* :mod:`floatlab.simulate.accumulation`: sums of many terms, :func:`accumulate` and
+* ``floatlab.simulate.arithmetic``: :func:`add`, :func:`sub`, :func:`mul`, :func:`fma`,
+  :func:`div` and :func:`sqrt` in a format. Each result is one rounding of the exact result: it
+  is formed in float64 rounded to odd at 53 bits, then rounded once into the format, which equals
+  a single rounding in every mode for formats of up to 26 significand bits (the module's notes,
+  "How the arithmetic stays exact", give the argument and its limits);
+* ``floatlab.simulate.updates``: swallowed updates, :func:`swallowed_updates` and
+  :func:`explain_add`, with :func:`threshold_ratio`;
+* ``floatlab.simulate.storage``: a tensor stored in a format, :func:`underflow`;
+* ``floatlab.simulate.accumulation``: sums of many terms, :func:`accumulate` and
   :func:`compare_accumulation`.
 
 >>> import floatlab.simulate as sim

@@ -154,8 +154,8 @@ def add(
 ) -> FloatArray:
     """a + b in ``fmt``, rounded once: the values of ``fmt`` as float64 (broadcast shape).
 
-    The inputs are first stored in ``fmt`` (round to nearest even); see the module notes for why
-    the one rounding is exact in every mode.
+    The inputs are first stored in ``fmt`` (round to nearest even); "How the arithmetic stays
+    exact" in ``floatlab.simulate.arithmetic`` says why the one rounding is exact in every mode.
 
     >>> add(1.0, 2.0**-11, "fp16"), add(1.0, 2.0**-11, "fp16", "rup")
     (array(1.), array(1.00097656))
