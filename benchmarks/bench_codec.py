@@ -33,7 +33,7 @@ import numpy.typing as npt
 from _common import cpu_model
 
 import floatlab as fl
-from floatlab import codec
+from floatlab.codec import arrays as codec_arrays
 
 # format name, numpy/ml_dtypes type, unsigned code type, gfloat format
 CASES: list[tuple[str, Any, Any, Any]] = [
@@ -95,12 +95,12 @@ def _with_numpy_path_only(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` run with decode_array's kernel switched off (its lookup table / NumPy paths alone)."""
 
     def run() -> object:
-        saved = codec._KERNEL_MIN_SIZE
-        codec._KERNEL_MIN_SIZE = 1 << 62
+        saved = codec_arrays._KERNEL_MIN_SIZE
+        codec_arrays._KERNEL_MIN_SIZE = 1 << 62
         try:
             return fn()
         finally:
-            codec._KERNEL_MIN_SIZE = saved
+            codec_arrays._KERNEL_MIN_SIZE = saved
 
     return run
 

@@ -31,9 +31,9 @@ import numpy as np
 import numpy.typing as npt
 from _common import Table, fmt_rate, fmt_ratio, write_results
 
-from floatlab import _histkernels
 from floatlab.formats import FP32
 from floatlab.gradhist import GradHistogram, histogram
+from floatlab.gradhist import _kernels as _histkernels
 
 
 def gradients(n: int, seed: int = 0) -> npt.NDArray[np.float32]:

@@ -166,7 +166,11 @@ def _int10(digits: str, s: str) -> int:
 
 
 def shown(s: str) -> str:
-    """``s`` for an error message: repr'd, and shortened when it is long."""
+    """``s`` for an error message: repr'd, and shortened when it is long.
+
+    >>> shown("0.1"), shown("9" * 100)[:14]
+    ("'0.1'", "'9999999999999")
+    """
     return repr(s) if len(s) <= 60 else f"{s[:30]!r}...{s[-10:]!r} ({len(s):,} characters)"
 
 

@@ -91,7 +91,8 @@ def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
     probe = (
         "import numpy as np, floatlab as fl, floatlab.backend as b, sys\n"
         "fl.round_array(np.ones(3, np.float32), 'fp16')\n"
-        "import floatlab.train.matmul as g; g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
+        "import floatlab.train.matmul as g\n"
+        "g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
         "gpu = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda') or 'numba.cuda' in m]\n"
         "print(sorted(gpu))"
     )

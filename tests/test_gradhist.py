@@ -279,7 +279,7 @@ def oracle_verdict(
 ) -> tuple[int, int, int, int]:
     """(flushed, subnormal, normal, overflow) of the finite nonzero x by encode_array."""
     v = x[np.isfinite(x) & (x != 0)].astype(np.float64) * 2.0**log2_scale  # exact for float32 x
-    codes, stats = fl.encode_array(v, fmt, rounding, flags=True, subnormals=subnormals)
+    codes, stats = fl.encode_array_with_flags(v, fmt, rounding, subnormals=subnormals)
     flushed, sub = classify_codes(codes, fmt)
     return flushed, sub, v.size - flushed - sub - stats.overflow, stats.overflow
 
@@ -379,7 +379,7 @@ def test_non_power_of_two_scale_brackets_the_truth() -> None:
     assert v.uncertain > 0  # cells straddle 65520/1000: the bounds below must do the work
     fin = x[x != 0].astype(np.float64)
     # x * 1000 in float64 may round, so go through exact rationals for the few values near an edge
-    codes, stats = fl.encode_array(fin * 1000.0, fmt, flags=True)
+    codes, stats = fl.encode_array_with_flags(fin * 1000.0, fmt)
     flushed, sub = classify_codes(codes, fmt)
     for got, truth in ((v.flushed, flushed), (v.subnormal, sub), (v.overflow, stats.overflow)):
         assert got <= truth <= got + v.uncertain

@@ -29,7 +29,6 @@ from __future__ import annotations
 from floatlab.codec.arrays import decode_array
 from floatlab.codec.decoded import Decoded, Kind, decode
 from floatlab.codec.encoded import Encoded, encode
-from floatlab.codec.views import FIELD_COLOURS
 from floatlab.exact import parse_value
 
 __all__ = [
@@ -41,6 +40,3 @@ __all__ = [
     "encode",
     "parse_value",
 ]
-
-# the old private name of FIELD_COLOURS, still read by the docs' format diagrams
-_HTML_COLOURS = FIELD_COLOURS

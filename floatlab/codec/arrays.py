@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
@@ -133,15 +132,10 @@ def _decode_flat(arr: npt.NDArray[Any], f: FloatFormat) -> npt.NDArray[np.float6
         return out
     if arr.size >= _KERNEL_MIN_SIZE:
         # the compiled kernel (parallel over cores) when it is there; the NumPy paths below otherwise
-        try:
-            # rounding-merge: from floatlab.rounding import decode_codes (a public name after the merge)
-            kernels = importlib.import_module("floatlab._kernels")  # rounding-merge
-        except ImportError:
-            kernels = None
-        decode_codes = getattr(kernels, "decode_codes", None)
-        if decode_codes is not None:
-            result: npt.NDArray[np.float64] = decode_codes(arr, f)
-            return result
+        from floatlab.rounding import decode_codes
+
+        result: npt.NDArray[np.float64] = decode_codes(arr, f)
+        return result
     if f.bits <= _TABLE_MAX_BITS:
         values: npt.NDArray[np.float64] = _table(f)[arr]
         return values

@@ -47,7 +47,7 @@ from floatlab.rounding.arrays import (
     round_array_with_flags,
     running_sums,
 )
-from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
+from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float64, as_float_array
 from floatlab.rounding.params import code_dtype
 from floatlab.rounding.spec import (
     DEFAULT_RANDOM_BITS,
@@ -73,6 +73,7 @@ __all__ = [
     "RoundingOptions",
     "RoundingStats",
     "add_count",
+    "as_float64",
     "as_float_array",
     "check_rounding",
     "code_dtype",

@@ -97,9 +97,6 @@ def half_hardware() -> bool:
 _half_hw: bool | None = None
 
 
-_half_hw: bool | None = None
-
-
 def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     """float32 bit patterns (uint32) to fp16 codes, or with ``back`` to float32 bit patterns of
     the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
@@ -215,9 +212,6 @@ def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarra
     out = np.empty(codes.size, z.dtype)
     launch("decode", codes.size, codes, out, z, d)
     return out
-
-
-_tables: dict[tuple[FloatFormat, int], np.ndarray] = {}
 
 
 _tables: dict[tuple[FloatFormat, int], np.ndarray] = {}

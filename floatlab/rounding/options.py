@@ -23,7 +23,15 @@ from numpy.typing import ArrayLike
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
 from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, Rounding, check_random_bits, check_rounding
 
-__all__ = ["RNG", "RoundingOptions", "RoundingStats", "as_float_array", "check_bool", "stochastic_key"]
+__all__ = [
+    "RNG",
+    "RoundingOptions",
+    "RoundingStats",
+    "as_float64",
+    "as_float_array",
+    "check_bool",
+    "stochastic_key",
+]
 
 #: what ``rng=`` takes everywhere: a numpy Generator, a non-negative int seed, or None
 RNG = np.random.Generator | int | None
@@ -162,6 +170,24 @@ def as_float_array(x: ArrayLike) -> tuple[np.ndarray, FloatFormat]:
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))  # a byte swap, no float conversion
     return (a if a.flags.c_contiguous else np.ascontiguousarray(a)), fmt  # (keeps a 0-d array 0-d)
+
+
+def as_float64(x: ArrayLike) -> np.ndarray:
+    """``x`` through :func:`as_float_array`'s check, widened exactly to float64 (a signalling NaN
+    is quietened, as every IEEE conversion does): for the simulators, which compute in float64.
+
+    >>> as_float64([1, 2.5]).tolist()
+    [1.0, 2.5]
+    >>> as_float64(["0.1"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: x has dtype <U3: expected float64, float32, float16 or bfloat16 (...)
+    """
+    a, _ = as_float_array(x)
+    if a.dtype == np.float64:
+        return a
+    with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: nothing to warn about
+        return a.astype(np.float64)
 
 
 def _integers_as_float64(a: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from floatlab.exact import pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import DEFAULT_RANDOM_BITS, MODE_DESCRIPTIONS, round_array, running_sums
+from floatlab.rounding import DEFAULT_RANDOM_BITS, MODE_DESCRIPTIONS, as_float64, round_array, running_sums
 from floatlab.simulate.arithmetic import FloatArray, _Op
 
 __all__ = [
@@ -254,7 +254,7 @@ def accumulate(
     op = _Op.make("accumulate", acc_fmt, rounding, saturate, subnormals, random_bits)
     if method not in METHODS:
         raise ValueError(f"method={method!r}: expected one of {', '.join(METHODS)}")
-    xs = np.asarray(x, dtype=np.float64).reshape(-1)
+    xs = as_float64(x).reshape(-1)
     if xs.size == 0:
         raise ValueError("nothing to sum: expected at least one term")
     kw: dict[str, Any] = {"saturate": saturate, "subnormals": subnormals}

@@ -38,7 +38,15 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import DEFAULT_RANDOM_BITS, check_rounding, odd_div, odd_sqrt, odd_sum, round_array
+from floatlab.rounding import (
+    DEFAULT_RANDOM_BITS,
+    as_float64,
+    check_rounding,
+    odd_div,
+    odd_sqrt,
+    odd_sum,
+    round_array,
+)
 
 __all__ = ["MAX_PRECISION", "add", "div", "fma", "mul", "sqrt", "sub"]
 
@@ -112,7 +120,7 @@ class _Op:
         """The body of every operation: broadcast the operands and store each in the format
         (nearest even, as a cast), form ``exact`` of them (the float64 result rounded to odd at
         53 bits), and round that once into the format with the operation's mode."""
-        arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in operands))
+        arrays = np.broadcast_arrays(*(as_float64(x) for x in operands))
         shape = arrays[0].shape
         stored = [self._round(np.ascontiguousarray(x).reshape(-1), "rne", None) for x in arrays]
         # IEEE 754's special results, without a warning: inf - inf, 0 * inf and 0 / 0 are NaN

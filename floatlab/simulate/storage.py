@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, check_rounding, round_array
+from floatlab.rounding import MODE_DESCRIPTIONS, as_float64, check_rounding, round_array_with_flags
 from floatlab.text import percent
 
 __all__ = ["UnderflowResult", "underflow"]
@@ -161,12 +161,6 @@ class UnderflowResult:
         return self.report()
 
 
-def _stat(stats: Any, name: str) -> int:
-    """One count from the statistics :func:`round_array` returns with ``flags=True``."""
-    value = stats[name] if isinstance(stats, dict) else getattr(stats, name)
-    return int(value)
-
-
 def underflow(
     x: npt.ArrayLike,
     fmt: FloatFormat | str,
@@ -192,12 +186,11 @@ def underflow(
     mode = check_rounding(rounding)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale != 0):
         raise ValueError(f"scale={scale!r}: expected a finite nonzero number")
-    with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
-        xs = np.asarray(x, dtype=np.float64).reshape(-1)
+    xs = as_float64(x).reshape(-1)
     if scale != 1.0:
         with np.errstate(over="ignore"):  # a value scaled past float64's range is an overflow to report
             xs = xs * float(scale)
-    r, stats = round_array(xs, f, mode, rng=rng, saturate=saturate, subnormals=subnormals, flags=True)
+    r, stats = round_array_with_flags(xs, f, mode, rng=rng, saturate=saturate, subnormals=subnormals)
     r = np.asarray(r, dtype=np.float64)
     finite_in = np.isfinite(xs)
     nonzero_in = finite_in & (xs != 0)
@@ -206,7 +199,7 @@ def underflow(
     flushed = nonzero_in & (r == 0)
     tiny = float(f.smallest_normal_exact)
     subnormal = nonzero_in & (ar > 0) & (ar < tiny)
-    n_overflow = _stat(stats, "overflow")
+    n_overflow = stats.overflow
     n_overflow_nonfinite = int(np.count_nonzero(finite_in & ~finite_out))
     finite_normal = nonzero_in & finite_out & (ar >= tiny)
     # an overflow clamped to the largest finite value looks normal: take it out of the normal class
@@ -248,7 +241,7 @@ def underflow(
         n_overflow=n_overflow,
         n_overflow_nonfinite=n_overflow_nonfinite,
         n_normal=n_normal,
-        n_underflow_flag=_stat(stats, "underflow"),
+        n_underflow_flag=stats.underflow,
         bits_lost=tuple(int(v) for v in bits_lost),
         error_exponents=exps,
         error_counts=counts,

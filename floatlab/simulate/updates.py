@@ -18,7 +18,7 @@ import numpy.typing as npt
 from floatlab.codec import decode, encode, parse_value
 from floatlab.exact import exact_decimal, floor_log2, pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, check_rounding
+from floatlab.rounding import MODE_DESCRIPTIONS, as_float64, check_rounding
 from floatlab.simulate.arithmetic import FloatArray, _zero_sum_is_negative, add
 from floatlab.text import hex_code, percent
 
@@ -131,7 +131,7 @@ def swallowed_updates(
     """
     f = get_format(fmt)
     mode = check_rounding(rounding)
-    w_in, u_in = np.broadcast_arrays(np.asarray(w, dtype=np.float64), np.asarray(u, dtype=np.float64))
+    w_in, u_in = np.broadcast_arrays(as_float64(w), as_float64(u))
     kw: dict[str, Any] = {"saturate": saturate, "subnormals": subnormals}
     # adding -0 stores a value unchanged in round to nearest, -0 included (-0 + +0 would be +0)
     ws = np.asarray(add(w_in, -0.0, f, **kw))

@@ -288,7 +288,7 @@ def _lookup(dotted: str) -> Any:
 
 
 def names_private_object(target: str) -> bool:
-    """Whether ``target`` names an existing object on a private path (``floatlab._histkernels``):
+    """Whether ``target`` names an existing object on a private path (``floatlab.gradhist._kernels``):
     the reference leaves private modules out, so such a reference is shown without a link."""
     if not any(p.startswith("_") for p in target.split(".")):
         return False

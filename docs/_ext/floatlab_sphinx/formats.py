@@ -18,7 +18,8 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
-from floatlab.codec import _HTML_COLOURS, decode
+from floatlab.codec import decode
+from floatlab.codec.views import FIELD_COLOURS
 from floatlab.formats import FORMATS, FloatFormat, get_format
 from floatlab_sphinx.commands import note_floatlab_sources
 
@@ -141,7 +142,7 @@ def bit_diagram_svg(fmt: FloatFormat, code: int, caption: str) -> str:
         if lo // ROW_BITS != row:
             row, x = lo // ROW_BITS, 1
         y = top + row * row_height
-        fill, stroke = _HTML_COLOURS[name]
+        fill, stroke = FIELD_COLOURS[name]
         x0 = x
         for i in range(lo, hi):
             parts.append(
