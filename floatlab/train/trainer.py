@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -56,6 +55,7 @@ from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optim
 from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Array, Precision
 from floatlab.train.scaler import LossScaler
+from floatlab.train.state import STATE_FORMAT, check_state
 
 __all__ = ["StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
 
@@ -556,7 +556,7 @@ class Trainer:
         ['config', 'counters', 'format', 'history']
         """
         return {
-            "format": "floatlab-trainer-1",
+            "format": STATE_FORMAT,
             "config": self.config.to_dict() if self.config is not None else None,
             "policy": self.policy.to_dict(),
             "params": {k: np.array(to_numpy(v)) for k, v in self.params.items()},
@@ -587,72 +587,9 @@ class Trainer:
         """
         # everything is read and checked before anything is assigned: a bad state is one
         # ValueError saying what is wrong, and the trainer is left as it was
-        want_dict("trainer state", state)
-        if state.get("format") != "floatlab-trainer-1":
-            raise ValueError(
-                f"trainer state format {shown(state.get('format'))}: expected 'floatlab-trainer-1'"
-            )
-        missing = sorted(
-            {"policy", "params", "optimizer", "scaler", "counters", "perm", "rng", "history"} - set(state)
-        )
-        if missing:
-            raise ValueError(f"trainer state lacks {missing}")
-        policy = Policy.from_dict(state["policy"])
-        if policy != self.policy:
-            mine, theirs = self.policy.to_dict(), policy.to_dict()
-            diff = ", ".join(f"{k} {theirs[k]!r} (here {mine[k]!r})" for k in mine if mine[k] != theirs[k])
-            raise ValueError(f"checkpoint policy {policy.name!r} differs from {self.policy.name!r}: {diff}")
-        params = want_dict("params", state["params"])
-        if set(params) != set(self.params):
-            raise ValueError(
-                f"checkpoint parameters {sorted(params)} differ from the model's {sorted(self.params)}"
-            )
-        for k, v in params.items():
-            if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != self.params[k].shape:
-                raise ValueError(
-                    f"checkpoint parameter {k}={shown(v)}: expected {self.params[k].shape} floats"
-                )
-        opt = copy.copy(
-            self.opt
-        )  # loaded into a twin (it replaces, never mutates, the state), then taken over
-        opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
-        for k, st in opt.state.items():
-            for n, arr in st.items():
-                if k not in self.params or arr.shape != self.params[k].shape:
-                    raise ValueError(f"optimizer state {k}/{n} has shape {arr.shape}: expected a parameter's")
-        c = want_dict("counters", state["counters"])
-        counters = {
-            k: want_int(f"counter {k}", c.get(k)) for k in ("step", "opt_steps", "epoch", "batch_in_epoch")
-        }
-        if counters["batch_in_epoch"] > self.n_batches:
-            raise ValueError(
-                f"counter batch_in_epoch={counters['batch_in_epoch']}: expected at most {self.n_batches}"
-            )
-        perm = state["perm"]
-        n_examples = len(self.data.y_train)
-        if perm is not None and not (
-            isinstance(perm, np.ndarray)
-            and perm.shape == (n_examples,)
-            and perm.dtype.kind in "iu"
-            and np.array_equal(np.sort(perm), np.arange(n_examples))
-        ):
-            raise ValueError(
-                f"checkpoint perm={shown(perm)}: expected None or a permutation of the {n_examples} examples"
-            )
-        rng = want_dict("rng", state["rng"])
-        gens = []
-        for name, gen in (("order", self.order_rng), ("round", self.P.rng)):
-            twin = np.random.Generator(type(gen.bit_generator)())
-            saved = want_dict(f"checkpoint rng {name}", rng.get(name))
-            try:
-                twin.bit_generator.state = saved
-            except (TypeError, ValueError, KeyError) as e:
-                raise ValueError(
-                    f"checkpoint rng {name}: not a {type(gen.bit_generator).__name__} state ({e})"
-                ) from None
-            gens.append(twin.bit_generator.state)
-        history = History.from_dict(state["history"])
+        checked = check_state(self, state)
         self.scaler.load_state_dict(state["scaler"])  # the last check (it assigns only when all is well)
+        params, counters = checked.params, checked.counters
 
         self.params.update(
             {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in params.items()}
@@ -662,9 +599,9 @@ class Trainer:
             self.opt.state = tree_map_arrays(self.opt.state, self.backend.asarray)
         self.step, self.opt_steps = counters["step"], counters["opt_steps"]
         self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
-        self.perm = None if perm is None else np.array(perm)
-        self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = gens
-        self.history = history
+        self.perm = checked.perm
+        self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = checked.generator_states
+        self.history = checked.history
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`

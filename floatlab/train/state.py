@@ -1,0 +1,109 @@
+"""A trainer's saved state, checked part by part before anything is loaded.
+
+:func:`check_state` reads every part of a :meth:`~floatlab.train.trainer.Trainer.state_dict`
+and checks it against the trainer it is to be loaded into: the format, the policy, the shapes
+and values of the weights, the optimizer's and the loss scaler's state, the counters, the data
+order and the random generators. A bad state is one ValueError saying what is wrong, and the
+trainer is left as it was: :meth:`~floatlab.train.trainer.Trainer.load_state_dict` assigns only
+what this returns.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from floatlab.train._checks import shown, want_dict, want_int
+from floatlab.train.history import History
+from floatlab.train.policy import Policy
+
+__all__ = ["STATE_FORMAT", "CheckedState", "check_state"]
+
+#: the format tag of a trainer state (and of a checkpoint file's contents)
+STATE_FORMAT = "floatlab-trainer-1"
+
+
+@dataclass(frozen=True)
+class CheckedState:
+    """The parts of a trainer state that passed :func:`check_state`, ready to assign."""
+
+    params: dict[str, np.ndarray]
+    counters: dict[str, int]
+    perm: np.ndarray | None
+    generator_states: tuple[dict[str, Any], dict[str, Any]]
+    history: History
+
+
+def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
+    """Check ``state`` against ``trainer`` (a :class:`~floatlab.train.trainer.Trainer`) part by
+    part, assigning nothing. (The loss scaler's state is checked by the scaler itself, which
+    assigns it only when all is well: the trainer loads it last.) Weights must be finite: the
+    trainer never takes a step to non-finite weights, so such a state is damaged."""
+    want_dict("trainer state", state)
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(f"trainer state format {shown(state.get('format'))}: expected {STATE_FORMAT!r}")
+    missing = sorted(
+        {"policy", "params", "optimizer", "scaler", "counters", "perm", "rng", "history"} - set(state)
+    )
+    if missing:
+        raise ValueError(f"trainer state lacks {missing}")
+    policy = Policy.from_dict(state["policy"])
+    if policy != trainer.policy:
+        mine, theirs = trainer.policy.to_dict(), policy.to_dict()
+        diff = ", ".join(f"{k} {theirs[k]!r} (here {mine[k]!r})" for k in mine if mine[k] != theirs[k])
+        raise ValueError(f"checkpoint policy {policy.name!r} differs from {trainer.policy.name!r}: {diff}")
+    params = want_dict("params", state["params"])
+    if set(params) != set(trainer.params):
+        raise ValueError(
+            f"checkpoint parameters {sorted(params)} differ from the model's {sorted(trainer.params)}"
+        )
+    for k, v in params.items():
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != trainer.params[k].shape:
+            raise ValueError(
+                f"checkpoint parameter {k}={shown(v)}: expected {trainer.params[k].shape} floats"
+            )
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"checkpoint parameter {k} holds inf or NaN: expected finite weights")
+    opt = copy.copy(trainer.opt)  # loaded into a twin (it replaces, never mutates, the state)
+    opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
+    for k, st in opt.state.items():
+        for n, arr in st.items():
+            if k not in trainer.params or arr.shape != trainer.params[k].shape:
+                raise ValueError(f"optimizer state {k}/{n} has shape {arr.shape}: expected a parameter's")
+    c = want_dict("counters", state["counters"])
+    counters = {
+        k: want_int(f"counter {k}", c.get(k)) for k in ("step", "opt_steps", "epoch", "batch_in_epoch")
+    }
+    if counters["batch_in_epoch"] > trainer.n_batches:
+        raise ValueError(
+            f"counter batch_in_epoch={counters['batch_in_epoch']}: expected at most {trainer.n_batches}"
+        )
+    perm = state["perm"]
+    n_examples = len(trainer.data.y_train)
+    if perm is not None and not (
+        isinstance(perm, np.ndarray)
+        and perm.shape == (n_examples,)
+        and perm.dtype.kind in "iu"
+        and np.array_equal(np.sort(perm), np.arange(n_examples))
+    ):
+        raise ValueError(
+            f"checkpoint perm={shown(perm)}: expected None or a permutation of the {n_examples} examples"
+        )
+    rng = want_dict("rng", state["rng"])
+    gens = []
+    for name, gen in (("order", trainer.order_rng), ("round", trainer.P.rng)):
+        twin = np.random.Generator(type(gen.bit_generator)())
+        saved = want_dict(f"checkpoint rng {name}", rng.get(name))
+        try:
+            twin.bit_generator.state = saved
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(
+                f"checkpoint rng {name}: not a {type(gen.bit_generator).__name__} state ({e})"
+            ) from None
+        gens.append(twin.bit_generator.state)
+    history = History.from_dict(state["history"])
+    perm_copy = None if perm is None else np.array(perm)
+    return CheckedState(params, counters, perm_copy, (gens[0], gens[1]), history)
