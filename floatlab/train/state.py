@@ -40,8 +40,8 @@ class CheckedState:
 def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
     """Check ``state`` against ``trainer`` (a :class:`~floatlab.train.trainer.Trainer`) part by
     part, assigning nothing. (The loss scaler's state is checked by the scaler itself, which
-    assigns it only when all is well: the trainer loads it last.) Weights must be finite: the
-    trainer never takes a step to non-finite weights, so such a state is damaged."""
+    assigns it only when all is well: the trainer loads it last.) Non-finite weights are kept:
+    a pure low-precision run can reach them, and its resumed twin must follow it bit for bit."""
     want_dict("trainer state", state)
     if state.get("format") != STATE_FORMAT:
         raise ValueError(f"trainer state format {shown(state.get('format'))}: expected {STATE_FORMAT!r}")
@@ -65,8 +65,6 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
             raise ValueError(
                 f"checkpoint parameter {k}={shown(v)}: expected {trainer.params[k].shape} floats"
             )
-        if not np.all(np.isfinite(v)):
-            raise ValueError(f"checkpoint parameter {k} holds inf or NaN: expected finite weights")
     opt = copy.copy(trainer.opt)  # loaded into a twin (it replaces, never mutates, the state)
     opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
     for k, st in opt.state.items():
