@@ -256,7 +256,7 @@ def encode_blocks(
 ) -> BlockCodes:
     """Block-scaled (MX) encoding of the rows (the last axis) of the C-contiguous float64 array
     ``rows``: each run of ``block_size`` values along a row (the last may be shorter) gets the E8M0 scale
-    2^s with s = floor(log2(max |v|)) - element.emax (clamped to the E8M0 range), and each value
+    2^s with s = floor(log2(max abs(v))) - element.emax (clamped to the E8M0 range), and each value
     the ``element`` code of v / 2^s, saturating; the block's value v / 2^s is never formed, so
     no intermediate rounds. A block with an inf or NaN, or whose s exceeds 127, gets the NaN
     scale and zero codes.

@@ -19,13 +19,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-PACKAGES = ("floatlab", "floatlab.train")
+PACKAGES = (
+    "floatlab",
+    "floatlab.train",
+    "floatlab.rounding",
+    "floatlab.codec",
+    "floatlab.simulate",
+    "floatlab.gradhist",
+    "floatlab.widgets",
+)
 API_DIR = Path("reference") / "api"
 _PRIMITIVES = (bool, int, float, complex, str, bytes, type(None))
 
 
 def public_modules() -> list[str]:
-    """The documented modules: the two packages first, then every public submodule by name.
+    """The documented modules: the packages first, then every public submodule by name.
 
     A submodule is public when no part of its name starts with an underscore; the command
     modules under ``floatlab.cli`` are described by the CLI reference instead.
