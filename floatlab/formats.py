@@ -85,6 +85,8 @@ class FloatFormat:
             )
         if self.encoding == "fn" and self.has_nan and e + m < 2:
             raise ValueError("an 'fn' format with a NaN needs at least 2 exponent+mantissa bits")
+        if not isinstance(self.name, str) or not isinstance(self.description, str):
+            raise ValueError(f"name={self.name!r}, description={self.description!r}: expected strings")
         if not self.name:
             suffix = {"ieee": "", "fn": "fn", "fnuz": "fnuz"}[self.encoding]
             object.__setattr__(self, "name", f"e{e}m{m}{suffix}")
@@ -281,15 +283,41 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("-", "_").replace(" ", "_")
 
 
-def register_format(fmt: FloatFormat, *aliases: str) -> FloatFormat:
+def register_format(fmt: FloatFormat, *aliases: str, replace: bool = False) -> FloatFormat:
     """Add ``fmt`` to the registry under its name and ``aliases`` (case-insensitive).
+
+    A name or alias that already means another format is refused: every later caller of
+    ``get_format`` would silently get the new one. ``replace=True`` takes it over, except for
+    the built-in formats' names and aliases, which always keep their meaning. Registering the
+    same format again is harmless.
 
     >>> e6m9 = register_format(FloatFormat(exponent_bits=6, mantissa_bits=9), "my-e6m9")
     >>> get_format("MY-E6M9") is e6m9, e6m9.name
     (True, 'e6m9')
+    >>> register_format(FloatFormat(5, 2, name="FP16"))
+    Traceback (most recent call last):
+    ...
+    ValueError: format name 'FP16' is the built-in fp16: expected a name of its own
     >>> _ = FORMATS.pop("e6m9"), _ALIASES.pop("my_e6m9"), _ALIASES.pop("e6m9")  # (undo, for other examples)
     """
+    if not isinstance(fmt, FloatFormat):
+        raise ValueError(f"register_format({fmt!r}): expected a FloatFormat")
+    if not isinstance(replace, bool):
+        raise ValueError(f"replace={replace!r}: expected True or False")
     key = _norm(fmt.name)
+    names = [fmt.name, *aliases]
+    for name in names:
+        if not isinstance(name, str) or not _norm(name):
+            raise ValueError(f"format name {name!r}: expected a non-empty string")
+        taken = _ALIASES.get(_norm(name))
+        if taken is None or FORMATS[taken] == fmt and taken == key:
+            continue
+        if taken in _BUILTIN_ALIASES:
+            raise ValueError(f"format name {name!r} is the built-in {taken}: expected a name of its own")
+        if not replace:
+            raise ValueError(
+                f"format name {name!r} is already {FORMATS[taken]!r}: expected a new name (or replace=True)"
+            )
     FORMATS[key] = fmt
     _ALIASES[key] = key
     for a in aliases:

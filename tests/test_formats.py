@@ -250,3 +250,31 @@ def test_fp32_tf32_and_fp64_contain_by_float32_round_trips(fmt: FloatFormat, t: 
     assert fl.TF32.contains(fmt) == in_tf32
     assert fl.FP64.contains(fmt)
     assert not fmt.contains(fl.FP64)
+
+
+def test_register_format_never_takes_a_name_silently() -> None:
+    # a built-in name or alias keeps its meaning whatever is asked
+    for name in ("FP16", "half", "bfloat16", "e4m3"):
+        with pytest.raises(ValueError, match="is the built-in"):
+            fl.register_format(FloatFormat(5, 2, name=name))
+        with pytest.raises(ValueError, match="is the built-in"):
+            fl.register_format(FloatFormat(5, 2, name=name), replace=True)
+    assert fl.get_format("fp16") is fl.FP16
+    assert fl.round_array(np.array([1 + 2**-10]), "fp16").tolist() == [1 + 2**-10]  # still e5m10
+    # a user's name is taken over only on request
+    first = fl.register_format(FloatFormat(6, 5, name="mine6"), "my-six")
+    try:
+        with pytest.raises(ValueError, match="is already"):
+            fl.register_format(FloatFormat(6, 4, name="other"), "my-six")
+        assert fl.register_format(first, "my-six") is first  # the same format again: harmless
+        second = fl.register_format(FloatFormat(6, 4, name="mine6"), replace=True)
+        assert fl.get_format("mine6") is second
+    finally:
+        for k in ("mine6", "my_six"):
+            fl.formats._ALIASES.pop(k, None)
+        fl.formats.FORMATS.pop("mine6", None)
+    with pytest.raises(ValueError, match="expected strings"):
+        FloatFormat(5, 2, name=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected a non-empty string"):
+        fl.register_format(FloatFormat(5, 2, name="e5m2x"), 7)  # type: ignore[arg-type]
+    assert "e5m2x" not in fl.format_names()

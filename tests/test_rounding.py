@@ -736,3 +736,30 @@ def test_hardware_half_path_ignores_flush_to_zero() -> None:
         torch.set_flush_denormal(False)
     assert got.tolist() == want.tolist()
     assert all(v != 0 for v in got.tolist())
+
+
+# ---- inputs that were rounded twice, formats at the edge of the kernels' lanes --------------------
+def test_integers_float64_cannot_hold_are_refused_not_rounded_twice() -> None:
+    big = np.array([2**60 + 2**36 + 1])
+    # the exact answer (one rounding) is 0x5D800001: numpy's own int64 -> float32 cast agrees
+    assert int(fl.encode(str(2**60 + 2**36 + 1), "fp32")) == 0x5D800001
+    assert int(big.astype(np.float32).view(np.uint32)[0]) == 0x5D800001
+    for fn in (fl.encode_array, fl.round_array, fl.encode_array_with_flags):
+        with pytest.raises(ValueError, match=r"holds the integer 1152921573326323713, which float64 cannot"):
+            fn(big, "fp32")
+    for ok in (np.array([2**53, -(2**63)], np.int64), np.array([2**63, 2**64 - 2**11], np.uint64)):
+        np.testing.assert_array_equal(fl.round_array(ok, "fp64"), ok.astype(np.float64))
+    with pytest.raises(ValueError, match="holds the integer 18446744073709551615"):
+        fl.encode_array(np.array([2**64 - 1], np.uint64), "fp32")
+    with pytest.raises(ValueError, match="x has dtype float128|x has dtype longdouble"):
+        fl.encode_array(np.array([1.0], np.longdouble), "fp16")
+
+
+@pytest.mark.parametrize("fmt", [FloatFormat(11, 52, "fnuz"), FloatFormat(15, 48, "fnuz"), FloatFormat(15, 48)])
+def test_formats_at_the_64_bit_edge_equal_the_scalar_reference(fmt: FloatFormat) -> None:
+    x = np.array([1.0, -0.0, np.nan, -np.inf, 1e308, -5e-324, 0.1, 2.0**-1022, 3.0**300])
+    want = [round_scalar(float(v), fmt)[0] for v in x]
+    assert encode_array(x, fmt).tolist() == want
+    codes, stats = encode_array_with_flags(x, fmt)
+    assert codes.tolist() == want
+    assert stats.total == x.size

@@ -78,31 +78,42 @@ def _thresholds(
 ) -> tuple[tuple[Fraction, bool], ...]:
     """For k = 1, 2, 3: the set of magnitudes y > 0 with class(y) >= k, as (t, closed): [t, inf)
     when closed, else (t, inf). Found by bisection with the exact scalar reference."""
-    esub = fmt.emin - fmt.mantissa_bits
-    # every class boundary is a representable value or a midpoint, a multiple of 2^(esub-1):
-    # on the grid of h = 2^(esub-2) a class is constant between neighbours, so bisecting over
-    # grid points and then testing the middle of the last gap finds each boundary exactly
-    h = pow2(esub - 2)
-    top = 1 << (fmt.emax + 2 - (esub - 2))  # top*h = 2^(emax+2) overflows in every mode
+    m, esub = fmt.mantissa_bits, fmt.emin - fmt.mantissa_bits
+    # every class boundary is a representable value or a midpoint: in the binade [2^e, 2^(e+1))
+    # a multiple of 2^(e-m-1), and of 2^(esub-1) below the normal range. On the grid of half that
+    # spacing a class is constant between neighbours, so bisecting first over the binades, then
+    # over the grid points of one binade, and last testing the middle of the final gap finds each
+    # boundary exactly in O(exponent bits + m) roundings, whatever the format's range.
+    e_lo, e_hi = esub - 2, fmt.emax + 2  # 2^e_lo flushes and 2^e_hi overflows in every mode
 
     @functools.cache
-    def cls(half_steps: int) -> int:
-        return _class_of(Fraction(half_steps, 2) * h, fmt, mode, negative, subnormals)
+    def cls(q: Fraction) -> int:
+        return _class_of(q, fmt, mode, negative, subnormals)
 
     out = []
     for k in (1, 2, 3):
-        if cls(2) >= k:
-            n = 1
-        else:
-            lo, hi = 1, top  # cls(2 lo) < k <= cls(2 hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if cls(2 * mid) >= k:
-                    hi = mid
-                else:
-                    lo = mid
-            n = hi
-        out.append(((n - 1) * h, False) if cls(2 * n - 1) >= k else (n * h, True))
+        # the smallest binade top 2^j with class >= k: the boundary lies in (2^(j-1), 2^j]
+        lo, hi = e_lo - 1, e_hi
+        if cls(pow2(e_lo)) >= k:
+            hi = e_lo
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if cls(pow2(mid)) >= k:
+                hi = mid
+            else:
+                lo = mid
+        step = pow2(max(hi - 1 - m - 2, e_lo))
+        n_lo, n_hi = int(pow2(hi - 1) / step), int(pow2(hi) / step)  # cls(n_lo step) < k <= cls(n_hi step)
+        if hi == e_lo:
+            n_lo = 0
+        while n_hi - n_lo > 1:
+            mid = (n_lo + n_hi) // 2
+            if cls(mid * step) >= k:
+                n_hi = mid
+            else:
+                n_lo = mid
+        t = n_hi * step
+        out.append((t - step, False) if cls(t - step / 2) >= k else (t, True))
     return tuple(out)
 
 

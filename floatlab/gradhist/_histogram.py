@@ -416,8 +416,14 @@ class GradHistogram:
         """
         f = get_format(fmt)
         mode = _deterministic(rounding)
-        if isinstance(headroom, bool) or not isinstance(headroom, (int, np.integer)) or headroom < 0:
-            raise ValueError(f"headroom={headroom!r}: expected a whole number of bits >= 0")
+        # headroom beyond the binades the format spans would put the limit below its smallest value
+        top = f.dynamic_range_log2
+        whole = isinstance(headroom, (int, np.integer)) and not isinstance(headroom, bool)
+        if not whole or not 0 <= headroom < top:
+            raise ValueError(
+                f"headroom={headroom!r}: expected a whole number of bits from 0 to {top - 1} "
+                f"(the binades {f.name} spans)"
+            )
         headroom = int(headroom)
         limit = f.max_exact / pow2(headroom)
         bound = self._max_bound()

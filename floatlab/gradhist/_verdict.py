@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from floatlab.exact import exact_decimal, scientific
 from floatlab.formats import FloatFormat
 from floatlab.text import percent
 
@@ -183,6 +184,15 @@ class ScaleAdvice:
         }
 
 
+def _short(q: Fraction, spec: str = "g") -> str:
+    """``format(q, spec)`` as a float64 would print it, and, beyond float64's range (a format may
+    reach 2^16383), its exact value cut to 6 significant digits."""
+    if q.numerator.bit_length() - q.denominator.bit_length() < 1000:
+        return format(float(q), spec)
+    text, _ = scientific(exact_decimal(q), keep=6)
+    return text.replace("...", "")
+
+
 def _advice_text(
     lo: int,
     hi: int,
@@ -198,11 +208,11 @@ def _advice_text(
 ) -> str:
     """The reason of a :class:`ScaleAdvice` for values whose binades run from 2^lo to 2^hi."""
     t = before.total
-    scale = f"2^{k} = {math.ldexp(1.0, k):g}" if k else "1"
+    scale = f"2^{k} = {math.ldexp(1.0, k):g}" if k else "1"  # (k is within float64's range)
     bits = f"{headroom} bit{'s' if headroom != 1 else ''}"
     parts = [
-        f"max|x| <= {float(bound):.4g} (binade 2^{hi}); {f.name} holds up to {f.max:g}, so with "
-        f"{bits} of headroom (max|x| * scale <= {float(limit):g}) the scale may go up to 2^{k_max}.",
+        f"max|x| <= {_short(bound, '.4g')} (binade 2^{hi}); {f.name} holds up to {_short(f.max_exact)}, "
+        f"so with {bits} of headroom (max|x| * scale <= {_short(limit)}) the scale may go up to 2^{k_max}.",
         f"At scale 1, {percent(before.flushed, t)} of the values flush to zero, "
         f"{percent(before.subnormal, t)} are subnormal and {percent(before.overflow, t)} overflow.",
     ]

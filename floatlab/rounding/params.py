@@ -167,43 +167,54 @@ def _encode_params_base(
         ovf_mag = fmt.nan_code or 0
     else:
         ovf_mag = fmt.max_code
-    return EncodeParams(
-        in_mantissa_bits=m_in,
-        in_exponent_mask=(1 << src.exponent_bits) - 1,
-        in_bias=src.bias,
-        in_bits=src.bits,
-        in_emin=src.emin,
-        # subnormal inputs need their true exponent when the target reaches below them
-        true_exponent=int(full or fmt.emin < src.emin),
-        daz=int(not subnormals),
-        mantissa_bits=m_t,
-        emin=fmt.emin,
-        emax=fmt.emax,
-        max_code=fmt.max_code,
-        shift_cap=min(m_in + 2, lanes - 1),
-        sign_bit=fmt.bits - 1,
-        mode_rne=int(mode == "rne"),
-        mode_rna=int(mode == "rna"),
-        mode_rup=int(mode == "rup"),
-        mode_rdown=int(mode == "rdown"),
-        mode_rodd=int(mode == "rodd"),
-        mode_stochastic=int(mode == "stochastic"),
-        overflow_to_max=int(saturate or mode in ("rtz", "rodd") or not fmt.has_nan),
-        overflow_mag=ovf_mag,
-        inf_mag=inf_mag,
-        nan_base=nan_base,
-        payload_mask=pmask,
-        payload_shr=max(m_in - m_t, 0),
-        payload_shl=max(m_t - m_in, 0),
-        fnuz=int(fmt.encoding == "fnuz"),
-        ftz=int(not subnormals),
-        random_mask=((1 << random_bits) - 1) << (32 - random_bits),
-        quiet_bit=1 << (m_in - 1),
-        has_nan=int(sp.has_nan),
-        has_inf=int(sp.has_inf),
-        key0=0,
-        key1=0,
+    return _int64_fields(
+        EncodeParams(
+            in_mantissa_bits=m_in,
+            in_exponent_mask=(1 << src.exponent_bits) - 1,
+            in_bias=src.bias,
+            in_bits=src.bits,
+            in_emin=src.emin,
+            # subnormal inputs need their true exponent when the target reaches below them
+            true_exponent=int(full or fmt.emin < src.emin),
+            daz=int(not subnormals),
+            mantissa_bits=m_t,
+            emin=fmt.emin,
+            emax=fmt.emax,
+            max_code=fmt.max_code,
+            shift_cap=min(m_in + 2, lanes - 1),
+            sign_bit=fmt.bits - 1,
+            mode_rne=int(mode == "rne"),
+            mode_rna=int(mode == "rna"),
+            mode_rup=int(mode == "rup"),
+            mode_rdown=int(mode == "rdown"),
+            mode_rodd=int(mode == "rodd"),
+            mode_stochastic=int(mode == "stochastic"),
+            overflow_to_max=int(saturate or mode in ("rtz", "rodd") or not fmt.has_nan),
+            overflow_mag=ovf_mag,
+            inf_mag=inf_mag,
+            nan_base=nan_base,
+            payload_mask=pmask,
+            payload_shr=max(m_in - m_t, 0),
+            payload_shl=max(m_t - m_in, 0),
+            fnuz=int(fmt.encoding == "fnuz"),
+            ftz=int(not subnormals),
+            random_mask=((1 << random_bits) - 1) << (32 - random_bits),
+            quiet_bit=1 << (m_in - 1),
+            has_nan=int(sp.has_nan),
+            has_inf=int(sp.has_inf),
+            key0=0,
+            key1=0,
+        )
     )
+
+
+def _int64_fields(p: EncodeParams) -> EncodeParams:
+    """``p`` with every field an int64: a 64-bit code at or above 2^63 (the NaN of a 64-bit fnuz
+    format is the sign bit alone) is stored as the int64 with the same bits. The loops read each
+    such field through a cast to their unsigned lane type, which restores it; an int above int64's
+    range would make the compiled loop's argument a uint64, which numba converts back to an already
+    compiled int64 signature, and overflows."""
+    return p._make(v - (1 << 64) if v >= 1 << 63 else v for v in p)
 
 
 def _special_into(sp: FloatFormat, own: FloatFormat, what: str, saturate: bool) -> int:
