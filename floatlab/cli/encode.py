@@ -24,7 +24,6 @@ from floatlab.cli._common import (
     bold,
     dim,
     fraction_text,
-    hex_code,
     parse_formats,
     sci,
     short_decimal,
@@ -33,6 +32,7 @@ from floatlab.cli._common import (
 from floatlab.codec import Encoded, encode, parse_value
 from floatlab.formats import FloatFormat
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, Flags, check_rounding
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

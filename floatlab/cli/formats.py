@@ -15,9 +15,10 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, hex_code, table
+from floatlab.cli._common import UI, View, add_common_options, bold, dim, table
 from floatlab.codec import decode, encode
 from floatlab.formats import FORMATS, FloatFormat, get_format
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_common_options, bold, table
+from floatlab.io import atomic_output
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -133,10 +134,12 @@ def copy_lessons(dest: str | Path, *, force: bool = False, source: Path | None =
     copied, kept = [], []
     for src in files:
         target = folder / src.name
-        if target.exists() and not force:
+        # (lexists: a dangling link is there too; the copy replaces a link, never writes through it)
+        if os.path.lexists(target) and not force:
             kept.append(src.name)
             continue
-        shutil.copyfile(src, target)
+        with atomic_output(target) as tmp:
+            shutil.copyfile(src, tmp)
         copied.append(src.name)
     return CopyReport(folder.resolve(), tuple(copied), tuple(kept))
 

@@ -27,12 +27,12 @@ from floatlab.cli._common import (
     bold,
     dim,
     fraction_text,
-    hex_code,
-    read_npy,
     sci,
 )
 from floatlab.formats import FloatFormat, get_format
+from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
     import numpy as np
@@ -249,8 +249,11 @@ def round_array_view(
 
     f = get_format(fmt)
     mode = check_rounding(rounding)
-    if out is not None and not force and _same_file(path, out):
+    if out is not None and not force and same_file(path, out):
         raise ValueError(f"-o {out!r} is the input file: expected another name (or --force to overwrite it)")
+    # (with --force the output may replace the input: the new file is renamed over it only
+    # once it is complete, so a failed write leaves the input as it was)
+    check_outputs([("-o", out)])
     x = _load(path)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
@@ -266,8 +269,7 @@ def round_array_view(
         rel = np.abs(r64[ok] - x64[ok]) / np.abs(x64[ok])
     max_rel = float(rel.max()) if rel.size else 0.0
     if out is not None:
-        with open(out, "wb") as fh:  # np.save on a name would append ".npy" to one without it
-            np.save(fh, rounded, allow_pickle=False)
+        save_npy(out, rounded)
     n = int(x.size)
     lines = [
         bold(f"{path}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color),
@@ -287,12 +289,6 @@ def round_array_view(
         "output": out,
     }
     return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _count(stats: Any, name: str) -> int:

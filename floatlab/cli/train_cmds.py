@@ -22,6 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from floatlab.cli._common import UI, View, add_color_options, bold, dim, style, table
+from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name, write_atomic
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -331,27 +332,40 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     """
     cfg = config_from_args(args, args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
+    json_file = _json_file(args)
+    # every output can be written, and none is the checkpoint read or another output: checked
+    # before the first step, so that a long run never ends in an error or overwrites its input
+    check_outputs(
+        [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file)],
+        [("--resume", args.resume)],
+        suffixes={"--checkpoint": (".npz",), "--history": (".json", ".npz")},
+    )
     trainer = _fit(cfg, args.quiet, resume=args.resume, backend=_backend(args))
     if args.checkpoint:
-        trainer.save(args.checkpoint)
+        with atomic_output(args.checkpoint) as tmp:
+            trainer.save(tmp)
     if args.history:
-        trainer.history.save(args.history)
+        with atomic_output(args.history) as tmp:
+            trainer.history.save(tmp)
     view = train_view(trainer, color=ui.color)
-    json_opt = getattr(args, "json", None)
-    if isinstance(json_opt, str):
-        _write_json(json_opt, {**view.data, "history": trainer.history.to_dict()})
+    if json_file is not None:
+        _write_json(json_file, {**view.data, "history": trainer.history.to_dict()})
         UI(color=ui.color, json=False, stream=ui.stream).show(view)
     else:
         ui.show(view)
     return 0
 
 
+def _json_file(args: argparse.Namespace) -> str | None:
+    """The FILE of ``--json FILE``; None for a plain ``--json`` (print JSON) or none."""
+    json_opt = getattr(args, "json", None)
+    return json_opt if isinstance(json_opt, str) else None
+
+
 def _write_json(path: str, data: Any) -> None:
     from floatlab.cli._common import _jsonable
 
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(_jsonable(data), f, indent=1, allow_nan=False)
-        f.write("\n")
+    write_atomic(path, json.dumps(_jsonable(data), indent=1, allow_nan=False) + "\n")
 
 
 # ---- compare ------------------------------------------------------------------------------------
@@ -411,23 +425,31 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     configs = [config_from_args(args, p) for p in args.policies]
     for c in configs:
         c.make_policy()
+    json_file = _json_file(args)
+    plot = None if args.plot is None else figure_name(args.plot)
+    check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
     backend = _backend(args)
     histories = []
     for c in configs:
         trainer = _fit(c, args.quiet, label=c.precision, backend=backend)
         histories.append(trainer.history)
     view = compare_view(histories, color=ui.color)
-    if args.plot:
+    if plot is not None:
         from floatlab.train import compare
 
-        compare(histories, args.plot, title=f"{args.model} on {args.data}, seed {args.seed}")
+        try:
+            with atomic_output(plot) as tmp:
+                compare(histories, tmp, title=f"{args.model} on {args.data}, seed {args.seed}")
+        except Exception:
+            if json_file is not None:  # the runs are not lost with the figure
+                _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+            raise
         view = View(
-            view.text + "\n" + dim(f"  curves written to {args.plot}", ui.color),
-            {**view.data, "plot": args.plot},
+            view.text + "\n" + dim(f"  curves written to {plot}", ui.color),
+            {**view.data, "plot": plot},
         )
-    json_opt = getattr(args, "json", None)
-    if isinstance(json_opt, str):
-        _write_json(json_opt, {**view.data, "histories": [h.to_dict() for h in histories]})
+    if json_file is not None:
+        _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
         UI(color=ui.color, json=False, stream=ui.stream).show(view)
     else:
         ui.show(view)
