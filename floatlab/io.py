@@ -63,9 +63,14 @@ def _sync_folder(folder: str) -> None:
             os.close(fd)
 
 
+def _name(path: str) -> str:
+    """A file name for a message: repr'd (control characters escaped), cut when absurdly long."""
+    return repr(path) if len(path) <= 300 else _name(path)
+
+
 def _cannot_write(target: str, e: OSError) -> ValueError:
     reason = e.strerror or str(e) or type(e).__name__
-    return ValueError(f"cannot write {shown(target)}: {reason} (nothing written; any old file is unchanged)")
+    return ValueError(f"cannot write {_name(target)}: {reason} (nothing written; any old file is unchanged)")
 
 
 @contextlib.contextmanager
@@ -89,7 +94,7 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[str]:
     stem, ext = os.path.splitext(os.path.basename(path))
     if os.path.exists(path) and not os.path.isfile(path):
         # a rename over a device, a FIFO or a folder would replace it: refuse
-        raise ValueError(f"cannot write {shown(path)}: it exists and is not a regular file")
+        raise ValueError(f"cannot write {_name(path)}: it exists and is not a regular file")
     try:
         mode = os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else _umask_mode()
         fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=f".tmp{ext}", dir=folder)
@@ -158,7 +163,7 @@ def save_npy(target: str | os.PathLike[str], array: Any) -> str:
     """
     import numpy as np
 
-    return write_atomic(target, lambda fh: np.save(_Stream(fh), array, allow_pickle=False))  # type: ignore[arg-type]
+    return write_atomic(target, lambda fh: np.save(_Stream(fh), array, allow_pickle=False))
 
 
 #: the figure formats the plots take, by suffix
@@ -214,22 +219,22 @@ def check_outputs(
     given = [(opt, p) for opt, p in outputs if p is not None]
     sources = [(opt, p) for opt, p in inputs if p is not None]
     for i, (opt, path) in enumerate(given):
-        name = shown(path)
+        name = _name(path)
         if not isinstance(path, str) or not path:
             raise ValueError(f"{opt} {name}: expected a file name")
+        if os.path.isdir(path):
+            raise ValueError(f"{opt} {name} is a directory: expected a file name")
         allowed = (suffixes or {}).get(opt)
         if allowed and os.path.splitext(path)[1].lower() not in allowed:
             raise ValueError(f"{opt} {name}: expected a name ending in {', '.join(allowed)}")
         folder = os.path.dirname(os.path.abspath(path))
-        if os.path.isdir(path):
-            raise ValueError(f"{opt} {name} is a directory: expected a file name")
         if os.path.exists(path) and not os.path.isfile(path):
             raise ValueError(f"{opt} {name} is not a regular file: expected a file name to write")
         if not os.path.isdir(folder):
             what = "is not a folder" if os.path.exists(folder) else "does not exist"
-            raise ValueError(f"{opt} {name}: the folder {shown(folder)} {what}")
+            raise ValueError(f"{opt} {name}: the folder {_name(folder)} {what}")
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"{opt} {name}: the folder {shown(folder)} is not writable")
+            raise ValueError(f"{opt} {name}: the folder {_name(folder)} is not writable")
         for other, src in sources:
             if same_file(path, src):
                 raise ValueError(f"{opt} {name} is the file given to {other}: expected another name")
