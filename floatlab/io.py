@@ -28,8 +28,6 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from floatlab.exact import shown
-
 __all__ = [
     "FIGURE_SUFFIXES",
     "atomic_output",

@@ -193,7 +193,9 @@ def test_train_refuses_an_output_that_is_an_input_or_another_output(
     assert checkpoint.read_bytes() == before
 
 
-def test_train_refuses_the_checkpoint_through_a_link(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_refuses_the_checkpoint_through_a_link(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     link = checkpoint.parent / "link.npz"
     link.symlink_to(checkpoint)
     never_train(monkeypatch)

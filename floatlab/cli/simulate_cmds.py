@@ -14,7 +14,6 @@ True
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 from typing import TYPE_CHECKING, Any
@@ -29,10 +28,11 @@ from floatlab.cli._common import (
     fraction_text,
     sci,
 )
+from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
 from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import hex_code
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +59,6 @@ MAX_TERMS = 10_000_000
 
 # a negative number in any notation the value parser takes is an argument, not an option
 _NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)")
-_POWER_OF_TWO = re.compile(r"2\^([-+]?\d+)")
 _MODES_HELP = f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne)"
 _FORMAT_HELP = "the format: fp16, bf16, e4m3, ... (default: fp16)"
 _SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
@@ -340,26 +339,26 @@ def underflow_view(
 
 
 def _scale(scale: str | float) -> float:
-    """A scale given as a number or as a power of two written 2^k (loss scales usually are)."""
-    if isinstance(scale, str):
-        from floatlab.codec import parse_value
+    """A loss scale in the one scale grammar (:func:`floatlab.text.parse_scale`: ``1024``,
+    ``2^10``, ``2**10``, ``0.5``, ``1/8``), or the negative of one: any finite nonzero float.
 
-        power = _POWER_OF_TWO.fullmatch(scale.strip())
-        if power is not None:
-            k = int(power.group(1))
-            if abs(k) > 1000:
-                raise ValueError(f"--scale {scale!r}: expected 2^k with |k| <= 1000")
-            return math.ldexp(1.0, k)
-        parsed = parse_value(scale)
-        try:
-            value = float(parsed)
-        except OverflowError:  # beyond float64's range
-            value = math.inf
-    else:
-        value = float(scale)
-    if not math.isfinite(value) or value == 0:
-        raise ValueError(f"--scale {scale!r}: expected a finite nonzero number such as 1024")
-    return value
+    >>> _scale("2^10"), _scale("-0.5"), _scale(3.0)
+    (1024.0, -0.5, 3.0)
+    """
+    try:
+        if isinstance(scale, str):
+            text = scale.strip()
+            negative = text.startswith("-")
+            q = parse_scale(text[1:] if negative else text, "--scale")
+        else:
+            negative = scale < 0
+            q = as_scale(-scale if negative else scale, "--scale")
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"--scale {shown(str(scale))}: expected a finite nonzero number such as 1024, 2^10 or 0.5, "
+            f"in magnitude {SCALE_RANGE_TEXT}"
+        ) from None
+    return -float(q) if negative else float(q)
 
 
 def run_underflow(args: argparse.Namespace, ui: UI) -> int:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from floatlab.cli._common import UI, View, add_color_options, bold, dim, style, table
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name, write_atomic
+from floatlab.text import parse_scale
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -120,7 +121,9 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--scaler", metavar="PRESET", help="dynamic scaler preset: torch, keras, tf1, apex, mindspore"
     )
-    sw.add_argument("--static-scale", type=float, metavar="S", help="the scale of static loss scaling")
+    sw.add_argument(
+        "--static-scale", metavar="S", help="the scale of static loss scaling: 65536, 2^16, 0.5, ..."
+    )
     sw.add_argument("--fp32-reductions", type=_on_off, metavar="on|off", help="accumulate reductions in fp32")
     sw.add_argument(
         "--fp32-ops", metavar="LIST", help="ops kept in fp32: softmax,log,exp,sum,norm, all or none"
@@ -147,6 +150,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v
+    if isinstance(out.get("static_scale"), str):
+        out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))
     if getattr(args, "fp32_ops", None) is not None:
         out["fp32_ops"] = parse_fp32_ops(args.fp32_ops)
     return out
