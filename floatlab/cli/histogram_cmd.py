@@ -34,7 +34,7 @@ from floatlab.io import (
     read_npz,
     read_torch,
 )
-from floatlab.text import parse_scale
+from floatlab.text import parse_scale, percent
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -162,8 +162,8 @@ def histogram_view(
         for k, h in hists.items():
             v = h.verdict(f0, 1, rounding)
             lines.append(
-                f"  {k:<{wname}}  {h.total:>12,}  {100 * v.fraction('flushed'):>13.3g}%  "
-                f"{100 * v.fraction('subnormal'):>8.3g}%"
+                f"  {k:<{wname}}  {h.total:>12,}  {percent(v.fraction('flushed')):>14}  "
+                f"{percent(v.fraction('subnormal')):>9}"
             )
         lines.append("")
     results = []

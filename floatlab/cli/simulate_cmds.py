@@ -32,7 +32,7 @@ from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
 from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale, percent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -272,7 +272,7 @@ def round_array_view(
     n = int(x.size)
     lines = [
         bold(f"{path}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color),
-        *(f"  {k:<10}{v:>12,}  {100 * v / n if n else 0:.3g}%" for k, v in counts.items()),
+        *(f"  {k:<10}{v:>12,}  {percent(v, n)}" for k, v in counts.items()),
         f"  largest relative error {max_rel:.3g} (over {int(ok.sum()):,} finite nonzero values)",
     ]
     if out is not None:

@@ -230,7 +230,7 @@ class Progress:
 
     def epoch_done(self, epoch: int, epochs: int, final: dict[str, Any]) -> None:
         line = (
-            f"{self.label} epoch {epoch}/{epochs}: test accuracy {100 * final['test_accuracy']:.2f} %, "
+            f"{self.label} epoch {epoch}/{epochs}: test accuracy {_pct(final['test_accuracy'])}, "
             f"test loss {final['test_loss']:.4f}"
         )
         if self.tty:
@@ -275,6 +275,13 @@ def _fit(
 
 # ---- train --------------------------------------------------------------------------------------
 def _pct(v: float | None, digits: int = 2) -> str:
+    """A share with a fixed number of decimals, so that the columns of the training tables line
+    up ("-" for none). The one percent formatter of the training commands; the other commands use
+    :func:`floatlab.text.percent` (three significant digits).
+
+    >>> _pct(0.5), _pct(0.0123, 1), _pct(None)
+    ('50.00 %', '1.2 %', '-')
+    """
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f} %"
 
 
