@@ -369,6 +369,11 @@ def read_torch(path: str) -> dict[str, Any]:
     or list of them), by dotted name. It is read with ``weights_only=True``: nothing is
     unpickled but tensors and plain containers. One ValueError naming the file otherwise (torch
     missing, a damaged or foreign file, no floating-point tensors).
+
+    >>> read_torch("/nonexistent/grads.pt")
+    Traceback (most recent call last):
+    ...
+    ValueError: no such file: '/nonexistent/grads.pt' (expected a torch .pt file)
     """
     first_bytes(path, "a torch .pt file")
     try:

@@ -131,8 +131,16 @@ def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> lis
     return notes
 
 
-def _with_notes(text: str, notes: list[str], color: bool) -> str:
-    return text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
+def _with_notes(text: str, notes: list[str], color: bool, header: str | None = None) -> str:
+    """``text`` (a library report, as it is) under a bold ``header`` line, and the notes below it.
+
+    >>> print(_with_notes("report", ["ftz"], False, header="g.npy"))
+    g.npy:
+    report
+      (ftz)
+    """
+    top = bold(f"{header}:", color) + "\n" if header else ""
+    return top + text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
 
 
 # ---- add ----------------------------------------------------------------------------------------
@@ -156,9 +164,7 @@ def add_view(
 
     mode = check_rounding(rounding)
     e = explain_add(a, b, fmt, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals)
-    lines = e.report().split("\n")
-    lines[0] = bold(lines[0], color)
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
+    return View(_with_notes(e.report(), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
 
 
 def run_add(args: argparse.Namespace, ui: UI) -> int:
@@ -332,10 +338,8 @@ def underflow_view(
     s = _scale(scale)
     rng = _rng(mode, seed)
     r = underflow(_load(path), fmt, scale=s, rounding=mode, rng=rng, saturate=saturate, subnormals=subnormals)
-    lines = r.report().split("\n")
-    lines[0] = bold(f"{path}: {lines[0]}", color)
     data = {"input": path, **r.to_dict()}
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+    return View(_with_notes(r.report(), _notes(saturate, subnormals, seed, mode), color, header=path), data)
 
 
 def _scale(scale: str | float) -> float:
@@ -429,15 +433,13 @@ def accumulate_view(
     notes = _notes(False, True, seed, mode)
     if method is None and accumulator is None:
         cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
-        lines = cmp.report().split("\n")
-        lines[0] = bold(f"{what}: {lines[0]}", color)
+        # the sequential run's explanation: its report less the title and the result line, which
+        # the table above already shows
         detail = cmp.results[0].report().split("\n")[2:]
-        text = "\n".join(lines + (["", f"  sequential in {f.name}:", *detail] if detail else []))
-        return View(_with_notes(text, notes, color), {"terms": what, **cmp.to_dict()})
+        text = "\n".join([cmp.report(), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
+        return View(_with_notes(text, notes, color, header=what), {"terms": what, **cmp.to_dict()})
     r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)
-    lines = r.report().split("\n")
-    lines[0] = bold(f"{what}: {lines[0]}", color)
-    return View(_with_notes("\n".join(lines), notes, color), {"terms": what, **r.to_dict()})
+    return View(_with_notes(r.report(), notes, color, header=what), {"terms": what, **r.to_dict()})
 
 
 def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
