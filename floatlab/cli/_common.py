@@ -16,6 +16,7 @@ import decimal
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_FORMAT_BY_WIDTH",
     "UI",
     "View",
+    "add_command",
     "add_common_options",
     "bold",
     "dim",
@@ -177,6 +179,42 @@ class UI:
         """Print the view: its JSON data with ``--json``, its text otherwise."""
         self.write(self.dumps(view.data) if self.json else view.text)
         self.out.flush()
+
+
+# a negative number in any notation the value parser takes (-1e-5, -.5, -inf, -Infinity, -NaN,
+# -0x1p-3) is an argument, not an option
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)", re.IGNORECASE)
+
+
+def add_command(
+    subparsers: Subparsers,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    epilog: str | None = None,
+    negative_numbers: bool = False,
+) -> argparse.ArgumentParser:
+    """Add the command ``name``: ``help`` in the command list, ``description`` and the examples of
+    ``epilog`` printed as written; with ``negative_numbers``, arguments such as ``-1e-5`` or
+    ``-inf`` are values, not options.
+
+    >>> p = argparse.ArgumentParser()
+    >>> sub = add_command(p.add_subparsers(), "x", help="h", description="d", negative_numbers=True)
+    >>> sub.add_argument("value") and None
+    >>> sub.parse_args(["-Infinity"]).value
+    '-Infinity'
+    """
+    p = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if negative_numbers:
+        p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
+    return p
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

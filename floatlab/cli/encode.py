@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from floatlab.cli._common import (
     UI,
     View,
+    add_command,
     add_common_options,
     bold,
     dim,
@@ -53,20 +53,18 @@ values are parsed exactly: decimals (0.1, -1e-5), fractions (1/3), hex floats
 (0x1.8p-3), inf, -inf, nan.
 """
 
-# a negative number in any notation the value parser takes is an argument, not an option
-_NEGATIVE_VALUE = r"^-(\d|\.\d|inf|nan|0x|0b)"
-
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``encode`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="show how a value is stored in one or more formats",
         description="Encode VALUE (parsed exactly) into each format: the stored code, its exact\n"
         "value and the rounding error. With a single -f and no --rounding: one row per\n"
         "rounding mode.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        negative_numbers=True,
     )
     p.add_argument("value", metavar="VALUE", help="the number: 0.1, -2.5e-3, 1/3, 0x1.8p-3, inf, nan")
     p.add_argument(
@@ -89,8 +87,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--no-subnormals", dest="subnormals", action="store_false", help="flush subnormals to zero"
     )
     add_common_options(p)
-    # argparse would take "-1e-5" or "-inf" for an option; the value parser knows better
-    p._negative_number_matcher = re.compile(_NEGATIVE_VALUE)
     p.set_defaults(run=run)
     return p
 

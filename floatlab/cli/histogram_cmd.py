@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, parse_formats
+from floatlab.cli._common import UI, View, add_command, add_common_options, bold, dim, parse_formats
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -209,25 +209,15 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         inputs = [("FILE", f) for f in args.files]
         check_outputs([("--plot", p) for p in plots], inputs, suffixes={"--plot": FIGURE_SUFFIXES})
     hists = load_histograms(args.files)
-    ui.show(
-        histogram_view(
-            hists,
-            args.fmt,
-            scale=scale,
-            recommend=args.recommend,
-            headroom=args.headroom,
-            rounding=args.rounding,
-            plot=args.plot,
-            width=args.width,
-            color=ui.color,
-        )
-    )
+    options = {k: getattr(args, k) for k in ("recommend", "headroom", "rounding", "plot", "width")}
+    ui.show(histogram_view(hists, args.fmt, scale=scale, **options, color=ui.color))
     return 0
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``histogram`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="count gradients by exponent: what flushes, turns subnormal or overflows in a format",
         description="Count the values of .npy, .npz or torch .pt files by base-2 exponent (exactly, "
@@ -235,7 +225,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "turns subnormal or overflows, unscaled and at a loss scale; --recommend picks the "
         "power-of-two scale that rescues the most values.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .pt/.pth (torch) files")
     p.add_argument(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_common_options, bold, table
+from floatlab.cli._common import UI, View, add_command, add_common_options, bold, table
 from floatlab.io import atomic_output
 
 if TYPE_CHECKING:
@@ -185,14 +185,14 @@ def _port(text: str) -> int:
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``lessons`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="copy the Jupyter lessons into a folder and start JupyterLab there",
         description="Copy floatlab's Jupyter lessons into DIR (lessons already there are kept) and\n"
         "start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:\n"
         "pip install 'floatlab[lessons]'.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"working folder (default {DEFAULT_DIR})"

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
 from floatlab.cli._common import (
     UI,
     View,
+    add_command,
     add_common_options,
     bold,
     dim,
@@ -57,8 +57,6 @@ NAMES: tuple[str, ...] = ("add", "round", "underflow", "accumulate")
 NAME = ", ".join(NAMES)
 MAX_TERMS = 10_000_000
 
-# a negative number in any notation the value parser takes is an argument, not an option
-_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)")
 _MODES_HELP = f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne)"
 _FORMAT_HELP = "the format: fp16, bf16, e4m3, ... (default: fp16)"
 _SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
@@ -69,15 +67,14 @@ _FTZ_HELP = "flush subnormals to zero"
 def _parser(
     subparsers: Subparsers, name: str, help_: str, description: str, epilog: str
 ) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        name,
-        help=help_,
-        description=description,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    return add_command(
+        subparsers, name, help=help_, description=description, epilog=epilog, negative_numbers=True
     )
-    p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
-    return p
+
+
+def _rounding_args(args: argparse.Namespace, ui: UI) -> dict[str, Any]:
+    """The options of :func:`_rounding_options` (and the colour) as a view's keyword arguments."""
+    return {"seed": args.seed, "saturate": args.saturate, "subnormals": args.subnormals, "color": ui.color}
 
 
 def _format_options(p: argparse.ArgumentParser) -> None:
@@ -169,18 +166,7 @@ def add_view(
 
 def run_add(args: argparse.Namespace, ui: UI) -> int:
     """Print the explained sum."""
-    ui.show(
-        add_view(
-            args.a,
-            args.b,
-            args.fmt,
-            args.rounding,
-            seed=args.seed,
-            saturate=args.saturate,
-            subnormals=args.subnormals,
-            color=ui.color,
-        )
-    )
+    ui.show(add_view(args.a, args.b, args.fmt, args.rounding, **_rounding_args(args, ui)))
     return 0
 
 
@@ -303,12 +289,7 @@ def _count(stats: Any, name: str) -> int:
 
 def run_round(args: argparse.Namespace, ui: UI) -> int:
     """Print the rounded value, or the summary of the rounded array."""
-    common: dict[str, Any] = {
-        "seed": args.seed,
-        "saturate": args.saturate,
-        "subnormals": args.subnormals,
-        "color": ui.color,
-    }
+    common = _rounding_args(args, ui)
     if _is_array_file(args.value):
         view = round_array_view(args.value, args.fmt, args.rounding, out=args.out, force=args.force, **common)
     else:
@@ -367,18 +348,8 @@ def _scale(scale: str | float) -> float:
 
 def run_underflow(args: argparse.Namespace, ui: UI) -> int:
     """Print the underflow report."""
-    ui.show(
-        underflow_view(
-            args.file,
-            args.fmt,
-            args.rounding,
-            scale=args.scale,
-            seed=args.seed,
-            saturate=args.saturate,
-            subnormals=args.subnormals,
-            color=ui.color,
-        )
-    )
+    view = underflow_view(args.file, args.fmt, args.rounding, scale=args.scale, **_rounding_args(args, ui))
+    ui.show(view)
     return 0
 
 
@@ -444,19 +415,8 @@ def accumulate_view(
 
 def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
     """Print the accumulation report."""
-    ui.show(
-        accumulate_view(
-            args.source,
-            args.fmt,
-            args.rounding,
-            value=args.value,
-            method=args.method,
-            accumulator=args.accumulator,
-            wide=args.wide,
-            seed=args.seed,
-            color=ui.color,
-        )
-    )
+    options = {k: getattr(args, k) for k in ("value", "method", "accumulator", "wide", "seed")}
+    ui.show(accumulate_view(args.source, args.fmt, args.rounding, **options, color=ui.color))
     return 0
 
 

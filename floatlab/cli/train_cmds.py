@@ -21,7 +21,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.cli._common import UI, View, add_color_options, bold, dim, style, table
+from floatlab.cli._common import UI, View, add_color_options, add_command, bold, dim, style, table
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name, write_atomic
 from floatlab.text import parse_scale
 
@@ -479,7 +479,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     from floatlab.train.policy import policy_names
 
     names = ", ".join(policy_names())
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
         help="train a model in a precision policy and report what the format did",
         description="Train a NumPy model (explicit forward and backward passes) with every low-precision "
@@ -490,7 +491,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab train --data underflow --precision fp16\n"
         "  floatlab train --precision mixed-fp16 --loss-scaling none --json run.json\n"
         "  floatlab train --precision fp16 --lr 0.005 --momentum 0 --update-rounding stochastic\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--precision", default="mixed-fp16", metavar="POLICY", help=f"{names} (default: mixed-fp16)"
@@ -504,7 +504,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     _output_options(p)
     p.set_defaults(run=run_train)
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "compare",
         help="train several precision policies with the same seed and compare them",
         description="Run each POLICY with the same model, data, seed and settings; print final accuracy, "
@@ -512,7 +513,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
         "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("policies", nargs="*", metavar="POLICY", help=names)
     p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")
