@@ -43,7 +43,8 @@ def run(argv: list[str]) -> tuple[int, str, str]:
 def error_line(argv: list[str]) -> str:
     status, out, err = run(argv)
     assert status == 2, (argv, out, err)
-    assert err.count("\n") == 1 and err.startswith("floatlab: error: "), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("floatlab: error: "), err
     assert "written" not in out
     return err
 
@@ -62,13 +63,15 @@ def run_limited(argv: list[str], limit: int, cwd: Path, warm: list[str]) -> subp
     command = [sys.executable, "-m", "floatlab"]
     kw: dict[str, Any] = {"cwd": cwd, "env": env, "capture_output": True, "text": True, "timeout": 300}
     assert subprocess.run([*command, *warm], **kw).returncode == 0
-    return subprocess.run([*command, *argv], **kw, preexec_fn=limit_files)  # noqa: PLW1509
+    return subprocess.run([*command, *argv], **kw, preexec_fn=limit_files)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("floatlab: error: "), proc.stderr
-    assert "cannot write" in proc.stderr and "File too large" in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("floatlab: error: "), proc.stderr
+    assert "cannot write" in proc.stderr
+    assert "File too large" in proc.stderr
     assert "written" not in proc.stdout
 
 
@@ -120,7 +123,8 @@ def test_round_output_is_complete(tmp_path: Path) -> None:
     src, out = tmp_path / "good.npy", tmp_path / "out"
     save_npy(src, np.linspace(0.1, 7.0, 1000))
     status, text, _ = run(["round", str(src), "-f", "bf16", "-o", str(out)])
-    assert status == 0 and "written to" in text
+    assert status == 0
+    assert "written to" in text
     assert np.load(out).shape == (1000,)  # the name as given: no ".npy" added
     no_temporaries(tmp_path)
 
@@ -136,9 +140,14 @@ def test_atomic_writer_keeps_the_old_file_on_any_error(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"cannot write .*t\.bin': No space left on device"):
         write_atomic(target, fail)
-    with pytest.raises(KeyError), atomic_output(target) as tmp:
-        Path(tmp).write_bytes(b"partial")
-        raise KeyError("not an OSError: passes through")
+
+    def interrupted() -> None:
+        with atomic_output(target) as tmp:
+            Path(tmp).write_bytes(b"partial")
+            raise KeyError("not an OSError: passes through")
+
+    with pytest.raises(KeyError):
+        interrupted()
     assert target.read_bytes() == OLD
     no_temporaries(tmp_path)
     write_atomic(target, b"new")
@@ -229,7 +238,8 @@ def test_train_checks_outputs_before_the_first_step(
     (tmp_path / "file.txt").write_text("x")
     never_train(monkeypatch)
     err = error_line(["train", *SMALL, option, name.format(dir=tmp_path)])
-    assert option in err and reason in err
+    assert option in err
+    assert reason in err
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any folder")
@@ -259,7 +269,8 @@ def test_compare_keeps_its_json_when_the_plot_fails(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(floatlab.train, "compare", no_space)
     results, plot = tmp_path / "r.json", tmp_path / "x.png"
     err = error_line(["compare", "fp32", *SMALL, "--plot", str(plot), "--json", str(results)])
-    assert "No space left on device" in err and "x.png" in err
+    assert "No space left on device" in err
+    assert "x.png" in err
     assert json.loads(results.read_text())["runs"][0]["steps"] > 0
     assert not plot.exists()
     no_temporaries(tmp_path)
@@ -275,7 +286,8 @@ def test_compare_plot_without_a_suffix_is_png(tmp_path: Path) -> None:
 def test_histogram_checks_the_plot_before_reading(tmp_path: Path) -> None:
     # the input does not exist either: the output is checked first, before any reading
     err = error_line(["histogram", str(tmp_path / "missing.npy"), "--plot", "/nonexistent/x.png"])
-    assert "--plot" in err and "does not exist" in err
+    assert "--plot" in err
+    assert "does not exist" in err
 
 
 def test_check_outputs_accepts_what_can_be_written(tmp_path: Path) -> None:
@@ -294,8 +306,10 @@ def test_lessons_copy_never_writes_through_a_link(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     (folder / name).symlink_to(outside)  # dangling
     report = copy_lessons(folder)
-    assert name in report.kept and not outside.exists()
+    assert name in report.kept
+    assert not outside.exists()
     outside.write_text("precious")
     copy_lessons(folder, force=True)
     assert outside.read_text() == "precious"
-    assert not (folder / name).is_symlink() and (folder / name).stat().st_size > 100
+    assert not (folder / name).is_symlink()
+    assert (folder / name).stat().st_size > 100

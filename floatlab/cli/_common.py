@@ -18,7 +18,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
@@ -193,11 +193,14 @@ def add_command(
     help: str,
     description: str,
     epilog: str | None = None,
+    run: Callable[[argparse.Namespace, UI], int] | None = None,
+    output_options: bool = False,
     negative_numbers: bool = False,
 ) -> argparse.ArgumentParser:
     """Add the command ``name``: ``help`` in the command list, ``description`` and the examples of
-    ``epilog`` printed as written; with ``negative_numbers``, arguments such as ``-1e-5`` or
-    ``-inf`` are values, not options.
+    ``epilog`` printed as written, ``run`` the function that runs it; ``output_options`` adds
+    ``--json`` and ``--color``/``--no-color``; with ``negative_numbers``, arguments such as
+    ``-1e-5`` or ``-inf`` are values, not options.
 
     >>> p = argparse.ArgumentParser()
     >>> sub = add_command(p.add_subparsers(), "x", help="h", description="d", negative_numbers=True)
@@ -214,6 +217,10 @@ def add_command(
     )
     if negative_numbers:
         p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
+    if output_options:
+        add_common_options(p)
+    if run is not None:
+        p.set_defaults(run=run)
     return p
 
 

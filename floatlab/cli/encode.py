@@ -20,7 +20,6 @@ from floatlab.cli._common import (
     UI,
     View,
     add_command,
-    add_common_options,
     bold,
     dim,
     fraction_text,
@@ -65,6 +64,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "rounding mode.",
         epilog=_EPILOG,
         negative_numbers=True,
+        run=run,
+        output_options=True,
     )
     p.add_argument("value", metavar="VALUE", help="the number: 0.1, -2.5e-3, 1/3, 0x1.8p-3, inf, nan")
     p.add_argument(
@@ -86,8 +87,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-subnormals", dest="subnormals", action="store_false", help="flush subnormals to zero"
     )
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

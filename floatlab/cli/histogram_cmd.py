@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_command, add_common_options, bold, dim, parse_formats
+from floatlab.cli._common import UI, View, add_command, bold, dim, parse_formats
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -225,6 +225,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "turns subnormal or overflows, unscaled and at a loss scale; --recommend picks the "
         "power-of-two scale that rescues the most values.",
         epilog=_EPILOG,
+        run=run,
+        output_options=True,
     )
     p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .pt/.pth (torch) files")
     p.add_argument(
@@ -244,8 +246,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("-r", "--rounding", metavar="MODE", default="rne", help="rne, rna, rtz, rup, rdown, rodd")
     p.add_argument("--plot", metavar="OUT.png", help="write a figure (PNG, SVG or PDF by suffix)")
     p.add_argument("--width", type=int, default=40, metavar="N", help="width of the text bars (default 40)")
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

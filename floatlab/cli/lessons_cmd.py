@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, add_common_options, bold, table
+from floatlab.cli._common import UI, View, add_command, bold, table
 from floatlab.io import atomic_output
 
 if TYPE_CHECKING:
@@ -193,6 +193,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:\n"
         "pip install 'floatlab[lessons]'.",
         epilog=_EPILOG,
+        run=run,
+        output_options=True,
     )
     p.add_argument(
         "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"working folder (default {DEFAULT_DIR})"
@@ -203,8 +205,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, help="serve JupyterLab on this port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     p.add_argument("--token", help="the access token JupyterLab asks for (default: a random one)")
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

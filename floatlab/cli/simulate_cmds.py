@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
@@ -22,7 +23,6 @@ from floatlab.cli._common import (
     UI,
     View,
     add_command,
-    add_common_options,
     bold,
     dim,
     fraction_text,
@@ -65,10 +65,22 @@ _FTZ_HELP = "flush subnormals to zero"
 
 # ---- shared -------------------------------------------------------------------------------------
 def _parser(
-    subparsers: Subparsers, name: str, help_: str, description: str, epilog: str
+    subparsers: Subparsers,
+    name: str,
+    help_: str,
+    description: str,
+    epilog: str,
+    run: Callable[[argparse.Namespace, UI], int],
 ) -> argparse.ArgumentParser:
     return add_command(
-        subparsers, name, help=help_, description=description, epilog=epilog, negative_numbers=True
+        subparsers,
+        name,
+        help=help_,
+        description=description,
+        epilog=epilog,
+        run=run,
+        output_options=True,
+        negative_numbers=True,
     )
 
 
@@ -433,12 +445,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab add 1 0.0001                  the update is swallowed in fp16\n"
         "  floatlab add 1 0.0001 -f bf16 -r rup   ... unless rounding up\n"
         "  floatlab add 1 -0.0003                 a negative update: the gap below 1 is half an ulp\n",
+        run=run_add,
     )
     p.add_argument("a", metavar="A", help="the first operand (the weight): 1, 0.1, 1/3, 0x1.8p-3, ...")
     p.add_argument("b", metavar="B", help="the second operand (the update)")
     _rounding_options(p)
-    add_common_options(p)
-    p.set_defaults(run=run_add)
 
     p = _parser(
         subparsers,
@@ -450,13 +461,12 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab round 0.1 -f bf16\n"
         "  floatlab round grads.npy -f e4m3 --saturate -o grads_e4m3.npy\n"
         "  floatlab round w.npy -f bf16 -r stochastic --seed 0 -o w_bf16.npy\n",
+        run=run_round,
     )
     p.add_argument("value", metavar="VALUE|FILE.npy", help="a number, or a .npy file of numbers")
     _rounding_options(p)
     p.add_argument("-o", "--out", metavar="OUT.npy", help="write the rounded array here (the input's dtype)")
     p.add_argument("--force", action="store_true", help="allow -o to name the input file and overwrite it")
-    add_common_options(p)
-    p.set_defaults(run=run_round)
 
     p = _parser(
         subparsers,
@@ -468,6 +478,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "examples:\n"
         "  floatlab underflow grads.npy -f fp16\n"
         "  floatlab underflow grads.npy -f fp16 --scale 1024     with a loss scale of 2^10\n",
+        run=run_underflow,
     )
     p.add_argument("file", metavar="FILE.npy", help="a .npy file of numbers")
     _rounding_options(p)
@@ -477,8 +488,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         metavar="S",
         help="multiply by S first: 1024 or 2^10 (exact for powers of two)",
     )
-    add_common_options(p)
-    p.set_defaults(run=run_underflow)
 
     p = _parser(
         subparsers,
@@ -492,6 +501,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab accumulate 1000 --value 100   past 65504 an fp16 sum is inf\n"
         "  floatlab accumulate 10000 -f bf16 -r stochastic --seed 0\n"
         "  floatlab accumulate losses.npy -f bf16 --method kahan\n",
+        run=run_accumulate,
     )
     p.add_argument("source", metavar="N|FILE.npy", help="how many copies of --value, or a .npy file of terms")
     _format_options(p)
@@ -503,8 +513,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--wide", default="fp32", metavar="FMT", help="the wider accumulator to compare (default: fp32)"
     )
-    add_common_options(p)
-    p.set_defaults(run=run_accumulate)
     return p
 
 
