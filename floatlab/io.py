@@ -267,6 +267,37 @@ def first_bytes(path: str, what: str) -> bytes:
         raise ValueError(f"cannot read {path!r}: {e.strerror or e} (expected {what})") from None
 
 
+_KINDS: dict[str, tuple[str, tuple[bytes, ...], tuple[bytes, ...], str, str]] = {
+    # kind: (what is expected, its magic, the other kind's magic, what the other kind is, what it is not)
+    "npy": (
+        "a .npy array file",
+        (_NPY_MAGIC,),
+        _ZIP_MAGIC,
+        "is a zip archive (a .npz or torch file)",
+        "it lacks the .npy magic bytes",
+    ),
+    "npz": (
+        "a .npz archive of arrays",
+        _ZIP_MAGIC,
+        (_NPY_MAGIC,),
+        "is a single .npy array, not a .npz archive",
+        "it is not a zip archive",
+    ),
+}
+
+
+def _check_kind(path: str, kind: str) -> str:
+    """Check by its first bytes that the file at ``path`` is a .npy or .npz (``kind``) file; return
+    what it is expected to be, for messages."""
+    what, magic, other, other_text, not_text = _KINDS[kind]
+    head = first_bytes(path, what)
+    if head.startswith(other):
+        raise ValueError(f"{path!r} {other_text}: expected {what}")
+    if not head.startswith(magic):
+        raise ValueError(f"{path!r} is not a .{kind} file ({not_text}): expected {what}")
+    return what
+
+
 def read_npy(path: str, *, mmap: bool = False) -> Any:
     """The array in the ``.npy`` file at ``path`` (memory-mapped with ``mmap``, else in memory).
 
@@ -287,12 +318,7 @@ def read_npy(path: str, *, mmap: bool = False) -> Any:
     """
     import numpy as np
 
-    what = "a .npy array file"
-    head = first_bytes(path, what)
-    if head.startswith(_ZIP_MAGIC):
-        raise ValueError(f"{path!r} is a zip archive (a .npz or torch file): expected a .npy array file")
-    if not head.startswith(_NPY_MAGIC):
-        raise ValueError(f"{path!r} is not a .npy file (it lacks the .npy magic bytes): expected {what}")
+    _check_kind(path, "npy")
     try:
         # memory-mapping first checks the header's shape against the file's size, so that a
         # corrupt header cannot make us allocate what the file does not hold
@@ -318,12 +344,7 @@ def read_npz(path: str) -> dict[str, Any]:
 
     import numpy as np
 
-    what = "a .npz archive of arrays"
-    head = first_bytes(path, what)
-    if head.startswith(_NPY_MAGIC):
-        raise ValueError(f"{path!r} is a single .npy array, not a .npz archive: expected {what}")
-    if not head.startswith(_ZIP_MAGIC):
-        raise ValueError(f"{path!r} is not a .npz file (it is not a zip archive): expected {what}")
+    what = _check_kind(path, "npz")
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():

@@ -250,20 +250,11 @@ def add_color_options(group: argparse._ArgumentGroup) -> None:
     >>> vars(p.parse_args(["--color"]))
     {'color': True}
     """
-    group.add_argument(
-        "--color",
-        dest="color",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="colour the output even when it is not a terminal",
-    )
-    group.add_argument(
-        "--no-color",
-        dest="color",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="never colour (also: set NO_COLOR); default: colour on a terminal",
-    )
+    for flag, action, text in (
+        ("--color", "store_true", "colour the output even when it is not a terminal"),
+        ("--no-color", "store_false", "never colour (also: set NO_COLOR); default: colour on a terminal"),
+    ):
+        group.add_argument(flag, dest="color", action=action, default=argparse.SUPPRESS, help=text)
 
 
 # ---- tables and numbers -------------------------------------------------------------------------
