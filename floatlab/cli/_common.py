@@ -28,6 +28,9 @@ from floatlab.formats import FORMATS, FloatFormat, get_format
 from floatlab.text import hex_code
 
 if TYPE_CHECKING:
+    from floatlab.codec import Encoded
+    from floatlab.rounding import Flags
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "add_common_options",
     "bold",
     "dim",
+    "encoded_data",
+    "flag_names",
     "fraction_text",
     "parse_code",
     "parse_formats",
@@ -352,6 +357,36 @@ def short_decimal(exact: str, q: Fraction | None, width: int = 28) -> str:
     d = _to_decimal(q, 20)
     text = f"{d:f}" if d == 0 or 1e-6 <= abs(d) < 1e21 else f"{d:e}"
     return text + "..."
+
+
+# ---- encoded values -----------------------------------------------------------------------------
+def encoded_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
+    """The JSON fields every command gives for a stored value: format, rounding, code, hex,
+    value and exact decimal.
+
+    >>> from floatlab.codec import encode
+    >>> encoded_data(encode(0.1, "fp16"), get_format("fp16"), "rne")["hex"]
+    '0x2E66'
+    """
+    d = enc.decoded
+    return {
+        "format": fmt.name,
+        "rounding": mode,
+        "code": int(enc),
+        "hex": hex_code(int(enc), fmt),
+        "value": d.value,
+        "exact": d.decimal,
+    }
+
+
+def flag_names(flags: Flags) -> list[str]:
+    """The names of the IEEE flags raised, lower case.
+
+    >>> from floatlab.rounding import Flags
+    >>> flag_names(Flags.INEXACT | Flags.UNDERFLOW)
+    ['inexact', 'underflow']
+    """
+    return [str(f.name).lower() for f in type(flags) if f and f in flags]
 
 
 # ---- codes --------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from floatlab.cli._common import (
     add_command,
     bold,
     dim,
+    encoded_data,
+    flag_names,
     fraction_text,
     parse_formats,
     sci,
@@ -30,7 +32,7 @@ from floatlab.cli._common import (
 )
 from floatlab.codec import Encoded, encode, parse_value
 from floatlab.formats import FloatFormat
-from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, Flags, check_rounding
+from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
 from floatlab.text import hex_code
 
 if TYPE_CHECKING:
@@ -90,10 +92,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _flag_names(flags: Flags) -> list[str]:
-    return [str(f.name).lower() for f in Flags if f and f in flags]
-
-
 def _float(q: Any) -> float:
     try:
         return float(q)
@@ -102,21 +100,15 @@ def _float(q: Any) -> float:
 
 
 def _row_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
-    d = enc.decoded
     err, rel = enc.error, enc.relative_error
     return {
-        "format": fmt.name,
-        "rounding": mode,
-        "code": int(enc),
-        "hex": hex_code(int(enc), fmt),
-        "value": d.value,
-        "exact": d.decimal,
+        **encoded_data(enc, fmt, mode),
         "error": None if err is None else _float(err),
         "error_exact": None if err is None else fraction_text(err),
         "abs_error": None if err is None else _float(abs(err)),
         "relative_error": None if rel is None else _float(abs(rel)),
-        "flags": _flag_names(enc.flags),
-        "decoded": d.to_dict(),
+        "flags": flag_names(enc.flags),
+        "decoded": enc.decoded.to_dict(),
     }
 
 
@@ -128,7 +120,7 @@ def _row_cells(enc: Encoded, fmt: FloatFormat) -> list[str]:
         short_decimal(d.decimal, d.exact),
         sci(None if err is None else abs(Fraction(err))),
         sci(None if enc.relative_error is None else abs(Fraction(enc.relative_error))),
-        ",".join(_flag_names(enc.flags)) or ("exact" if err == 0 else "-"),
+        ",".join(flag_names(enc.flags)) or ("exact" if err == 0 else "-"),
     ]
 
 

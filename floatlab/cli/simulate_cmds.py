@@ -25,6 +25,8 @@ from floatlab.cli._common import (
     add_command,
     bold,
     dim,
+    encoded_data,
+    flag_names,
     fraction_text,
     sci,
 )
@@ -208,7 +210,7 @@ def round_value_view(
     enc = encode(parse_value(value), f, mode, saturate=saturate, subnormals=subnormals, rng=_rng(mode, seed))
     d = enc.decoded
     err, rel = enc.error, enc.relative_error
-    flags = [str(flag.name).lower() for flag in type(enc.flags) if flag and flag in enc.flags]
+    flags = flag_names(enc.flags)
     title = f"{value.strip()} in {f.name}, {MODE_DESCRIPTIONS[mode]}"
     lines = [bold(title, color), f"  stored as {hex_code(int(enc), f)} = {d.decimal}"]
     if err is not None:
@@ -216,12 +218,7 @@ def round_value_view(
     lines.append(f"  flags: {', '.join(flags) or 'none'}")
     data = {
         "input": value.strip(),
-        "format": f.name,
-        "rounding": mode,
-        "code": int(enc),
-        "hex": hex_code(int(enc), f),
-        "value": d.value,
-        "exact": d.decimal,
+        **encoded_data(enc, f, mode),
         "error": None if err is None else fraction_text(err),
         "relative_error": None if rel is None else fraction_text(rel),
         "flags": flags,
