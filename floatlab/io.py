@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
@@ -227,7 +228,8 @@ def check_outputs(
             raise ValueError(f"{opt} {name}: expected a name ending in {', '.join(allowed)}")
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.exists(path) and not os.path.isfile(path):
-            raise ValueError(f"{opt} {name} is not a regular file: expected a file name to write")
+            kind = _kind_of(path)
+            raise ValueError(f"{opt} {name} is not a regular file ({kind}): expected a file to write")
         if not os.path.isdir(folder):
             what = "is not a folder" if os.path.exists(folder) else "does not exist"
             raise ValueError(f"{opt} {name}: the folder {_name(folder)} {what}")
@@ -246,8 +248,22 @@ _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a .npz archive, or a torch file (also a zip)
 
 
+def _kind_of(path: str) -> str:
+    mode = os.stat(path).st_mode
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
 def first_bytes(path: str, what: str) -> bytes:
-    """The first bytes of the file at ``path``, or a ValueError saying why it cannot be read.
+    """The first bytes of the file at ``path``, or a ValueError saying why it cannot be read
+    (missing, a directory, a FIFO or a device: anything but a regular file).
 
     >>> first_bytes("/nonexistent/x.npy", "a .npy array file")
     Traceback (most recent call last):
@@ -260,6 +276,8 @@ def first_bytes(path: str, what: str) -> bytes:
         raise ValueError(f"no such file: {path!r} (expected {what})")
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a directory: expected {what}")
+    if not os.path.isfile(path):  # a FIFO would block the read, a device never end it
+        raise ValueError(f"{path!r} is not a regular file ({_kind_of(path)}): expected {what}")
     try:
         with open(path, "rb") as fh:
             return fh.read(8)

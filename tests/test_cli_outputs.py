@@ -313,3 +313,24 @@ def test_lessons_copy_never_writes_through_a_link(tmp_path: Path) -> None:
     assert outside.read_text() == "precious"
     assert not (folder / name).is_symlink()
     assert (folder / name).stat().st_size > 100
+
+
+# ---- files that are not regular files: refused at once, never read or replaced ------------------
+def test_fifos_and_devices_are_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "f.npy"
+    os.mkfifo(fifo)
+    for argv in (
+        ["round", str(fifo)],
+        ["underflow", str(fifo)],
+        ["accumulate", str(fifo)],
+        ["histogram", str(fifo)],
+        ["round", "/dev/zero"],
+    ):
+        err = error_line(argv)
+        assert "is not a regular file" in err, (argv, err)
+    src = tmp_path / "g.npy"
+    save_npy(src, np.ones(3))
+    for out in (str(fifo), "/dev/null"):
+        assert "not a regular file" in error_line(["round", str(src), "-o", out])
+    assert fifo.exists()
+    assert Path("/dev/null").is_char_device()

@@ -30,6 +30,7 @@ from floatlab.io import (
     atomic_output,
     check_outputs,
     figure_name,
+    first_bytes,
     read_npy,
     read_npz,
     read_torch,
@@ -101,9 +102,7 @@ def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
     (named ``file:entry`` when several files are given)."""
     out: dict[str, GradHistogram] = {}
     for path in paths:
-        if not os.path.isfile(path):
-            what = "a directory" if os.path.isdir(path) else "no such file"
-            raise ValueError(f"{what}: {path!r} (expected a .npy, .npz or .pt file)")
+        first_bytes(path, "a .npy, .npz or .pt file")  # missing, a folder, a FIFO: one clear error
         low = path.lower()
         if low.endswith(".npz"):
             parts = _npz(path)

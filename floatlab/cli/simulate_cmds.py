@@ -116,7 +116,8 @@ def _rng(mode: str, seed: int | None) -> np.random.Generator | None:
 
 
 def _is_array_file(arg: str) -> bool:
-    return arg.lower().endswith(".npy") or os.path.isfile(arg)
+    # (a FIFO or a device is a file too, for the reader to refuse, not a number to parse)
+    return arg.lower().endswith(".npy") or os.path.exists(arg)
 
 
 def _load(path: str) -> npt.NDArray[Any]:
