@@ -157,6 +157,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# the run options (see _run_options) that TrainConfig takes under the same names
+_RUN_SETTINGS = (
+    "model", "data", "epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "clip",
+    "schedule", "warmup", "seed", "hidden", "activation", "d_model",
+)  # fmt: skip
+
+
 def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     """The :class:`~floatlab.train.TrainConfig` the options describe, for policy ``precision``.
 
@@ -169,25 +176,8 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     """
     from floatlab.train import TrainConfig
 
-    return TrainConfig(
-        model=args.model,
-        data=args.data,
-        precision=precision,
-        policy=_overrides(args),
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        clip=args.clip,
-        schedule=args.schedule,
-        warmup=args.warmup,
-        seed=args.seed,
-        hidden=args.hidden,
-        activation=args.activation,
-        d_model=args.d_model,
-    )
+    settings = {name: getattr(args, name) for name in _RUN_SETTINGS}
+    return TrainConfig(precision=precision, policy=_overrides(args), **settings)
 
 
 # ---- progress -----------------------------------------------------------------------------------
