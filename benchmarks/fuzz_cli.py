@@ -5,8 +5,9 @@ numbers (decimals, fractions, hex floats, huge and tiny exponents, long digit st
 (hex and binary of every width, decimals, malformed ones), format names and aliases (and typos),
 rounding modes, option values (negative, zero, huge, non-numeric), and files in a scratch folder:
 valid, truncated, empty, corrupt and hostile ``.npy``/``.npz``/``.pt`` files, a directory, paths
-that do not exist or cannot be written. Every case runs in-process with warnings turned into
-errors and must end with
+that do not exist or cannot be written, a FIFO, devices (``/dev/zero``, ``/dev/null``), links
+(dangling, to a folder), and outputs that name an input or another output. Every case runs
+in-process with warnings turned into errors and must end with
 
 * exit status 0, with nothing on stderr but ``floatlab: warning:`` lines (training faults), or
 * exit status 2, with exactly one other line on stderr, the last, starting ``floatlab: error:``;
@@ -206,15 +207,24 @@ def make_files(root: Path) -> Files:
         pass
     (root / "a_dir.npy").mkdir()
     (root / "text.json").write_text("{not json")
+    # the file system: a FIFO (a reader would block on it), links, a dangling link, devices
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "fifo.npy")
+    (root / "link.npy").symlink_to(ok)
+    (root / "dangling.npy").symlink_to(root / "nowhere.npy")
+    (root / "dir_link.npy").symlink_to(root / "a_dir.npy")
     f.inputs = [
         *sorted(str(p) for p in root.iterdir()),
         str(root / "missing.npy"),
         str(root / "missing.npz"),
         "/nonexistent/dir/x.npy",
+        "/dev/zero",
+        "/dev/null",
         "",
     ]
     out = root / "out"
     out.mkdir()
+    (out / "sub").mkdir()
     f.outputs = [
         str(out / "o.npy"),
         str(out / "o.npz"),
@@ -226,6 +236,11 @@ def make_files(root: Path) -> Files:
         str(root / "a_dir.npy"),
         str(ok),
         "/proc/version",
+        str(root / "fifo.npy"),
+        str(root / "dangling.npy"),
+        str(root / "dir_link.npy"),
+        "/dev/null",
+        str(out / "sub" / ".." / "o.npz"),  # the same file as another output, by another name
     ]
     return f
 

@@ -525,3 +525,36 @@ def test_decode_imports_nothing_heavy() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("value", ["-Infinity", "-INF", "-NaN", "-inf", "-1e-5", "-0x1p-3"])
+def test_negative_values_are_values_not_options(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["encode", value, "-f", "fp16", "--json"], ["round", value, "--json"]):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+        data = json.loads(capsys.readouterr().out)
+        assert data if isinstance(data, dict) else data[0]
+
+
+@pytest.mark.parametrize(
+    ("scale", "factor"),
+    [("1024", 1024.0), ("2^10", 1024.0), ("2**10", 1024.0), ("1/8", 0.125), ("-0.5", -0.5)],
+)
+def test_underflow_scale_grammar(
+    scale: str, factor: float, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "g.npy"
+    np.save(path, np.array([1e-3, 1e-6], np.float32))
+    assert main(["underflow", str(path), "--scale", scale, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scale"] == factor
+
+
+def test_static_scale_takes_the_scale_grammar(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["train", "--data", "underflow", "--epochs", "0", "--loss-scaling", "static", "-q", "--json"]
+    for text in ("65536", "2^16", "2**16"):
+        assert main([*base, "--static-scale", text]) == 0
+        assert json.loads(capsys.readouterr().out)["policy"]["static_scale"] == 65536.0
+    for text in ("0", "-4", "nan", "x"):
+        assert main([*base, "--static-scale", text]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"--static-scale {text!r}" in err, err

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from floatlab.cli import main
-from floatlab.cli._common import read_npy, read_npz
 from floatlab.cli.histogram_cmd import load_histograms
+from floatlab.io import read_npy, read_npz
 from floatlab.train import History
 from floatlab.train import checkpoint as ck
 

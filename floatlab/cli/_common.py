@@ -16,31 +16,36 @@ import decimal
 import json
 import math
 import os
+import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.codec import _int_str
+from floatlab.exact import int_str
 from floatlab.formats import FORMATS, FloatFormat, get_format
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
+    from floatlab.codec import Encoded
+    from floatlab.rounding import Flags
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = [
     "DEFAULT_FORMAT_BY_WIDTH",
     "UI",
     "View",
+    "add_command",
     "add_common_options",
     "bold",
     "dim",
+    "encoded_data",
+    "flag_names",
     "fraction_text",
-    "hex_code",
     "parse_code",
     "parse_formats",
-    "read_npy",
-    "read_npz",
     "sci",
     "short_decimal",
     "style",
@@ -112,8 +117,8 @@ def fraction_text(q: Fraction | int) -> str:
     ('-1/3', 5003)
     """
     q = Fraction(q)
-    numerator = _int_str(q.numerator)
-    return numerator if q.denominator == 1 else f"{numerator}/{_int_str(q.denominator)}"
+    numerator = int_str(q.numerator)
+    return numerator if q.denominator == 1 else f"{numerator}/{int_str(q.denominator)}"
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -181,6 +186,49 @@ class UI:
         self.out.flush()
 
 
+# a negative number in any notation the value parser takes (-1e-5, -.5, -inf, -Infinity, -NaN,
+# -0x1p-3) is an argument, not an option
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)", re.IGNORECASE)
+
+
+def add_command(
+    subparsers: Subparsers,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    epilog: str | None = None,
+    run: Callable[[argparse.Namespace, UI], int] | None = None,
+    output_options: bool = False,
+    negative_numbers: bool = False,
+) -> argparse.ArgumentParser:
+    """Add the command ``name``: ``help`` in the command list, ``description`` and the examples of
+    ``epilog`` printed as written, ``run`` the function that runs it; ``output_options`` adds
+    ``--json`` and ``--color``/``--no-color``; with ``negative_numbers``, arguments such as
+    ``-1e-5`` or ``-inf`` are values, not options.
+
+    >>> p = argparse.ArgumentParser()
+    >>> sub = add_command(p.add_subparsers(), "x", help="h", description="d", negative_numbers=True)
+    >>> sub.add_argument("value") and None
+    >>> sub.parse_args(["-Infinity"]).value
+    '-Infinity'
+    """
+    p = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if negative_numbers:
+        p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
+    if output_options:
+        add_common_options(p)
+    if run is not None:
+        p.set_defaults(run=run)
+    return p
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--json`` and ``--color``/``--no-color`` to ``parser``.
 
@@ -207,20 +255,11 @@ def add_color_options(group: argparse._ArgumentGroup) -> None:
     >>> vars(p.parse_args(["--color"]))
     {'color': True}
     """
-    group.add_argument(
-        "--color",
-        dest="color",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="colour the output even when it is not a terminal",
-    )
-    group.add_argument(
-        "--no-color",
-        dest="color",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="never colour (also: set NO_COLOR); default: colour on a terminal",
-    )
+    for flag, action, text in (
+        ("--color", "store_true", "colour the output even when it is not a terminal"),
+        ("--no-color", "store_false", "never colour (also: set NO_COLOR); default: colour on a terminal"),
+    ):
+        group.add_argument(flag, dest="color", action=action, default=argparse.SUPPRESS, help=text)
 
 
 # ---- tables and numbers -------------------------------------------------------------------------
@@ -320,14 +359,34 @@ def short_decimal(exact: str, q: Fraction | None, width: int = 28) -> str:
     return text + "..."
 
 
-def hex_code(code: int, fmt: FloatFormat) -> str:
-    """``code`` in hex, zero-padded to the width of ``fmt``.
+# ---- encoded values -----------------------------------------------------------------------------
+def encoded_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
+    """The JSON fields every command gives for a stored value: format, rounding, code, hex,
+    value and exact decimal.
 
-    >>> from floatlab.formats import FP16
-    >>> hex_code(0x3C00, FP16), hex_code(1, FP16)
-    ('0x3C00', '0x0001')
+    >>> from floatlab.codec import encode
+    >>> encoded_data(encode(0.1, "fp16"), get_format("fp16"), "rne")["hex"]
+    '0x2E66'
     """
-    return f"0x{code:0{(fmt.bits + 3) // 4}X}"
+    d = enc.decoded
+    return {
+        "format": fmt.name,
+        "rounding": mode,
+        "code": int(enc),
+        "hex": hex_code(int(enc), fmt),
+        "value": d.value,
+        "exact": d.decimal,
+    }
+
+
+def flag_names(flags: Flags) -> list[str]:
+    """The names of the IEEE flags raised, lower case.
+
+    >>> from floatlab.rounding import Flags
+    >>> flag_names(Flags.INEXACT | Flags.UNDERFLOW)
+    ['inexact', 'underflow']
+    """
+    return [str(f.name).lower() for f in type(flags) if f and f in flags]
 
 
 # ---- codes --------------------------------------------------------------------------------------
@@ -422,107 +481,3 @@ def parse_formats(items: Sequence[str] | None, default: Sequence[str] = ()) -> l
     if any(not n for n in names):
         raise ValueError(f"empty format name in {', '.join(items)!r}: expected names such as fp16,bf16")
     return [get_format(n) for n in names]
-
-
-# ---- array files --------------------------------------------------------------------------------
-_NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a .npz archive, or a torch file (also a zip)
-
-
-def _first_bytes(path: str, what: str) -> bytes:
-    """The first bytes of the file at ``path``, or a ValueError saying why it cannot be read."""
-    if not isinstance(path, str) or not path:
-        raise ValueError(f"file name {path!r}: expected the path of {what}")
-    if not os.path.exists(path):
-        raise ValueError(f"no such file: {path!r} (expected {what})")
-    if os.path.isdir(path):
-        raise ValueError(f"{path!r} is a directory: expected {what}")
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(8)
-    except OSError as e:
-        raise ValueError(f"cannot read {path!r}: {e.strerror or e} (expected {what})") from None
-
-
-def read_npy(path: str, *, mmap: bool = False) -> Any:
-    """The array in the ``.npy`` file at ``path`` (memory-mapped with ``mmap``, else in memory).
-
-    Anything else is one ValueError naming the file: a missing file, a directory, a ``.npz``
-    or torch archive, a file that is not a ``.npy`` at all, a truncated header, a header whose
-    shape needs more bytes than the file holds (checked before anything is allocated), or an
-    array of Python objects (never unpickled).
-
-    >>> import numpy as np, tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
-    >>> np.save(path, np.arange(3.0)); read_npy(path).tolist()
-    [0.0, 1.0, 2.0]
-    >>> with open(path, "r+b") as fh: _ = fh.truncate(os.path.getsize(path) - 1)
-    >>> read_npy(path)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: cannot read '...x.npy' as a .npy array: mmap length is greater than file size
-    """
-    import numpy as np
-
-    what = "a .npy array file"
-    head = _first_bytes(path, what)
-    if head.startswith(_ZIP_MAGIC):
-        raise ValueError(f"{path!r} is a zip archive (a .npz or torch file): expected a .npy array file")
-    if not head.startswith(_NPY_MAGIC):
-        raise ValueError(f"{path!r} is not a .npy file (it lacks the .npy magic bytes): expected {what}")
-    try:
-        # memory-mapping first checks the header's shape against the file's size, so that a
-        # corrupt header cannot make us allocate what the file does not hold
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        if not mmap:
-            arr = np.array(arr)
-    except Exception as e:  # numpy raises several kinds for a damaged file; all mean the same here
-        raise ValueError(f"cannot read {path!r} as a .npy array: {e}") from None
-    return arr
-
-
-def read_npz(path: str) -> dict[str, Any]:
-    """Every array of the ``.npz`` archive at ``path``, by name; one ValueError naming the file
-    for anything else (as :func:`read_npy`; a damaged zip, an entry that is not a .npy array, an
-    entry whose header asks for more bytes than it holds, object arrays).
-
-    >>> import numpy as np, tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.npz")
-    >>> np.savez(path, a=np.ones(2)); {k: v.tolist() for k, v in read_npz(path).items()}
-    {'a': [1.0, 1.0]}
-    """
-    import zipfile
-
-    import numpy as np
-
-    what = "a .npz archive of arrays"
-    head = _first_bytes(path, what)
-    if head.startswith(_NPY_MAGIC):
-        raise ValueError(f"{path!r} is a single .npy array, not a .npz archive: expected {what}")
-    if not head.startswith(_ZIP_MAGIC):
-        raise ValueError(f"{path!r} is not a .npz file (it is not a zip archive): expected {what}")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                with zf.open(info) as member:
-                    _check_npy_entry(member, info.file_size, info.filename)
-        with np.load(path, allow_pickle=False) as z:
-            return {name: z[name] for name in z.files}
-    except Exception as e:  # zipfile, zlib and numpy raise several kinds; all mean a damaged file
-        raise ValueError(f"cannot read {path!r} as {what}: {e}") from None
-
-
-def _check_npy_entry(fh: Any, size: int, name: str) -> None:
-    """Raise when the .npy header of an archive entry asks for more bytes than the entry holds."""
-    from numpy.lib import format as npy_format
-
-    if fh.read(6) != _NPY_MAGIC:
-        raise ValueError(f"entry {name!r} is not a .npy array")
-    major, _minor = fh.read(2)
-    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
-    shape, _fortran, dtype = read_header(fh)
-    need = math.prod(shape) * dtype.itemsize
-    if not dtype.hasobject and need > size:
-        raise ValueError(
-            f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
-        )

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_common_options, parse_code
+from floatlab.cli._common import UI, View, add_command, parse_code
 from floatlab.codec import decode
 from floatlab.formats import FloatFormat, get_format
 
@@ -35,14 +35,16 @@ examples:
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``decode`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="show what one or more codes (bit patterns) mean",
         description="Decode codes (bit patterns) into sign, exponent, fraction and exact value.\n"
         "Without -f the width of a hex or binary literal picks the format: 4 hex digits\n"
         "(16 binary digits) fp16, 8 fp32, 16 fp64; other widths need -f.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        output_options=True,
     )
     p.add_argument(
         "codes", nargs="+", metavar="CODE", help="hex (0x7bff), binary (0b...) or, with -f, decimal"
@@ -50,8 +52,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "-f", "--format", dest="fmt", metavar="FMT", help="the format of every CODE (fp16, bf16, e4m3, ...)"
     )
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

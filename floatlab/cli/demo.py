@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_common_options, style
+from floatlab.cli._common import UI, View, add_command, style
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -132,12 +132,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``demo`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="a short tour of floatlab",
-        description="A short tour of floatlab: what a code means, how a value is stored in each "
+        description="A short tour of floatlab: what a code means, how a value is stored in each\n"
         "format, the formats side by side, and more.",
+        run=run,
+        output_options=True,
     )
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -20,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from floatlab.cli._common import (
     UI,
     View,
-    add_common_options,
+    add_command,
     bold,
     dim,
+    encoded_data,
+    flag_names,
     fraction_text,
-    hex_code,
     parse_formats,
     sci,
     short_decimal,
@@ -32,7 +32,8 @@ from floatlab.cli._common import (
 )
 from floatlab.codec import Encoded, encode, parse_value
 from floatlab.formats import FloatFormat
-from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, Flags, check_rounding
+from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -53,20 +54,20 @@ values are parsed exactly: decimals (0.1, -1e-5), fractions (1/3), hex floats
 (0x1.8p-3), inf, -inf, nan.
 """
 
-# a negative number in any notation the value parser takes is an argument, not an option
-_NEGATIVE_VALUE = r"^-(\d|\.\d|inf|nan|0x|0b)"
-
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``encode`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="show how a value is stored in one or more formats",
         description="Encode VALUE (parsed exactly) into each format: the stored code, its exact\n"
         "value and the rounding error. With a single -f and no --rounding: one row per\n"
         "rounding mode.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        negative_numbers=True,
+        run=run,
+        output_options=True,
     )
     p.add_argument("value", metavar="VALUE", help="the number: 0.1, -2.5e-3, 1/3, 0x1.8p-3, inf, nan")
     p.add_argument(
@@ -88,15 +89,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-subnormals", dest="subnormals", action="store_false", help="flush subnormals to zero"
     )
-    add_common_options(p)
-    # argparse would take "-1e-5" or "-inf" for an option; the value parser knows better
-    p._negative_number_matcher = re.compile(_NEGATIVE_VALUE)
-    p.set_defaults(run=run)
     return p
-
-
-def _flag_names(flags: Flags) -> list[str]:
-    return [str(f.name).lower() for f in Flags if f and f in flags]
 
 
 def _float(q: Any) -> float:
@@ -107,21 +100,15 @@ def _float(q: Any) -> float:
 
 
 def _row_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
-    d = enc.decoded
     err, rel = enc.error, enc.relative_error
     return {
-        "format": fmt.name,
-        "rounding": mode,
-        "code": int(enc),
-        "hex": hex_code(int(enc), fmt),
-        "value": d.value,
-        "exact": d.decimal,
+        **encoded_data(enc, fmt, mode),
         "error": None if err is None else _float(err),
         "error_exact": None if err is None else fraction_text(err),
         "abs_error": None if err is None else _float(abs(err)),
         "relative_error": None if rel is None else _float(abs(rel)),
-        "flags": _flag_names(enc.flags),
-        "decoded": d.to_dict(),
+        "flags": flag_names(enc.flags),
+        "decoded": enc.decoded.to_dict(),
     }
 
 
@@ -133,7 +120,7 @@ def _row_cells(enc: Encoded, fmt: FloatFormat) -> list[str]:
         short_decimal(d.decimal, d.exact),
         sci(None if err is None else abs(Fraction(err))),
         sci(None if enc.relative_error is None else abs(Fraction(enc.relative_error))),
-        ",".join(_flag_names(enc.flags)) or ("exact" if err == 0 else "-"),
+        ",".join(flag_names(enc.flags)) or ("exact" if err == 0 else "-"),
     ]
 
 

@@ -15,9 +15,10 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, hex_code, table
+from floatlab.cli._common import UI, View, add_command, bold, dim, table
 from floatlab.codec import decode, encode
 from floatlab.formats import FORMATS, FloatFormat, get_format
+from floatlab.text import hex_code
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -35,20 +36,20 @@ _ENCODING_WORDS = {
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``formats`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="list the formats side by side, or show one in detail",
         description="Without FMT: a table of every registered format (layout, bias, range,\n"
         "precision, special values). With FMT: all its properties and the codes of its\n"
         "landmark values (0, 1, max, smallest normal and subnormal, inf, NaN).",
         epilog="examples:\n  floatlab formats\n  floatlab formats bf16\n  floatlab formats e4m3 --json\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        output_options=True,
     )
     p.add_argument(
         "fmt", nargs="?", metavar="FMT", help="a format name or alias (fp16, half, bfloat16, e4m3, ...)"
     )
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

@@ -20,12 +20,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_common_options, bold, dim, parse_formats, read_npy, read_npz
+from floatlab.cli._common import UI, View, add_command, bold, dim, parse_formats
+from floatlab.io import (
+    FIGURE_SUFFIXES,
+    atomic_output,
+    check_outputs,
+    figure_name,
+    first_bytes,
+    read_npy,
+    read_npz,
+    read_torch,
+)
+from floatlab.text import parse_scale, percent
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -35,7 +45,6 @@ __all__ = [
     "NAME",
     "histogram_view",
     "load_histograms",
-    "parse_scale",
     "register",
     "run",
     "synthetic_gradients",
@@ -53,30 +62,6 @@ examples:
   floatlab histogram step*.npz -f fp16,bf16,e5m2       every array of several files, three formats
   floatlab histogram model_grads.pt --plot grads.png   a torch state file, and a figure
 """
-
-
-def parse_scale(text: str) -> Fraction:
-    """A loss scale as typed: ``1024``, ``2^10``, ``2**10``, ``0.5``, ``1/8``.
-
-    >>> parse_scale("2^10"), parse_scale("2**-3"), parse_scale("1e3")
-    (Fraction(1024, 1), Fraction(1, 8), Fraction(1000, 1))
-    """
-    t = text.strip().replace(" ", "")
-    m = re.fullmatch(r"2(?:\^|\*\*)([+-]?\d{1,5})", t, re.ASCII)
-    from floatlab.codec import parse_value
-
-    try:
-        # parse_value bounds the exponent, where Fraction("1e999999999") would compute 10^999999999
-        v = Fraction(2) ** int(m.group(1)) if m else parse_value(t)
-    except ValueError:
-        v = Fraction(-1)
-    q = v if isinstance(v, Fraction) else Fraction(-1)  # inf, nan and -0 are no scales
-    if q <= 0:
-        raise ValueError(f"--scale {text[:40]!r}: expected a positive number such as 1024, 2^10 or 0.5")
-    # the verdicts report the scale as a float64
-    if q >= 2**1024 or q < Fraction(1, 2**1074):
-        raise ValueError(f"--scale {text[:40]!r}: expected a scale from 2^-1074 to below 2^1024")
-    return q
 
 
 # ---- reading ----------------------------------------------------------------------------------
@@ -106,39 +91,10 @@ def _npz(path: str) -> dict[str, GradHistogram]:
     return out
 
 
-def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:
-    """Collect the floating-point tensors of a (nested) state dict, list or tensor."""
-    if hasattr(obj, "is_floating_point") and hasattr(obj, "detach"):
-        if obj.is_floating_point():
-            out[prefix or "tensor"] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _tensors(v, f"{prefix}.{k}" if prefix else str(k), out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _tensors(v, f"{prefix}.{i}" if prefix else str(i), out)
-
-
 def _pt(path: str) -> dict[str, GradHistogram]:
-    try:
-        import torch
-    except ImportError:
-        raise ValueError(
-            f"reading {path!r} needs torch: pip install torch (or save the gradients as .npz)"
-        ) from None
     from floatlab.gradhist import GradHistogram
 
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many kinds for a file that is not a state file
-        raise ValueError(f"cannot read {path!r} as a torch file: {e}") from None
-    found: dict[str, Any] = {}
-    _tensors(obj, "", found)
-    if not found:
-        raise ValueError(
-            f"{path!r} holds no floating-point tensors: expected a tensor or a state dict of them"
-        )
-    return {name: GradHistogram(t) for name, t in found.items()}
+    return {name: GradHistogram(t) for name, t in read_torch(path).items()}
 
 
 def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
@@ -146,9 +102,7 @@ def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
     (named ``file:entry`` when several files are given)."""
     out: dict[str, GradHistogram] = {}
     for path in paths:
-        if not os.path.isfile(path):
-            what = "a directory" if os.path.isdir(path) else "no such file"
-            raise ValueError(f"{what}: {path!r} (expected a .npy, .npz or .pt file)")
+        first_bytes(path, "a .npy, .npz or .pt file")  # missing, a folder, a FIFO: one clear error
         low = path.lower()
         if low.endswith(".npz"):
             parts = _npz(path)
@@ -168,7 +122,7 @@ def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
 # ---- the view ---------------------------------------------------------------------------------
 def _plot_paths(path: str, names: list[str]) -> list[str]:
     if len(names) == 1:
-        return [path]
+        return [figure_name(path)]
     stem, ext = os.path.splitext(path)
     return [f"{stem}-{n}{ext or '.png'}" for n in names]
 
@@ -207,8 +161,8 @@ def histogram_view(
         for k, h in hists.items():
             v = h.verdict(f0, 1, rounding)
             lines.append(
-                f"  {k:<{wname}}  {h.total:>12,}  {100 * v.fraction('flushed'):>13.3g}%  "
-                f"{100 * v.fraction('subnormal'):>8.3g}%"
+                f"  {k:<{wname}}  {h.total:>12,}  {percent(v.fraction('flushed')):>14}  "
+                f"{percent(v.fraction('subnormal')):>9}"
             )
         lines.append("")
     results = []
@@ -233,7 +187,8 @@ def histogram_view(
         results.append(entry)
         if plot is not None:
             path = _plot_paths(plot, [g.name for g in formats])[i]
-            total.plot(f, scale=s, recommend=recommend, headroom=headroom, rounding=rounding, path=path)
+            with atomic_output(path) as tmp:
+                total.plot(f, scale=s, recommend=recommend, headroom=headroom, rounding=rounding, path=tmp)
             entry["plot"] = path
             lines.append(dim(f"figure written to {path}", color))
         lines.append("")
@@ -248,26 +203,20 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     scale = parse_scale(args.scale) if args.scale is not None else None
     if args.headroom < 0:
         raise ValueError(f"--headroom {args.headroom}: expected a number of bits >= 0")
+    if args.plot is not None:
+        plots = _plot_paths(args.plot, [f.name for f in parse_formats(args.fmt, default=["fp16"])])
+        inputs = [("FILE", f) for f in args.files]
+        check_outputs([("--plot", p) for p in plots], inputs, suffixes={"--plot": FIGURE_SUFFIXES})
     hists = load_histograms(args.files)
-    ui.show(
-        histogram_view(
-            hists,
-            args.fmt,
-            scale=scale,
-            recommend=args.recommend,
-            headroom=args.headroom,
-            rounding=args.rounding,
-            plot=args.plot,
-            width=args.width,
-            color=ui.color,
-        )
-    )
+    options = {k: getattr(args, k) for k in ("recommend", "headroom", "rounding", "plot", "width")}
+    ui.show(histogram_view(hists, args.fmt, scale=scale, **options, color=ui.color))
     return 0
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``histogram`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="count gradients by exponent: what flushes, turns subnormal or overflows in a format",
         description="Count the values of .npy, .npz or torch .pt files by base-2 exponent (exactly, "
@@ -275,7 +224,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "turns subnormal or overflows, unscaled and at a loss scale; --recommend picks the "
         "power-of-two scale that rescues the most values.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        output_options=True,
     )
     p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .pt/.pth (torch) files")
     p.add_argument(
@@ -295,8 +245,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("-r", "--rounding", metavar="MODE", default="rne", help="rne, rna, rtz, rup, rdown, rodd")
     p.add_argument("--plot", metavar="OUT.png", help="write a figure (PNG, SVG or PDF by suffix)")
     p.add_argument("--width", type=int, default=40, metavar="N", help="width of the text bars (default 40)")
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_common_options, bold, table
+from floatlab.cli._common import UI, View, add_command, bold, table
+from floatlab.io import atomic_output
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -133,10 +134,12 @@ def copy_lessons(dest: str | Path, *, force: bool = False, source: Path | None =
     copied, kept = [], []
     for src in files:
         target = folder / src.name
-        if target.exists() and not force:
+        # (lexists: a dangling link is there too; the copy replaces a link, never writes through it)
+        if os.path.lexists(target) and not force:
             kept.append(src.name)
             continue
-        shutil.copyfile(src, target)
+        with atomic_output(target) as tmp:
+            shutil.copyfile(src, tmp)
         copied.append(src.name)
     return CopyReport(folder.resolve(), tuple(copied), tuple(kept))
 
@@ -182,14 +185,16 @@ def _port(text: str) -> int:
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``lessons`` command to ``subparsers``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         NAME,
         help="copy the Jupyter lessons into a folder and start JupyterLab there",
         description="Copy floatlab's Jupyter lessons into DIR (lessons already there are kept) and\n"
         "start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:\n"
         "pip install 'floatlab[lessons]'.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        output_options=True,
     )
     p.add_argument(
         "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"working folder (default {DEFAULT_DIR})"
@@ -200,8 +205,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, help="serve JupyterLab on this port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     p.add_argument("--token", help="the access token JupyterLab asks for (default: a random one)")
-    add_common_options(p)
-    p.set_defaults(run=run)
     return p
 
 

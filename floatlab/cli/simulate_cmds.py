@@ -14,25 +14,27 @@ True
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
 from floatlab.cli._common import (
     UI,
     View,
-    add_common_options,
+    add_command,
     bold,
     dim,
+    encoded_data,
+    flag_names,
     fraction_text,
-    hex_code,
-    read_npy,
     sci,
 )
+from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
+from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale, percent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,9 +59,6 @@ NAMES: tuple[str, ...] = ("add", "round", "underflow", "accumulate")
 NAME = ", ".join(NAMES)
 MAX_TERMS = 10_000_000
 
-# a negative number in any notation the value parser takes is an argument, not an option
-_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)")
-_POWER_OF_TWO = re.compile(r"2\^([-+]?\d+)")
 _MODES_HELP = f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne)"
 _FORMAT_HELP = "the format: fp16, bf16, e4m3, ... (default: fp16)"
 _SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
@@ -68,17 +67,28 @@ _FTZ_HELP = "flush subnormals to zero"
 
 # ---- shared -------------------------------------------------------------------------------------
 def _parser(
-    subparsers: Subparsers, name: str, help_: str, description: str, epilog: str
+    subparsers: Subparsers,
+    name: str,
+    help_: str,
+    description: str,
+    epilog: str,
+    run: Callable[[argparse.Namespace, UI], int],
 ) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
+    return add_command(
+        subparsers,
         name,
         help=help_,
         description=description,
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        output_options=True,
+        negative_numbers=True,
     )
-    p._negative_number_matcher = _NEGATIVE_VALUE  # argparse would take "-1e-5" for an option
-    return p
+
+
+def _rounding_args(args: argparse.Namespace, ui: UI) -> dict[str, Any]:
+    """The options of :func:`_rounding_options` (and the colour) as a view's keyword arguments."""
+    return {"seed": args.seed, "saturate": args.saturate, "subnormals": args.subnormals, "color": ui.color}
 
 
 def _format_options(p: argparse.ArgumentParser) -> None:
@@ -106,7 +116,8 @@ def _rng(mode: str, seed: int | None) -> np.random.Generator | None:
 
 
 def _is_array_file(arg: str) -> bool:
-    return arg.lower().endswith(".npy") or os.path.isfile(arg)
+    # (a FIFO or a device is a file too, for the reader to refuse, not a number to parse)
+    return arg.lower().endswith(".npy") or os.path.exists(arg)
 
 
 def _load(path: str) -> npt.NDArray[Any]:
@@ -132,8 +143,16 @@ def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> lis
     return notes
 
 
-def _with_notes(text: str, notes: list[str], color: bool) -> str:
-    return text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
+def _with_notes(text: str, notes: list[str], color: bool, header: str | None = None) -> str:
+    """``text`` (a library report, as it is) under a bold ``header`` line, and the notes below it.
+
+    >>> print(_with_notes("report", ["ftz"], False, header="g.npy"))
+    g.npy:
+    report
+      (ftz)
+    """
+    top = bold(f"{header}:", color) + "\n" if header else ""
+    return top + text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
 
 
 # ---- add ----------------------------------------------------------------------------------------
@@ -157,25 +176,12 @@ def add_view(
 
     mode = check_rounding(rounding)
     e = explain_add(a, b, fmt, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals)
-    lines = e.report().split("\n")
-    lines[0] = bold(lines[0], color)
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
+    return View(_with_notes(e.report(), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
 
 
 def run_add(args: argparse.Namespace, ui: UI) -> int:
     """Print the explained sum."""
-    ui.show(
-        add_view(
-            args.a,
-            args.b,
-            args.fmt,
-            args.rounding,
-            seed=args.seed,
-            saturate=args.saturate,
-            subnormals=args.subnormals,
-            color=ui.color,
-        )
-    )
+    ui.show(add_view(args.a, args.b, args.fmt, args.rounding, **_rounding_args(args, ui)))
     return 0
 
 
@@ -205,7 +211,7 @@ def round_value_view(
     enc = encode(parse_value(value), f, mode, saturate=saturate, subnormals=subnormals, rng=_rng(mode, seed))
     d = enc.decoded
     err, rel = enc.error, enc.relative_error
-    flags = [str(flag.name).lower() for flag in type(enc.flags) if flag and flag in enc.flags]
+    flags = flag_names(enc.flags)
     title = f"{value.strip()} in {f.name}, {MODE_DESCRIPTIONS[mode]}"
     lines = [bold(title, color), f"  stored as {hex_code(int(enc), f)} = {d.decimal}"]
     if err is not None:
@@ -213,12 +219,7 @@ def round_value_view(
     lines.append(f"  flags: {', '.join(flags) or 'none'}")
     data = {
         "input": value.strip(),
-        "format": f.name,
-        "rounding": mode,
-        "code": int(enc),
-        "hex": hex_code(int(enc), f),
-        "value": d.value,
-        "exact": d.decimal,
+        **encoded_data(enc, f, mode),
         "error": None if err is None else fraction_text(err),
         "relative_error": None if rel is None else fraction_text(rel),
         "flags": flags,
@@ -249,8 +250,11 @@ def round_array_view(
 
     f = get_format(fmt)
     mode = check_rounding(rounding)
-    if out is not None and not force and _same_file(path, out):
+    if out is not None and not force and same_file(path, out):
         raise ValueError(f"-o {out!r} is the input file: expected another name (or --force to overwrite it)")
+    # (with --force the output may replace the input: the new file is renamed over it only
+    # once it is complete, so a failed write leaves the input as it was)
+    check_outputs([("-o", out)])
     x = _load(path)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
@@ -266,12 +270,11 @@ def round_array_view(
         rel = np.abs(r64[ok] - x64[ok]) / np.abs(x64[ok])
     max_rel = float(rel.max()) if rel.size else 0.0
     if out is not None:
-        with open(out, "wb") as fh:  # np.save on a name would append ".npy" to one without it
-            np.save(fh, rounded, allow_pickle=False)
+        save_npy(out, rounded)
     n = int(x.size)
     lines = [
         bold(f"{path}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color),
-        *(f"  {k:<10}{v:>12,}  {100 * v / n if n else 0:.3g}%" for k, v in counts.items()),
+        *(f"  {k:<10}{v:>12,}  {percent(v, n)}" for k, v in counts.items()),
         f"  largest relative error {max_rel:.3g} (over {int(ok.sum()):,} finite nonzero values)",
     ]
     if out is not None:
@@ -289,12 +292,6 @@ def round_array_view(
     return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
 
 
-def _same_file(a: str, b: str) -> bool:
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return os.path.abspath(a) == os.path.abspath(b)
-
-
 def _count(stats: Any, name: str) -> int:
     value = stats[name] if isinstance(stats, dict) else getattr(stats, name)
     return int(value)
@@ -302,12 +299,7 @@ def _count(stats: Any, name: str) -> int:
 
 def run_round(args: argparse.Namespace, ui: UI) -> int:
     """Print the rounded value, or the summary of the rounded array."""
-    common: dict[str, Any] = {
-        "seed": args.seed,
-        "saturate": args.saturate,
-        "subnormals": args.subnormals,
-        "color": ui.color,
-    }
+    common = _rounding_args(args, ui)
     if _is_array_file(args.value):
         view = round_array_view(args.value, args.fmt, args.rounding, out=args.out, force=args.force, **common)
     else:
@@ -337,49 +329,37 @@ def underflow_view(
     s = _scale(scale)
     rng = _rng(mode, seed)
     r = underflow(_load(path), fmt, scale=s, rounding=mode, rng=rng, saturate=saturate, subnormals=subnormals)
-    lines = r.report().split("\n")
-    lines[0] = bold(f"{path}: {lines[0]}", color)
     data = {"input": path, **r.to_dict()}
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+    return View(_with_notes(r.report(), _notes(saturate, subnormals, seed, mode), color, header=path), data)
 
 
 def _scale(scale: str | float) -> float:
-    """A scale given as a number or as a power of two written 2^k (loss scales usually are)."""
-    if isinstance(scale, str):
-        from floatlab.codec import parse_value
+    """A loss scale in the one scale grammar (:func:`floatlab.text.parse_scale`: ``1024``,
+    ``2^10``, ``2**10``, ``0.5``, ``1/8``), or the negative of one: any finite nonzero float.
 
-        power = _POWER_OF_TWO.fullmatch(scale.strip())
-        if power is not None:
-            k = int(power.group(1))
-            if abs(k) > 1000:
-                raise ValueError(f"--scale {scale!r}: expected 2^k with |k| <= 1000")
-            return math.ldexp(1.0, k)
-        parsed = parse_value(scale)
-        try:
-            value = float(parsed)
-        except OverflowError:  # beyond float64's range
-            value = math.inf
-    else:
-        value = float(scale)
-    if not math.isfinite(value) or value == 0:
-        raise ValueError(f"--scale {scale!r}: expected a finite nonzero number such as 1024")
-    return value
+    >>> _scale("2^10"), _scale("-0.5"), _scale(3.0)
+    (1024.0, -0.5, 3.0)
+    """
+    try:
+        if isinstance(scale, str):
+            text = scale.strip()
+            negative = text.startswith("-")
+            q = parse_scale(text[1:] if negative else text, "--scale")
+        else:
+            negative = scale < 0
+            q = as_scale(-scale if negative else scale, "--scale")
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"--scale {shown(str(scale))}: expected a finite nonzero number such as 1024, 2^10 or 0.5, "
+            f"in magnitude {SCALE_RANGE_TEXT}"
+        ) from None
+    return -float(q) if negative else float(q)
 
 
 def run_underflow(args: argparse.Namespace, ui: UI) -> int:
     """Print the underflow report."""
-    ui.show(
-        underflow_view(
-            args.file,
-            args.fmt,
-            args.rounding,
-            scale=args.scale,
-            seed=args.seed,
-            saturate=args.saturate,
-            subnormals=args.subnormals,
-            color=ui.color,
-        )
-    )
+    view = underflow_view(args.file, args.fmt, args.rounding, scale=args.scale, **_rounding_args(args, ui))
+    ui.show(view)
     return 0
 
 
@@ -434,32 +414,19 @@ def accumulate_view(
     notes = _notes(False, True, seed, mode)
     if method is None and accumulator is None:
         cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
-        lines = cmp.report().split("\n")
-        lines[0] = bold(f"{what}: {lines[0]}", color)
+        # the sequential run's explanation: its report less the title and the result line, which
+        # the table above already shows
         detail = cmp.results[0].report().split("\n")[2:]
-        text = "\n".join(lines + (["", f"  sequential in {f.name}:", *detail] if detail else []))
-        return View(_with_notes(text, notes, color), {"terms": what, **cmp.to_dict()})
+        text = "\n".join([cmp.report(), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
+        return View(_with_notes(text, notes, color, header=what), {"terms": what, **cmp.to_dict()})
     r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)
-    lines = r.report().split("\n")
-    lines[0] = bold(f"{what}: {lines[0]}", color)
-    return View(_with_notes("\n".join(lines), notes, color), {"terms": what, **r.to_dict()})
+    return View(_with_notes(r.report(), notes, color, header=what), {"terms": what, **r.to_dict()})
 
 
 def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
     """Print the accumulation report."""
-    ui.show(
-        accumulate_view(
-            args.source,
-            args.fmt,
-            args.rounding,
-            value=args.value,
-            method=args.method,
-            accumulator=args.accumulator,
-            wide=args.wide,
-            seed=args.seed,
-            color=ui.color,
-        )
-    )
+    options = {k: getattr(args, k) for k in ("value", "method", "accumulator", "wide", "seed")}
+    ui.show(accumulate_view(args.source, args.fmt, args.rounding, **options, color=ui.color))
     return 0
 
 
@@ -476,12 +443,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab add 1 0.0001                  the update is swallowed in fp16\n"
         "  floatlab add 1 0.0001 -f bf16 -r rup   ... unless rounding up\n"
         "  floatlab add 1 -0.0003                 a negative update: the gap below 1 is half an ulp\n",
+        run=run_add,
     )
     p.add_argument("a", metavar="A", help="the first operand (the weight): 1, 0.1, 1/3, 0x1.8p-3, ...")
     p.add_argument("b", metavar="B", help="the second operand (the update)")
     _rounding_options(p)
-    add_common_options(p)
-    p.set_defaults(run=run_add)
 
     p = _parser(
         subparsers,
@@ -493,13 +459,12 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab round 0.1 -f bf16\n"
         "  floatlab round grads.npy -f e4m3 --saturate -o grads_e4m3.npy\n"
         "  floatlab round w.npy -f bf16 -r stochastic --seed 0 -o w_bf16.npy\n",
+        run=run_round,
     )
     p.add_argument("value", metavar="VALUE|FILE.npy", help="a number, or a .npy file of numbers")
     _rounding_options(p)
     p.add_argument("-o", "--out", metavar="OUT.npy", help="write the rounded array here (the input's dtype)")
     p.add_argument("--force", action="store_true", help="allow -o to name the input file and overwrite it")
-    add_common_options(p)
-    p.set_defaults(run=run_round)
 
     p = _parser(
         subparsers,
@@ -511,6 +476,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "examples:\n"
         "  floatlab underflow grads.npy -f fp16\n"
         "  floatlab underflow grads.npy -f fp16 --scale 1024     with a loss scale of 2^10\n",
+        run=run_underflow,
     )
     p.add_argument("file", metavar="FILE.npy", help="a .npy file of numbers")
     _rounding_options(p)
@@ -520,8 +486,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         metavar="S",
         help="multiply by S first: 1024 or 2^10 (exact for powers of two)",
     )
-    add_common_options(p)
-    p.set_defaults(run=run_underflow)
 
     p = _parser(
         subparsers,
@@ -535,6 +499,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab accumulate 1000 --value 100   past 65504 an fp16 sum is inf\n"
         "  floatlab accumulate 10000 -f bf16 -r stochastic --seed 0\n"
         "  floatlab accumulate losses.npy -f bf16 --method kahan\n",
+        run=run_accumulate,
     )
     p.add_argument("source", metavar="N|FILE.npy", help="how many copies of --value, or a .npy file of terms")
     _format_options(p)
@@ -546,8 +511,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--wide", default="fp32", metavar="FMT", help="the wider accumulator to compare (default: fp32)"
     )
-    add_common_options(p)
-    p.set_defaults(run=run_accumulate)
     return p
 
 

@@ -21,7 +21,9 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.cli._common import UI, View, add_color_options, bold, dim, style, table
+from floatlab.cli._common import UI, View, add_color_options, add_command, bold, dim, style, table
+from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name, write_atomic
+from floatlab.text import parse_scale
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -119,7 +121,9 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--scaler", metavar="PRESET", help="dynamic scaler preset: torch, keras, tf1, apex, mindspore"
     )
-    sw.add_argument("--static-scale", type=float, metavar="S", help="the scale of static loss scaling")
+    sw.add_argument(
+        "--static-scale", metavar="S", help="the scale of static loss scaling: 65536, 2^16, 0.5, ..."
+    )
     sw.add_argument("--fp32-reductions", type=_on_off, metavar="on|off", help="accumulate reductions in fp32")
     sw.add_argument(
         "--fp32-ops", metavar="LIST", help="ops kept in fp32: softmax,log,exp,sum,norm, all or none"
@@ -146,9 +150,18 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v
+    if isinstance(out.get("static_scale"), str):
+        out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))
     if getattr(args, "fp32_ops", None) is not None:
         out["fp32_ops"] = parse_fp32_ops(args.fp32_ops)
     return out
+
+
+# the run options (see _run_options) that TrainConfig takes under the same names
+_RUN_SETTINGS = (
+    "model", "data", "epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "clip",
+    "schedule", "warmup", "seed", "hidden", "activation", "d_model",
+)  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
@@ -163,25 +176,8 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     """
     from floatlab.train import TrainConfig
 
-    return TrainConfig(
-        model=args.model,
-        data=args.data,
-        precision=precision,
-        policy=_overrides(args),
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        clip=args.clip,
-        schedule=args.schedule,
-        warmup=args.warmup,
-        seed=args.seed,
-        hidden=args.hidden,
-        activation=args.activation,
-        d_model=args.d_model,
-    )
+    settings = {name: getattr(args, name) for name in _RUN_SETTINGS}
+    return TrainConfig(precision=precision, policy=_overrides(args), **settings)
 
 
 # ---- progress -----------------------------------------------------------------------------------
@@ -224,7 +220,7 @@ class Progress:
 
     def epoch_done(self, epoch: int, epochs: int, final: dict[str, Any]) -> None:
         line = (
-            f"{self.label} epoch {epoch}/{epochs}: test accuracy {100 * final['test_accuracy']:.2f} %, "
+            f"{self.label} epoch {epoch}/{epochs}: test accuracy {_pct(final['test_accuracy'])}, "
             f"test loss {final['test_loss']:.4f}"
         )
         if self.tty:
@@ -269,6 +265,13 @@ def _fit(
 
 # ---- train --------------------------------------------------------------------------------------
 def _pct(v: float | None, digits: int = 2) -> str:
+    """A share with a fixed number of decimals, so that the columns of the training tables line
+    up ("-" for none). The one percent formatter of the training commands; the other commands use
+    :func:`floatlab.text.percent` (three significant digits).
+
+    >>> _pct(0.5), _pct(0.0123, 1), _pct(None)
+    ('50.00 %', '1.2 %', '-')
+    """
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f} %"
 
 
@@ -331,27 +334,40 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     """
     cfg = config_from_args(args, args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
+    json_file = _json_file(args)
+    # every output can be written, and none is the checkpoint read or another output: checked
+    # before the first step, so that a long run never ends in an error or overwrites its input
+    check_outputs(
+        [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file)],
+        [("--resume", args.resume)],
+        suffixes={"--checkpoint": (".npz",), "--history": (".json", ".npz")},
+    )
     trainer = _fit(cfg, args.quiet, resume=args.resume, backend=_backend(args))
     if args.checkpoint:
-        trainer.save(args.checkpoint)
+        with atomic_output(args.checkpoint) as tmp:
+            trainer.save(tmp)
     if args.history:
-        trainer.history.save(args.history)
+        with atomic_output(args.history) as tmp:
+            trainer.history.save(tmp)
     view = train_view(trainer, color=ui.color)
-    json_opt = getattr(args, "json", None)
-    if isinstance(json_opt, str):
-        _write_json(json_opt, {**view.data, "history": trainer.history.to_dict()})
+    if json_file is not None:
+        _write_json(json_file, {**view.data, "history": trainer.history.to_dict()})
         UI(color=ui.color, json=False, stream=ui.stream).show(view)
     else:
         ui.show(view)
     return 0
 
 
+def _json_file(args: argparse.Namespace) -> str | None:
+    """The FILE of ``--json FILE``; None for a plain ``--json`` (print JSON) or none."""
+    json_opt = getattr(args, "json", None)
+    return json_opt if isinstance(json_opt, str) else None
+
+
 def _write_json(path: str, data: Any) -> None:
     from floatlab.cli._common import _jsonable
 
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(_jsonable(data), f, indent=1, allow_nan=False)
-        f.write("\n")
+    write_atomic(path, json.dumps(_jsonable(data), indent=1, allow_nan=False) + "\n")
 
 
 # ---- compare ------------------------------------------------------------------------------------
@@ -411,23 +427,31 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     configs = [config_from_args(args, p) for p in args.policies]
     for c in configs:
         c.make_policy()
+    json_file = _json_file(args)
+    plot = None if args.plot is None else figure_name(args.plot)
+    check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
     backend = _backend(args)
     histories = []
     for c in configs:
         trainer = _fit(c, args.quiet, label=c.precision, backend=backend)
         histories.append(trainer.history)
     view = compare_view(histories, color=ui.color)
-    if args.plot:
+    if plot is not None:
         from floatlab.train import compare
 
-        compare(histories, args.plot, title=f"{args.model} on {args.data}, seed {args.seed}")
+        try:
+            with atomic_output(plot) as tmp:
+                compare(histories, tmp, title=f"{args.model} on {args.data}, seed {args.seed}")
+        except Exception:
+            if json_file is not None:  # the runs are not lost with the figure
+                _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+            raise
         view = View(
-            view.text + "\n" + dim(f"  curves written to {args.plot}", ui.color),
-            {**view.data, "plot": args.plot},
+            view.text + "\n" + dim(f"  curves written to {plot}", ui.color),
+            {**view.data, "plot": plot},
         )
-    json_opt = getattr(args, "json", None)
-    if isinstance(json_opt, str):
-        _write_json(json_opt, {**view.data, "histories": [h.to_dict() for h in histories]})
+    if json_file is not None:
+        _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
         UI(color=ui.color, json=False, stream=ui.stream).show(view)
     else:
         ui.show(view)
@@ -445,7 +469,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     from floatlab.train.policy import policy_names
 
     names = ", ".join(policy_names())
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
         help="train a model in a precision policy and report what the format did",
         description="Train a NumPy model (explicit forward and backward passes) with every low-precision "
@@ -456,7 +481,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab train --data underflow --precision fp16\n"
         "  floatlab train --precision mixed-fp16 --loss-scaling none --json run.json\n"
         "  floatlab train --precision fp16 --lr 0.005 --momentum 0 --update-rounding stochastic\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--precision", default="mixed-fp16", metavar="POLICY", help=f"{names} (default: mixed-fp16)"
@@ -470,7 +494,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     _output_options(p)
     p.set_defaults(run=run_train)
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "compare",
         help="train several precision policies with the same seed and compare them",
         description="Run each POLICY with the same model, data, seed and settings; print final accuracy, "
@@ -478,7 +503,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
         "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("policies", nargs="*", metavar="POLICY", help=names)
     p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")

@@ -1,0 +1,434 @@
+"""Files in and out: the one home for reading user files and for writing output files.
+
+Reading (:func:`read_npy`, :func:`read_npz`, :func:`read_torch`): a missing file, a directory,
+a file of the wrong kind, a truncated or corrupt one, or a header that claims more than the file
+holds is one ValueError naming the file; nothing is unpickled, and nothing a header merely claims
+is allocated.
+
+Writing (:func:`atomic_output`, :func:`write_atomic`): every output goes to a temporary file in
+the target's folder, is flushed and synced to disk, and is then renamed over the target. A failed
+write (a full disk, a file-size limit, a vanished folder) removes the temporary file, leaves the
+old target exactly as it was, and raises one ValueError naming the target.
+:func:`check_outputs` checks, before any work, that every output's folder exists and is writable
+and that no output is an input or another output.
+
+>>> import tempfile, os, pathlib
+>>> folder = tempfile.mkdtemp()
+>>> path = os.path.join(folder, "out.txt")
+>>> write_atomic(path, b"hello\\n") == path, pathlib.Path(path).read_text(), os.listdir(folder)
+(True, 'hello\\n', ['out.txt'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+__all__ = [
+    "FIGURE_SUFFIXES",
+    "atomic_output",
+    "check_outputs",
+    "figure_name",
+    "first_bytes",
+    "read_npy",
+    "read_npz",
+    "read_torch",
+    "same_file",
+    "save_npy",
+    "write_atomic",
+]
+
+
+# ---- writing ------------------------------------------------------------------------------------
+def _umask_mode() -> int:
+    """The mode a new file gets here (0o666 less the umask)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _sync_folder(folder: str) -> None:
+    # the rename lives in the folder: sync it too, or a crash may forget it
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _name(path: str) -> str:
+    """A file name for a message: repr'd (control characters escaped), cut when absurdly long."""
+    return repr(path) if len(path) <= 300 else _name(path)
+
+
+def _cannot_write(target: str, e: OSError) -> ValueError:
+    reason = e.strerror or str(e) or type(e).__name__
+    return ValueError(f"cannot write {_name(target)}: {reason} (nothing written; any old file is unchanged)")
+
+
+@contextlib.contextmanager
+def atomic_output(target: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary path beside ``target`` for a writer that wants a file name; when the block
+    ends, the file is synced to disk and renamed over ``target``.
+
+    The temporary name keeps ``target``'s suffix (a plot's format or a history's kind follow the
+    suffix). On an error the temporary file is removed and ``target`` is left as it was; an
+    OSError becomes one ValueError naming ``target``.
+
+    >>> import tempfile, os, pathlib
+    >>> folder = tempfile.mkdtemp()
+    >>> with atomic_output(os.path.join(folder, "a.json")) as tmp:
+    ...     _ = pathlib.Path(tmp).write_text("{}")
+    >>> os.listdir(folder)
+    ['a.json']
+    """
+    path = os.fspath(target)
+    folder = os.path.dirname(os.path.abspath(path))
+    stem, ext = os.path.splitext(os.path.basename(path))
+    if os.path.exists(path) and not os.path.isfile(path):
+        # a rename over a device, a FIFO or a folder would replace it: refuse
+        raise ValueError(f"cannot write {_name(path)}: it exists and is not a regular file")
+    try:
+        mode = os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else _umask_mode()
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=f".tmp{ext}", dir=folder)
+        os.close(fd)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _cannot_write(path, e) from None
+        raise
+    _sync_folder(folder)
+
+
+def write_atomic(target: str | os.PathLike[str], data: bytes | str | Callable[[IO[bytes]], Any]) -> str:
+    """Write ``data`` (bytes, text as UTF-8, or a function that writes to a binary file object)
+    to ``target`` atomically (see :func:`atomic_output`); return the path.
+
+    Every byte goes through Python's file object, whose write and flush report a full disk
+    (numpy's ``tofile`` does not).
+
+    >>> import tempfile, os, pathlib
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = write_atomic(path, "first"); _ = write_atomic(path, lambda fh: fh.write(b"second"))
+    >>> pathlib.Path(path).read_text()
+    'second'
+    """
+    path = os.fspath(target)
+    with atomic_output(path) as tmp, open(tmp, "wb") as fh:
+        if isinstance(data, str):
+            fh.write(data.encode("utf-8"))
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            fh.write(data)
+        else:
+            data(fh)
+        fh.flush()
+    return path
+
+
+class _Stream:
+    """A file object that numpy does not recognise as a real file, so that ``np.save`` writes
+    through ``write`` (which reports errors) instead of ``tofile`` (which drops flush errors)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+
+    def write(self, data: bytes) -> int:
+        return self._fh.write(data)
+
+
+def save_npy(target: str | os.PathLike[str], array: Any) -> str:
+    """Write ``array`` as a ``.npy`` file at ``target`` (the name as given: no ".npy" is added),
+    atomically; return the path.
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> _ = save_npy(path, np.arange(3.0)); read_npy(path).tolist()
+    [0.0, 1.0, 2.0]
+    """
+    import numpy as np
+
+    return write_atomic(target, lambda fh: np.save(_Stream(fh), array, allow_pickle=False))
+
+
+#: the figure formats the plots take, by suffix
+FIGURE_SUFFIXES = (".png", ".svg", ".svgz", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def figure_name(path: str) -> str:
+    """The file a figure named ``path`` goes to: ``path`` itself, or ``path + ".png"`` when it has
+    no suffix (as matplotlib does).
+
+    >>> figure_name("curves"), figure_name("curves.svg")
+    ('curves.png', 'curves.svg')
+    """
+    return path if os.path.splitext(path)[1] else path + ".png"
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file (both existing: the same inode; else the
+    same real path).
+
+    >>> same_file("x/../a.npy", "a.npy"), same_file("a.npy", "b.npy")
+    (True, False)
+    """
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return _real(a) == _real(b)
+
+
+def check_outputs(
+    outputs: Sequence[tuple[str, str | None]],
+    inputs: Sequence[tuple[str, str | None]] = (),
+    *,
+    suffixes: dict[str, tuple[str, ...]] | None = None,
+) -> None:
+    """Before any work: every output (option, path) can be written, is no input and no other
+    output; ValueError naming the option otherwise. Outputs and inputs given as None are skipped;
+    ``suffixes`` maps an option to the suffixes it accepts.
+
+    >>> check_outputs([("--history", "h.json")], [("--resume", "ck.npz")])
+    >>> check_outputs([("--history", "ck.npz")], [("--resume", "ck.npz")])
+    Traceback (most recent call last):
+    ...
+    ValueError: --history 'ck.npz' is the file given to --resume: expected another name
+    >>> check_outputs([("--plot", "/nonexistent/x.png")])
+    Traceback (most recent call last):
+    ...
+    ValueError: --plot '/nonexistent/x.png': the folder '/nonexistent' does not exist
+    """
+    given = [(opt, p) for opt, p in outputs if p is not None]
+    sources = [(opt, p) for opt, p in inputs if p is not None]
+    for i, (opt, path) in enumerate(given):
+        name = _name(path)
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"{opt} {name}: expected a file name")
+        if os.path.isdir(path):
+            raise ValueError(f"{opt} {name} is a directory: expected a file name")
+        allowed = (suffixes or {}).get(opt)
+        if allowed and os.path.splitext(path)[1].lower() not in allowed:
+            raise ValueError(f"{opt} {name}: expected a name ending in {', '.join(allowed)}")
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.exists(path) and not os.path.isfile(path):
+            kind = _kind_of(path)
+            raise ValueError(f"{opt} {name} is not a regular file ({kind}): expected a file to write")
+        if not os.path.isdir(folder):
+            what = "is not a folder" if os.path.exists(folder) else "does not exist"
+            raise ValueError(f"{opt} {name}: the folder {_name(folder)} {what}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"{opt} {name}: the folder {_name(folder)} is not writable")
+        for other, src in sources:
+            if same_file(path, src):
+                raise ValueError(f"{opt} {name} is the file given to {other}: expected another name")
+        for other, earlier in given[:i]:
+            if same_file(path, earlier):
+                raise ValueError(f"{opt} {name} is also the file of {other}: expected another name")
+
+
+# ---- reading ------------------------------------------------------------------------------------
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a .npz archive, or a torch file (also a zip)
+
+
+def _kind_of(path: str) -> str:
+    mode = os.stat(path).st_mode
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def first_bytes(path: str, what: str) -> bytes:
+    """The first bytes of the file at ``path``, or a ValueError saying why it cannot be read
+    (missing, a directory, a FIFO or a device: anything but a regular file).
+
+    >>> first_bytes("/nonexistent/x.npy", "a .npy array file")
+    Traceback (most recent call last):
+    ...
+    ValueError: no such file: '/nonexistent/x.npy' (expected a .npy array file)
+    """
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"file name {path!r}: expected the path of {what}")
+    if not os.path.exists(path):
+        raise ValueError(f"no such file: {path!r} (expected {what})")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory: expected {what}")
+    if not os.path.isfile(path):  # a FIFO would block the read, a device never end it
+        raise ValueError(f"{path!r} is not a regular file ({_kind_of(path)}): expected {what}")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8)
+    except OSError as e:
+        raise ValueError(f"cannot read {path!r}: {e.strerror or e} (expected {what})") from None
+
+
+_KINDS: dict[str, tuple[str, tuple[bytes, ...], tuple[bytes, ...], str, str]] = {
+    # kind: (what is expected, its magic, the other kind's magic, what the other kind is, what it is not)
+    "npy": (
+        "a .npy array file",
+        (_NPY_MAGIC,),
+        _ZIP_MAGIC,
+        "is a zip archive (a .npz or torch file)",
+        "it lacks the .npy magic bytes",
+    ),
+    "npz": (
+        "a .npz archive of arrays",
+        _ZIP_MAGIC,
+        (_NPY_MAGIC,),
+        "is a single .npy array, not a .npz archive",
+        "it is not a zip archive",
+    ),
+}
+
+
+def _check_kind(path: str, kind: str) -> str:
+    """Check by its first bytes that the file at ``path`` is a .npy or .npz (``kind``) file; return
+    what it is expected to be, for messages."""
+    what, magic, other, other_text, not_text = _KINDS[kind]
+    head = first_bytes(path, what)
+    if head.startswith(other):
+        raise ValueError(f"{path!r} {other_text}: expected {what}")
+    if not head.startswith(magic):
+        raise ValueError(f"{path!r} is not a .{kind} file ({not_text}): expected {what}")
+    return what
+
+
+def read_npy(path: str, *, mmap: bool = False) -> Any:
+    """The array in the ``.npy`` file at ``path`` (memory-mapped with ``mmap``, else in memory).
+
+    Anything else is one ValueError naming the file: a missing file, a directory, a ``.npz``
+    or torch archive, a file that is not a ``.npy`` at all, a truncated header, a header whose
+    shape needs more bytes than the file holds (checked before anything is allocated), or an
+    array of Python objects (never unpickled).
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(path, np.arange(3.0)); read_npy(path).tolist()
+    [0.0, 1.0, 2.0]
+    >>> with open(path, "r+b") as fh: _ = fh.truncate(os.path.getsize(path) - 1)
+    >>> read_npy(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot read '...x.npy' as a .npy array: mmap length is greater than file size
+    """
+    import numpy as np
+
+    _check_kind(path, "npy")
+    try:
+        # memory-mapping first checks the header's shape against the file's size, so that a
+        # corrupt header cannot make us allocate what the file does not hold
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if not mmap:
+            arr = np.array(arr)
+    except Exception as e:  # numpy raises several kinds for a damaged file; all mean the same here
+        raise ValueError(f"cannot read {path!r} as a .npy array: {e}") from None
+    return arr
+
+
+def read_npz(path: str) -> dict[str, Any]:
+    """Every array of the ``.npz`` archive at ``path``, by name; one ValueError naming the file
+    for anything else (as :func:`read_npy`; a damaged zip, an entry that is not a .npy array, an
+    entry whose header asks for more bytes than it holds, object arrays).
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npz")
+    >>> np.savez(path, a=np.ones(2)); {k: v.tolist() for k, v in read_npz(path).items()}
+    {'a': [1.0, 1.0]}
+    """
+    import zipfile
+
+    import numpy as np
+
+    what = _check_kind(path, "npz")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as member:
+                    _check_npy_entry(member, info.file_size, info.filename)
+        with np.load(path, allow_pickle=False) as z:
+            return {name: z[name] for name in z.files}
+    except Exception as e:  # zipfile, zlib and numpy raise several kinds; all mean a damaged file
+        raise ValueError(f"cannot read {path!r} as {what}: {e}") from None
+
+
+def _check_npy_entry(fh: Any, size: int, name: str) -> None:
+    """Raise when the .npy header of an archive entry asks for more bytes than the entry holds."""
+    from numpy.lib import format as npy_format
+
+    if fh.read(6) != _NPY_MAGIC:
+        raise ValueError(f"entry {name!r} is not a .npy array")
+    major, _minor = fh.read(2)
+    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    shape, _fortran, dtype = read_header(fh)
+    need = math.prod(shape) * dtype.itemsize
+    if not dtype.hasobject and need > size:
+        raise ValueError(
+            f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
+        )
+
+
+def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    """Collect the floating-point tensors of a (nested) state dict, list or tensor."""
+    if hasattr(obj, "is_floating_point") and hasattr(obj, "detach"):
+        if obj.is_floating_point():
+            out[prefix or "tensor"] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _tensors(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _tensors(v, f"{prefix}.{i}" if prefix else str(i), out)
+
+
+def read_torch(path: str) -> dict[str, Any]:
+    """The floating-point tensors of the torch file at ``path`` (a tensor, or a nested state dict
+    or list of them), by dotted name. It is read with ``weights_only=True``: nothing is
+    unpickled but tensors and plain containers. One ValueError naming the file otherwise (torch
+    missing, a damaged or foreign file, no floating-point tensors).
+
+    >>> read_torch("/nonexistent/grads.pt")
+    Traceback (most recent call last):
+    ...
+    ValueError: no such file: '/nonexistent/grads.pt' (expected a torch .pt file)
+    """
+    first_bytes(path, "a torch .pt file")
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(
+            f"reading {path!r} needs torch: pip install torch (or save the gradients as .npz)"
+        ) from None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds for a file that is not a state file
+        raise ValueError(f"cannot read {path!r} as a torch file: {e}") from None
+    found: dict[str, Any] = {}
+    _tensors(obj, "", found)
+    if not found:
+        raise ValueError(
+            f"{path!r} holds no floating-point tensors: expected a tensor or a state dict of them"
+        )
+    return found
