@@ -310,7 +310,7 @@ def register_format(fmt: FloatFormat, *aliases: str, replace: bool = False) -> F
         if not isinstance(name, str) or not _norm(name):
             raise ValueError(f"format name {name!r}: expected a non-empty string")
         taken = _ALIASES.get(_norm(name))
-        if taken is None or FORMATS[taken] == fmt and taken == key:
+        if taken is None or (FORMATS[taken] == fmt and taken == key):
             continue
         if taken in _BUILTIN_ALIASES:
             raise ValueError(f"format name {name!r} is the built-in {taken}: expected a name of its own")

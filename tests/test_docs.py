@@ -42,8 +42,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 # ---- the public API: discovered independently of the docs extension --------------------------------
 def _public_modules() -> list[ModuleType]:
-    mods: list[ModuleType] = [floatlab, floatlab.train]
-    for pkg in (floatlab, floatlab.train):
+    packages = [importlib.import_module(name) for name in api.PACKAGES]
+    mods: list[ModuleType] = list(packages)
+    for pkg in packages:
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
                 mods.append(importlib.import_module(f"{pkg.__name__}.{info.name}"))

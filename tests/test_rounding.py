@@ -751,11 +751,13 @@ def test_integers_float64_cannot_hold_are_refused_not_rounded_twice() -> None:
         np.testing.assert_array_equal(fl.round_array(ok, "fp64"), ok.astype(np.float64))
     with pytest.raises(ValueError, match="holds the integer 18446744073709551615"):
         fl.encode_array(np.array([2**64 - 1], np.uint64), "fp32")
-    with pytest.raises(ValueError, match="x has dtype float128|x has dtype longdouble"):
+    with pytest.raises(ValueError, match=r"x has dtype (float128|longdouble)"):
         fl.encode_array(np.array([1.0], np.longdouble), "fp16")
 
 
-@pytest.mark.parametrize("fmt", [FloatFormat(11, 52, "fnuz"), FloatFormat(15, 48, "fnuz"), FloatFormat(15, 48)])
+@pytest.mark.parametrize(
+    "fmt", [FloatFormat(11, 52, "fnuz"), FloatFormat(15, 48, "fnuz"), FloatFormat(15, 48)]
+)
 def test_formats_at_the_64_bit_edge_equal_the_scalar_reference(fmt: FloatFormat) -> None:
     x = np.array([1.0, -0.0, np.nan, -np.inf, 1e308, -5e-324, 0.1, 2.0**-1022, 3.0**300])
     want = [round_scalar(float(v), fmt)[0] for v in x]

@@ -246,7 +246,7 @@ def round_array_view(
     """
     import numpy as np
 
-    from floatlab.rounding import round_array
+    from floatlab.rounding import round_array_with_flags
 
     f = get_format(fmt)
     mode = check_rounding(rounding)
@@ -258,10 +258,10 @@ def round_array_view(
     x = _load(path)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
-    rounded, stats = round_array(
-        x, f, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals, flags=True
+    rounded, stats = round_array_with_flags(
+        x, f, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals
     )
-    counts = {k: _count(stats, k) for k in ("inexact", "underflow", "overflow", "invalid")}
+    counts = {k: int(getattr(stats, k)) for k in ("inexact", "underflow", "overflow", "invalid")}
     with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
         x64 = x.astype(np.float64).reshape(-1)
     r64 = np.asarray(rounded, dtype=np.float64).reshape(-1)
@@ -290,11 +290,6 @@ def round_array_view(
         "output": out,
     }
     return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
-
-
-def _count(stats: Any, name: str) -> int:
-    value = stats[name] if isinstance(stats, dict) else getattr(stats, name)
-    return int(value)
 
 
 def run_round(args: argparse.Namespace, ui: UI) -> int:

@@ -33,7 +33,12 @@ _ANSI_RESET = "\x1b[0m"
 @dataclass(frozen=True)
 class Field:
     """One field of a code: its name, its bits as a string, what they mean, and the number of
-    its first (leftmost) bit in the code."""
+    its first (leftmost) bit in the code.
+
+    >>> from floatlab.codec import decode
+    >>> decode(0x3C00, "fp16")._view().fields[1]
+    Field(name='exponent', bits='01111', meaning='15 - 15', top_bit=14)
+    """
 
     name: str
     bits: str
@@ -47,6 +52,11 @@ class CodeView:
 
     ``value`` may run over several lines; ``digits`` holds every digit of a value that
     ``value`` shortens (the HTML view offers them folded away), else None.
+
+    >>> from floatlab.codec import decode
+    >>> view = decode(0x3C00, "fp16")._view()
+    >>> view.value, view.up
+    ('(-1)^0 x 2^(15 - 15) x (1 + 0/1024) = 1 (exact)', '1.0009765625 (0x3C01)')
     """
 
     header: str

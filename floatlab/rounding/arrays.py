@@ -47,7 +47,12 @@ __all__ = [
 
 
 class Counted(NamedTuple):
-    """An array rounding's result and its IEEE flag counts (unpacks as ``values, stats``)."""
+    """An array rounding's result and its IEEE flag counts (unpacks as ``values, stats``).
+
+    >>> import floatlab as fl
+    >>> fl.round_array_with_flags(np.array([0.1]), "bf16").stats.inexact
+    1
+    """
 
     array: Any
     stats: RoundingStats
@@ -233,7 +238,13 @@ def running_sums(
 
 
 class BlockCodes(NamedTuple):
-    """What :func:`encode_blocks` gives: codes, block scales, values and counts."""
+    """What :func:`encode_blocks` gives: codes, block scales, values and counts.
+
+    >>> import floatlab as fl
+    >>> b = encode_blocks(np.array([[2.0**-30, 0.0]]), fl.get_format("e4m3fn"), 32, values=True)
+    >>> b.scale_codes.tolist(), b.values.tolist(), b.nonzero, b.flushed
+    ([89], [9.313225746154785e-10, 0.0], 1, 0)
+    """
 
     element_codes: np.ndarray  # uint8, one per value
     scale_codes: np.ndarray  # uint8 E8M0 codes, one per block (255: the NaN scale)

@@ -49,7 +49,15 @@ def execute(
     """Run ``plan`` on the 1-d contiguous bit patterns ``bits`` of the input: the codes (or the
     rounded values' bit patterns) in ``plan.result_dtype``, and the flag counts (inexact,
     underflow, overflow, invalid; zeros unless the plan counts them). ``shortcuts=False`` runs
-    the plan's own loop where a shortcut would give the same bits faster (the tests compare them)."""
+    the plan's own loop where a shortcut would give the same bits faster (the tests compare them).
+
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.plan import make_plan
+    >>> plan = make_plan(FP32, FP16, RoundingOptions(), back=False, flags=True)
+    >>> codes, counts = execute(np.array([1.0, 1e-9], np.float32).view(np.uint32), plan)
+    >>> codes.tolist(), counts      # 1e-9 flushes: inexact and underflow
+    ([15360, 0], (1, 1, 0, 0))
+    """
     none = (0, 0, 0, 0)
     if shortcuts and plan.is_plain_cast(FP32, FP16) and half_hardware():
         # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
@@ -81,7 +89,11 @@ def execute(
 
 def half_hardware() -> bool:
     """True when this CPU converts float32 to fp16 in hardware (x86 F16C, or AArch64), so that
-    the float32 -> fp16 round-to-nearest-even loops can use the CPU's own conversion."""
+    the float32 -> fp16 round-to-nearest-even loops can use the CPU's own conversion.
+
+    >>> isinstance(half_hardware(), bool)
+    True
+    """
     global _half_hw
     if _half_hw is None:
         import platform
@@ -100,7 +112,12 @@ _half_hw: bool | None = None
 def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     """float32 bit patterns (uint32) to fp16 codes, or with ``back`` to float32 bit patterns of
     the rounded values: round to nearest even, subnormals kept, overflow to inf, no flags.
-    Call only where :func:`half_hardware` is true."""
+    Call only where :func:`half_hardware` is true.
+
+    >>> bits = np.array([1.0, 65520.0], np.float32).view(np.uint32)
+    >>> run_half(bits, False).tolist() if half_hardware() else [15360, 31744]   # 65520 overflows
+    [15360, 31744]
+    """
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
     loop("half_round" if back else "half_encode")(bits, out)
     return out
@@ -177,7 +194,18 @@ def run_mx(
     ``block``) into the element format of ``p`` (built for float64 input, 64 lanes):
     element codes, E8M0 scale codes, the dequantized values when ``values`` asks for them (from
     ``table``, every element value as float64) and the counts (nonzero, flushed, subnormal,
-    inexact, overflow) over the blocks with a finite scale."""
+    inexact, overflow) over the blocks with a finite scale.
+
+    >>> from floatlab.formats import FP64, get_format
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> e2m1 = get_format("e2m1")
+    >>> p = encode_params(FP64, e2m1, RoundingOptions(saturate=True), lanes=64)
+    >>> x = np.array([1.0, -3.0, 0.0]).view(np.uint64)
+    >>> codes, scales, _, counts = run_mx(x, 3, 32, e2m1.emax, p, decode_codes(np.arange(16), e2m1), False)
+    >>> codes.tolist(), scales.tolist(), counts
+    ([4, 15, 0], [126], (2, 0, 0, 0, 0))
+    """
     rows = bits.size // row if row else 0
     scales = np.empty(rows * -(-row // block), np.uint8)
     codes = np.empty(bits.size, np.uint8)
@@ -195,7 +223,14 @@ def run_running_sums(
     p: EncodeParams,
     d: DecodeParams,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Running sums of the float64 terms ``t`` (and Kahan's compensations), one rounding a step."""
+    """Running sums of the float64 terms ``t`` (and Kahan's compensations), one rounding a step.
+
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> p, d = encode_params(FP64, FP16, RoundingOptions(), lanes=64), decode_params(FP16, FP64, 64)
+    >>> run_running_sums(np.ones(3000), False, (0, 0), False, False, p, d)[0][-1]   # stalls at 2048
+    np.float64(2048.0)
+    """
     args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, p, d)
     run = np.empty_like(t)
     if not kahan:

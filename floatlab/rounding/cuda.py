@@ -193,6 +193,9 @@ def kernels(target: str = "cuda") -> dict[str, Any]:
 
     ``"cuda"`` gives numba-cuda kernels (compiled on first launch, per argument types);
     ``"cpu"`` gives serial numba loops around the same element functions.
+
+    >>> sorted(kernels("cpu"))
+    ['encode', 'full', 'general', 'round']
     """
     if target not in ("cuda", "cpu"):
         raise ValueError(f"kernel target {target!r}: expected cuda or cpu")
@@ -207,7 +210,14 @@ def kernels(target: str = "cuda") -> dict[str, Any]:
 
 def compile_ptx(cc: tuple[int, int] = (7, 0)) -> dict[str, str]:
     """PTX of the CUDA kernels for compute capability ``cc`` (fp32 in, fp16 out, every mode):
-    what a GPU would run. Needs numba-cuda and NVVM, not a GPU."""
+    what a GPU would run. Needs numba-cuda and NVVM, not a GPU.
+
+    With the gpu extra's numba-cuda (skipped here):
+
+    >>> ptx = compile_ptx((9, 0))  # doctest: +SKIP
+    >>> ".target sm_90" in ptx["encode"] and "call.uni" not in ptx["encode"]  # doctest: +SKIP
+    True
+    """
     numba_cuda = _numba_cuda()
     nt = _numba().types
     table = _bind("cuda")
@@ -261,6 +271,11 @@ def run_array(
     has no bfloat16 dtype). ``xp`` and ``target`` choose the array module and the kernels:
     cupy and ``"cuda"`` (the default), or numpy and ``"cpu"`` to run this very code path on the
     host (see the module's docstring).
+
+    >>> x = np.array([0.1, 1e6])
+    >>> codes, stats = run_array(x, FP16, RoundingOptions(), flags=True, xp=np, target="cpu")
+    >>> codes.tolist(), stats.overflow
+    ([11878, 31744], 1)
     """
     if xp is None:
         from floatlab.backend import require_cupy

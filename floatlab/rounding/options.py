@@ -78,6 +78,13 @@ class RoundingOptions:
     ``saturate`` clamps overflows to the largest finite value; ``subnormals=False`` treats
     subnormal inputs as zero (denormals-are-zero) and flushes subnormal results to zero
     (flush-to-zero); ``random_bits`` (1 to 32) is how many random bits stochastic rounding reads.
+
+    >>> RoundingOptions.make("nearest", subnormals=False)
+    RoundingOptions(mode='rne', saturate=False, subnormals=False, random_bits=32, key=(0, 0))
+    >>> RoundingOptions.make("rne", saturate="no")
+    Traceback (most recent call last):
+    ...
+    ValueError: saturate='no': expected True or False
     """
 
     mode: Rounding = "rne"

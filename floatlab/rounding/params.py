@@ -28,7 +28,13 @@ __all__ = ["DecodeParams", "EncodeParams", "code_dtype", "decode_params", "encod
 
 
 class EncodeParams(NamedTuple):
-    """Round bit patterns of an IEEE input format into a target format (all fields are ints)."""
+    """Round bit patterns of an IEEE input format into a target format (all fields are ints).
+
+    >>> import floatlab as fl
+    >>> p = encode_params(fl.FP64, fl.get_format("e4m3fn"), RoundingOptions.make("rtz"), lanes=64)
+    >>> p.in_mantissa_bits, p.mantissa_bits, p.max_code, p.overflow_to_max
+    (52, 3, 126, 1)
+    """
 
     in_mantissa_bits: int
     in_exponent_mask: int  # the all-ones exponent field of the input, unshifted
@@ -67,7 +73,13 @@ class EncodeParams(NamedTuple):
 
 
 class DecodeParams(NamedTuple):
-    """Decode codes of a format into the bit patterns of an IEEE output format (ints)."""
+    """Decode codes of a format into the bit patterns of an IEEE output format (ints).
+
+    >>> import floatlab as fl
+    >>> d = decode_params(fl.get_format("e4m3fnuz"), fl.FP64, 64)
+    >>> d.nan_mode == NAN_FNUZ, d.bias, d.out_mantissa_bits
+    (True, 8, 52)
+    """
 
     mantissa_bits: int  # the code's format
     exponent_mask: int
@@ -119,6 +131,12 @@ def encode_params(
     subnormal input). ``specials_from`` (default ``fmt``) decides what infinities and NaNs
     become: the pass-through of round_array rounds into ``src`` itself with the specials
     of the wider format. ``lanes`` (32 or 64) is the loop's integer width.
+
+    >>> import floatlab as fl
+    >>> sr8 = RoundingOptions.make("stochastic", rng=1, random_bits=8)
+    >>> p = encode_params(fl.FP32, fl.BF16, sr8, lanes=32)
+    >>> p.mode_stochastic, hex(p.random_mask), p.key0 != 0
+    (1, '0xff000000', True)
     """
     # the format-dependent part is cached: deriving it costs more than rounding a small array
     base = _encode_params_base(
@@ -214,7 +232,7 @@ def _int64_fields(p: EncodeParams) -> EncodeParams:
     such field through a cast to their unsigned lane type, which restores it; an int above int64's
     range would make the compiled loop's argument a uint64, which numba converts back to an already
     compiled int64 signature, and overflows."""
-    return p._make(v - (1 << 64) if v >= 1 << 63 else v for v in p)
+    return EncodeParams(*(v - (1 << 64) if v >= 1 << 63 else v for v in p))
 
 
 def _special_into(sp: FloatFormat, own: FloatFormat, what: str, saturate: bool) -> int:

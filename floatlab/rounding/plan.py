@@ -35,6 +35,11 @@ class Plan:
     the input's format), "general" (any mode, stochastic above all) or "full" (any mode, with
     the flag counts). The last two read 32- or 64-bit patterns: a 16-bit input is widened to
     float32 first (``widen``), exactly.
+
+    >>> import floatlab as fl
+    >>> plan = make_plan(fl.FP16, fl.FP64, RoundingOptions(), back=False, flags=True)
+    >>> plan.loop, plan.widen, plan.lanes, plan.result_dtype
+    ('full', True, 64, dtype('uint64'))
     """
 
     loop: Literal["encode", "round", "general", "full"]
@@ -70,7 +75,16 @@ def round_target(
 ) -> tuple[FloatFormat, FloatFormat | None]:
     """Where round_array rounds values of ``src`` for ``fmt``: into ``fmt`` when ``src`` holds all
     of fmt's values; into ``src`` itself (the identity on finite values) with fmt's infinities
-    and NaNs when ``fmt`` holds all of src's; ValueError otherwise (it would round twice)."""
+    and NaNs when ``fmt`` holds all of src's; ValueError otherwise (it would round twice).
+
+    >>> from floatlab.formats import FP16, FP32, get_format
+    >>> round_target(FP32, FP16, "float32")[0].name, round_target(FP16, FP32, "float16")[1].name
+    ('fp16', 'fp32')
+    >>> round_target(FP16, get_format("bf16"), "float16")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: format bf16 has values that float16 cannot hold, so round_array would round twice; ...
+    """
     if src.contains(fmt):
         return fmt, None
     if fmt.contains(src):
@@ -91,7 +105,14 @@ def make_plan(
     specials: FloatFormat | None = None,
 ) -> Plan:
     """The plan for rounding values of ``src`` into ``target``: codes, or with ``back`` the rounded
-    values as bit patterns of ``src``; with ``flags`` the loop that counts the IEEE flags."""
+    values as bit patterns of ``src``; with ``flags`` the loop that counts the IEEE flags.
+
+    >>> import floatlab as fl
+    >>> make_plan(fl.FP32, fl.BF16, RoundingOptions(), back=True, flags=False).loop
+    'round'
+    >>> make_plan(fl.FP32, fl.BF16, RoundingOptions.make("stochastic", rng=0), back=True, flags=False).loop
+    'general'
+    """
     udt = np.dtype(UINT_OF_BITS[src.bits])
     cdt = code_dtype(target)
     result = udt if back else cdt
@@ -117,7 +138,15 @@ def make_plan(
 def widen16(bits: Any, src: FloatFormat, subnormals: bool, xp: Any) -> Any:
     """float32 bit patterns of fp16 or bfloat16 bit patterns ``bits``, exact, NaN payloads kept;
     with ``subnormals=False`` subnormal inputs become zeros of their sign first
-    (denormals-are-zero). ``xp`` is numpy or cupy."""
+    (denormals-are-zero). ``xp`` is numpy or cupy.
+
+    >>> from floatlab.formats import FP16
+    >>> bits = np.array([0x3C00, 0x0001, 0x7E01], np.uint16)   # 1, the smallest subnormal, a NaN
+    >>> [hex(b) for b in widen16(bits, FP16, True, np)]
+    ['0x3f800000', '0x33800000', '0x7fc02000']
+    >>> [hex(b) for b in widen16(bits, FP16, False, np)][1]
+    '0x0'
+    """
     udt = bits.dtype
     if not subnormals:
         zeroed = bits & udt.type(src.sign_mask)

@@ -168,7 +168,13 @@ def check_gemm_support(
 
 
 def to_gemm_input(cp: Any, x: Any, f: FloatFormat) -> tuple[Any, int]:
-    """``x`` as a C-contiguous buffer of the GEMM input type and its cudaDataType."""
+    """``x`` as a C-contiguous buffer of the GEMM input type and its cudaDataType. ``cp`` is the
+    array module (cupy; numpy shows the same buffers on the host).
+
+    >>> buf, dtype = to_gemm_input(np, np.array([[1 + 2**-8, 3.0]], np.float32), BF16)
+    >>> buf.tolist(), buf.dtype, dtype      # bfloat16 bits (the tie goes to even), CUDA_R_16BF
+    ([[16256, 16448]], dtype('uint16'), 14)
+    """
     if f in (FP32, TF32):
         # TF32 rounding of the inputs is the tensor core's own business (compute type FAST_TF32)
         return cp.ascontiguousarray(x, dtype=cp.float32), _CUDA_R_32F
@@ -197,7 +203,17 @@ def _gemm_ex(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
 
 def gemm_prepared(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: Any, f: FloatFormat) -> None:
     """``out[:] = a_in @ b_in`` on cuBLAS for inputs already in their GEMM type (the benchmark's
-    entry: nothing but the GEMM itself). Shapes (B, M, K), (B or 1, K, N) and (B, M, N)."""
+    entry: nothing but the GEMM itself). Shapes (B, M, K), (B or 1, K, N) and (B, M, N).
+
+    With a GPU (skipped here):
+
+    >>> import cupy as cp                                    # doctest: +SKIP
+    >>> a, t = to_gemm_input(cp, cp.ones((1, 2, 3)), FP16)   # doctest: +SKIP
+    >>> out = cp.empty((1, 2, 2), cp.float32)                # doctest: +SKIP
+    >>> gemm_prepared(cp, a, t, *to_gemm_input(cp, cp.ones((1, 3, 2)), FP16), out, FP16)  # doctest: +SKIP
+    >>> out.tolist()                                         # doctest: +SKIP
+    [[[3.0, 3.0], [3.0, 3.0]]]
+    """
     from cupy.cuda import cublas
 
     nb, m, k = a_in.shape

@@ -28,7 +28,13 @@ STATE_FORMAT = "floatlab-trainer-1"
 
 @dataclass(frozen=True)
 class CheckedState:
-    """The parts of a trainer state that passed :func:`check_state`, ready to assign."""
+    """The parts of a trainer state that passed :func:`check_state`, ready to assign.
+
+    >>> from floatlab.train import Trainer, TrainConfig, make_underflow_task
+    >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), make_underflow_task(n_train=64))
+    >>> sorted(check_state(tr, tr.state_dict()).counters.items())
+    [('batch_in_epoch', 0), ('epoch', 0), ('opt_steps', 0), ('step', 0)]
+    """
 
     params: dict[str, np.ndarray]
     counters: dict[str, int]
@@ -41,7 +47,17 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
     """Check ``state`` against ``trainer`` (a :class:`~floatlab.train.trainer.Trainer`) part by
     part, assigning nothing. (The loss scaler's state is checked by the scaler itself, which
     assigns it only when all is well: the trainer loads it last.) Non-finite weights are kept:
-    a pure low-precision run can reach them, and its resumed twin must follow it bit for bit."""
+    a pure low-precision run can reach them, and its resumed twin must follow it bit for bit.
+
+    >>> from floatlab.train import Trainer, TrainConfig, make_underflow_task
+    >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), make_underflow_task(n_train=64))
+    >>> state = tr.state_dict()
+    >>> state["counters"]["batch_in_epoch"] = 99
+    >>> check_state(tr, state)
+    Traceback (most recent call last):
+    ...
+    ValueError: counter batch_in_epoch=99: expected at most 1
+    """
     want_dict("trainer state", state)
     if state.get("format") != STATE_FORMAT:
         raise ValueError(f"trainer state format {shown(state.get('format'))}: expected {STATE_FORMAT!r}")
