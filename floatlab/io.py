@@ -64,7 +64,7 @@ def _sync_folder(folder: str) -> None:
 
 def _name(path: str) -> str:
     """A file name for a message: repr'd (control characters escaped), cut when absurdly long."""
-    return repr(path) if len(path) <= 300 else _name(path)
+    return repr(path) if len(path) <= 300 else f"{path[:200]!r}... ({len(path):,} characters)"
 
 
 def _cannot_write(target: str, e: OSError) -> ValueError:

@@ -883,3 +883,19 @@ def test_the_compiled_odd_quotient_and_root_are_exact_results_rounded_to_odd() -
         hi = math.nextafter(lo, math.inf)
         assert Fraction(lo) ** 2 < Fraction(a) < Fraction(hi) ** 2
         assert v == (lo if np.float64(lo).view(np.uint64) & np.uint64(1) else hi), a
+
+
+def test_accumulating_infinite_terms_reports_the_ieee_sum() -> None:
+    # an inf term makes the exact sum inf (numpy's float64 sum agrees); inf + -inf is NaN
+    r = sim.compare_accumulation(np.full(100, np.inf), "fp16")
+    assert math.isinf(r.results[0].exact_float)
+    assert r.results[0].exact_float == float(np.sum(np.full(100, np.inf)))
+    rows = {(x.method, x.accumulator.name): x for x in r.results}
+    assert rows[("sequential", "fp16")].relative_error == 0.0  # the right infinity is no error
+    kahan = rows[("kahan", "fp16")]
+    assert math.isnan(kahan.sum)  # compensated summation really computes inf - inf in its correction
+    assert kahan.note() == "NaN: the correction computes inf - inf"
+    assert "exact sum inf" in r.report()
+    mixed = sim.accumulate(np.array([np.inf, 1.0, -np.inf]), "fp16")
+    assert math.isnan(mixed.exact_float)
+    assert math.isnan(mixed.relative_error)

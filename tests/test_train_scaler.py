@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from floatlab.train.policy import get_policy
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
 
 
@@ -219,3 +220,16 @@ def test_errors(kw: dict[str, Any], message: str) -> None:
         LossScaler(**kw)
     with pytest.raises(ValueError, match="lacks"):
         LossScaler().load_state_dict({"scale": 1.0})
+
+
+@pytest.mark.parametrize("scale", [1e300, 2.0**128, 1e-50, 0.0, -4.0, math.nan, math.inf])
+def test_scales_fp32_cannot_hold_are_refused(scale: float) -> None:
+    # the scale multiplies the loss in fp32: inf would skip every step, 0 would learn nothing
+    with np.errstate(over="ignore"):  # the oracle: numpy's fp32 cast gives 0, inf, nan or a negative
+        assert not 0 < float(np.float32(scale)) < math.inf
+    with pytest.raises(ValueError, match="expected a loss scale fp32 can hold"):
+        LossScaler(init_scale=scale)
+    with pytest.raises(ValueError, match="expected a loss scale fp32 can hold"):
+        get_policy("mixed-fp16").replace(loss_scaling="static", static_scale=scale)
+    for ok in (2.0**-149, 2.0**127, 65536):  # the extremes fp32 holds are accepted
+        assert LossScaler(init_scale=ok).scale == float(np.float32(ok))

@@ -96,12 +96,16 @@ class AccumulationResult:
     """The first term after which the running sum was inf or NaN, all terms so far being finite."""
     overflow_exact: Fraction | None
     """The exact running sum at ``overflow_index``."""
+    special_sum: float = math.nan
+    """Without an exact sum: what IEEE arithmetic makes of the inf and NaN terms (+-inf when they
+    are infinities of one sign, NaN otherwise)."""
 
     @property
     def exact_float(self) -> float:
-        """The exact sum rounded to float64 (as math.fsum gives it)."""
+        """The exact sum rounded to float64 (as math.fsum gives it); with inf or NaN terms, the
+        IEEE sum of those (an inf term makes the exact sum inf, whatever the finite ones add)."""
         if self.exact is None:
-            return math.nan
+            return self.special_sum
         try:
             return float(self.exact)
         except OverflowError:
@@ -113,6 +117,8 @@ class AccumulationResult:
             return f"overflows at term {self.overflow_index:,}"
         if self.stagnation_index is not None:
             return f"stops changing at term {self.stagnation_index:,}"
+        if self.method == "kahan" and math.isnan(self.sum) and math.isinf(self.special_sum):
+            return "NaN: the correction computes inf - inf"
         return ""
 
     def report(self) -> str:
@@ -272,9 +278,11 @@ def accumulate(
         acc_sum = float(run[-1])
     final = float(np.asarray(round_array(np.array([acc_sum]), f, "rne", **kw))[0])
 
-    all_finite = bool(np.all(np.isfinite(terms)))
-    exact = _exact_sum(terms) if all_finite else None
-    rel = _relative_error(final, exact)
+    finite = np.isfinite(terms)
+    exact = _exact_sum(terms) if finite.all() else None
+    with np.errstate(invalid="ignore"):  # inf + -inf is NaN, as IEEE arithmetic says
+        special = math.nan if exact is not None else float(np.sum(terms[~finite]))
+    rel = _relative_error(final, exact, special)
 
     stagnation: int | None = None
     stag_value: float | None = None
@@ -316,6 +324,7 @@ def accumulate(
         sum=final,
         accumulator_sum=acc_sum,
         exact=exact,
+        special_sum=special,
         relative_error=rel,
         trajectory_index=index,
         trajectory=traj,
@@ -340,8 +349,10 @@ def _unchanged(run: FloatArray) -> BoolArray:
     return out
 
 
-def _relative_error(value: float, exact: Fraction | None) -> float:
-    if exact is None or math.isnan(value):
+def _relative_error(value: float, exact: Fraction | None, special: float = math.nan) -> float:
+    if exact is None:
+        return 0.0 if value == special else math.nan  # the right infinity is no error
+    if math.isnan(value):
         return math.nan
     if math.isinf(value):
         return math.inf

@@ -67,6 +67,26 @@ def want_real(name: str, v: Any) -> float:
     return float(v)
 
 
+def want_fp32_scale(name: str, v: Any) -> float:
+    """``v`` as a float if it is a loss scale fp32 can hold: a number whose fp32 rounding is
+    neither zero nor infinite (the scale multiplies the loss in fp32, as GradScaler's tensor does:
+    1e300 would be inf and 1e-50 zero, and every step would then be skipped or learn nothing).
+
+    >>> want_fp32_scale("static_scale", 2.0**16)
+    65536.0
+    >>> want_fp32_scale("static_scale", 1e300)
+    Traceback (most recent call last):
+    ...
+    ValueError: static_scale=1e+300: expected a loss scale fp32 can hold, from 2^-149 to below 2^128
+    """
+    x = want_real(name, v)
+    # fp32's smallest subnormal is 2^-149; half of it and less round to zero, 2^128 less half an
+    # ulp and more round to inf
+    if not (2.0**-150 < x < 2.0**128 - 2.0**103):
+        raise ValueError(f"{name}={shown(v)}: expected a loss scale fp32 can hold, from 2^-149 to below 2^128")
+    return x
+
+
 def want_real_or_none(name: str, v: Any) -> float | None:
     """None, or ``v`` as a float if it is a real number."""
     if v is None:

@@ -19,15 +19,15 @@ leaves either the old checkpoint or the new one, never half of one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from floatlab.io import write_atomic
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -87,25 +87,7 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     meta = _split(state, "", arrays)
     arrays[_META] = np.array(json.dumps(meta, allow_nan=False))
-    directory = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    # the rename lives in the directory: sync it too, or a crash may forget it
-    with contextlib.suppress(OSError):
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    write_atomic(p, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
     return p
 
 

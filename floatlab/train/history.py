@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from floatlab.io import atomic_output, write_atomic
 from floatlab.train._checks import shown, want_dict, want_str
 
 if TYPE_CHECKING:
@@ -276,14 +277,15 @@ class History:
         """
         p = Path(path)
         if p.suffix == ".json":
-            p.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+            write_atomic(p, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
         elif p.suffix == ".npz":
             arrays: dict[str, Any] = {f"steps/{k}": self.column(k) for k in STEP_FIELDS if k != "fault"}
             arrays["steps/fault"] = np.array([str(f) for f in self.steps["fault"]], dtype=np.str_)
             arrays.update({f"evals/{k}": self.eval_column(k) for k in EVAL_FIELDS})
             d = self.to_dict()
             rest = {"label": d["label"], "meta": d["meta"], "histograms": d["histograms"]}
-            np.savez(p, json=np.array(json.dumps(rest, allow_nan=False)), **arrays)
+            arrays = {"json": np.array(json.dumps(rest, allow_nan=False)), **arrays}
+            write_atomic(p, lambda fh: np.savez(fh, **arrays))
         else:
             raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
         return p
@@ -403,5 +405,6 @@ def compare(
     if title:
         fig.suptitle(title)
     if path is not None:
-        fig.savefig(os.fspath(path), dpi=110)
+        with atomic_output(path) as tmp:  # (a full disk leaves any old figure as it was)
+            fig.savefig(tmp, dpi=110, format=os.path.splitext(path)[1][1:] or "png")
     return fig

@@ -36,7 +36,7 @@ import numpy as np
 
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
-from floatlab.train._checks import shown, want_bool, want_dict, want_str
+from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale, want_str
 
 __all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get_policy", "policy_names"]
 
@@ -102,8 +102,7 @@ class Policy:
         set_(self, "fp32_ops", ops)
         set_(self, "rounding", check_rounding(self.rounding))
         set_(self, "update_rounding", check_rounding(self.update_rounding or self.rounding))
-        if not (isinstance(self.static_scale, (int, float)) and 0 < self.static_scale < float("inf")):
-            raise ValueError(f"static_scale={shown(self.static_scale)}: expected a finite number > 0")
+        want_fp32_scale("static_scale", self.static_scale)
         if (self.forward == FP64) != (self.backward == FP64):
             raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
         for f in (self.forward, self.backward):

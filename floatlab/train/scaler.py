@@ -27,6 +27,7 @@ from floatlab.train._checks import (
     shown,
     want_bool,
     want_dict,
+    want_fp32_scale,
     want_int,
     want_real,
     want_real_or_none,
@@ -115,8 +116,7 @@ class LossScaler:
         enabled: bool = True,
         name: str = "torch",
     ) -> None:
-        if not (isinstance(init_scale, (int, float)) and 0 < init_scale < math.inf):
-            raise ValueError(f"init_scale={shown(init_scale)}: expected a finite number > 0")
+        want_fp32_scale("init_scale", init_scale)
         if not (isinstance(growth_factor, (int, float)) and 1.0 <= growth_factor < math.inf):
             raise ValueError(f"growth_factor={shown(growth_factor)}: expected a finite number >= 1")
         if not (isinstance(backoff_factor, (int, float)) and 0.0 < backoff_factor <= 1.0):
