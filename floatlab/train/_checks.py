@@ -83,7 +83,9 @@ def want_fp32_scale(name: str, v: Any) -> float:
     # fp32's smallest subnormal is 2^-149; half of it and less round to zero, 2^128 less half an
     # ulp and more round to inf
     if not (2.0**-150 < x < 2.0**128 - 2.0**103):
-        raise ValueError(f"{name}={shown(v)}: expected a loss scale fp32 can hold, from 2^-149 to below 2^128")
+        raise ValueError(
+            f"{name}={shown(v)}: expected a loss scale fp32 can hold, from 2^-149 to below 2^128"
+        )
     return x
 
 
