@@ -5,7 +5,11 @@
 65504.0
 """
 
-from floatlab import simulate
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
 from floatlab.formats import (
     BF16,
@@ -19,7 +23,6 @@ from floatlab.formats import (
     get_format,
     register_format,
 )
-from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
 from floatlab.rounding import (
     ROUNDING_MODES,
     Flags,
@@ -31,7 +34,29 @@ from floatlab.rounding import (
     round_array_with_flags,
 )
 
+if TYPE_CHECKING:
+    from floatlab import simulate
+    from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
+
 __version__ = "0.1.0"
+
+# loaded on first use: `floatlab decode` needs neither the simulators nor the histograms
+_LAZY = {
+    "simulate": "floatlab.simulate",
+    "GradHistogram": "floatlab.gradhist",
+    "ScaleAdvice": "floatlab.gradhist",
+    "Verdict": "floatlab.gradhist",
+    "histogram": "floatlab.gradhist",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'floatlab' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    value = module if name == "simulate" else getattr(module, name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "BF16",

@@ -31,3 +31,16 @@ def test_public_api_is_exported() -> None:
     assert {"decode", "encode", "decode_array", "encode_array", "round_array", "get_format"} <= set(
         fl.__all__
     )
+
+
+def test_the_decode_path_loads_neither_the_simulators_nor_numpy_random() -> None:
+    # `floatlab decode 0x7bff` is the first thing a learner runs: keep its start-up light
+    probe = (
+        "import sys\nfrom floatlab.cli import main\n"
+        "try:\n    main(['decode', '0x7bff'])\nexcept SystemExit:\n    pass\n"
+        "print([m for m in sys.modules if m.startswith(('numpy.random', 'floatlab.simulate', "
+        "'floatlab.gradhist'))], file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "[]"
+    assert "65504" in out.stdout
