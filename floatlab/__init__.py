@@ -10,19 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from floatlab import formats
 from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
-from floatlab.formats import (
-    BF16,
-    FORMATS,
-    FP16,
-    FP32,
-    FP64,
-    TF32,
-    FloatFormat,
-    format_names,
-    get_format,
-    register_format,
-)
+from floatlab.formats import *  # noqa: F403
 from floatlab.rounding import (
     ROUNDING_MODES,
     Flags,
@@ -58,18 +48,14 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
+# the formats' public names, then the rest
 __all__ = [
-    "BF16",
-    "FORMATS",
-    "FP16",
-    "FP32",
-    "FP64",
+    *formats.__all__,
     "ROUNDING_MODES",
-    "TF32",
     "Decoded",
     "Encoded",
     "Flags",
-    "FloatFormat",
     "GradHistogram",
     "RoundingOptions",
     "RoundingStats",
@@ -81,11 +67,8 @@ __all__ = [
     "encode",
     "encode_array",
     "encode_array_with_flags",
-    "format_names",
-    "get_format",
     "histogram",
     "parse_value",
-    "register_format",
     "round_array",
     "round_array_with_flags",
     "simulate",

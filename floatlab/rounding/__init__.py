@@ -32,62 +32,11 @@ Modes (IEEE 754 names in brackets):
 
 from __future__ import annotations
 
-from floatlab.rounding.arrays import (
-    BlockCodes,
-    Counted,
-    add_count,
-    decode_codes,
-    encode_array,
-    encode_array_with_flags,
-    encode_blocks,
-    odd_div,
-    odd_sqrt,
-    odd_sum,
-    round_array,
-    round_array_with_flags,
-    running_sums,
-)
-from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float64, as_float_array
-from floatlab.rounding.params import code_dtype
-from floatlab.rounding.spec import (
-    DEFAULT_RANDOM_BITS,
-    MODE_DESCRIPTIONS,
-    ROUNDING_MODES,
-    Flags,
-    Rounding,
-    check_rounding,
-    random_bits_at,
-    round_rational,
-    round_scalar,
-)
+from floatlab.rounding import arrays, options, params, spec
+from floatlab.rounding.arrays import *  # noqa: F403
+from floatlab.rounding.options import *  # noqa: F403
+from floatlab.rounding.params import *  # noqa: F403
+from floatlab.rounding.spec import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_RANDOM_BITS",
-    "MODE_DESCRIPTIONS",
-    "RNG",
-    "ROUNDING_MODES",
-    "BlockCodes",
-    "Counted",
-    "Flags",
-    "Rounding",
-    "RoundingOptions",
-    "RoundingStats",
-    "add_count",
-    "as_float64",
-    "as_float_array",
-    "check_rounding",
-    "code_dtype",
-    "decode_codes",
-    "encode_array",
-    "encode_array_with_flags",
-    "encode_blocks",
-    "odd_div",
-    "odd_sqrt",
-    "odd_sum",
-    "random_bits_at",
-    "round_array",
-    "round_array_with_flags",
-    "round_rational",
-    "round_scalar",
-    "running_sums",
-]
+# every public name of the layers, each listed once, in its own module
+__all__ = [*spec.__all__, *options.__all__, *params.__all__, *arrays.__all__]
