@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from floatlab.rounding.params import DecodeParams, EncodeParams
+
 # Names bound to numba objects by compile_into(); plain placeholders until then.
 prange: Any = range
 _u: Any = None
@@ -324,8 +326,10 @@ def _random32_py(i: Any, k0: Any, k1: Any) -> Any:
 
 
 # ---- the loops ---------------------------------------------------------------------------------
-def _encode_kernel_py(x: Any, out: Any, z: Any, p: Any) -> None:
+def _encode_kernel_py(x: Any, out: Any, z: Any, pt: Any) -> None:
     """Deterministic modes: codes of x (bits) into out."""
+    # the parameters come in as plain tuples (numba dispatches those 2 us faster than a NamedTuple)
+    p = EncodeParams(*pt)
     for i in prange(x.size):
         out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0).code
 
@@ -367,8 +371,10 @@ def _bf16_round_kernel_py(x: Any, out: Any) -> None:
         out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
 
 
-def _round_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
+def _round_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
     for i in prange(x.size):
         r = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0)
         out[i] = _decode_one(r.code, r.sign, z, d, True)
@@ -413,8 +419,10 @@ def _flags_one_py(xi: Any, i: Any, z: Any, p: Any) -> Any:
     return r.code, r.sign, flags
 
 
-def _full_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool) -> Any:
+def _full_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> Any:
     """Every mode, stochastic included, with the IEEE flags counted; out has the lane type."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
     n_inexact = 0
     n_underflow = 0
     n_overflow = 0
@@ -432,11 +440,13 @@ def _full_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool) ->
     return n_inexact, n_underflow, n_overflow, n_invalid
 
 
-def _general_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool) -> None:
+def _general_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> None:
     """Any mode (stochastic above all) without flags: codes, or values back in x's format.
 
     out has the lane type; the random word is drawn for every mode and used by stochastic only.
     """
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
     for i in prange(x.size):
@@ -445,7 +455,7 @@ def _general_kernel_py(x: Any, out: Any, z: Any, p: Any, d: Any, to_input: bool)
 
 
 def _mx_kernel_py(
-    x: Any, row: Any, k: Any, emax_e: Any, codes: Any, scales: Any, table: Any, values: Any, z: Any, p: Any
+    x: Any, row: Any, k: Any, emax_e: Any, codes: Any, scales: Any, table: Any, values: Any, z: Any, pt: Any
 ) -> Any:
     """MX quantization of float64 bit patterns ``x``, rows of ``row`` values cut into blocks of
     ``k``: the E8M0 code of each block into ``scales``, the element codes into ``codes`` and,
@@ -456,6 +466,7 @@ def _mx_kernel_py(
     element function takes that shift). Returns the counts (nonzero, flushed,
     subnormal, inexact, overflow) over the blocks with a finite scale.
     """
+    p = EncodeParams(*pt)
     per_row = (row + k - 1) // k
     nb = scales.size
     want_values = values.size > 0
@@ -510,8 +521,9 @@ def _mx_kernel_py(
     return n_nonzero, n_flushed, n_subnormal, n_inexact, n_overflow
 
 
-def _decode_kernel_py(c: Any, out: Any, z: Any, d: Any) -> None:
+def _decode_kernel_py(c: Any, out: Any, z: Any, dt: Any) -> None:
     """Codes c into out (the bits of the output format, usually float64 as uint64)."""
+    d = DecodeParams(*dt)
     for i in prange(c.size):
         v = _u(c[i], z)
         out[i] = _decode_one(v, _u(_shr(v, d.sign_bit) & _u(1, z), z), z, d, False)
@@ -548,9 +560,11 @@ def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: An
 
 
 def _sequential_kernel_py(
-    t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any
+    t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, pt: Any, dt: Any
 ) -> None:
     """Running sums of ``t`` into ``run``, each addition rounded once (step i uses random word i)."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
     fbuf = np.empty(1, np.float64)
     ubuf = fbuf.view(np.uint64)
     s = t[0]
@@ -561,10 +575,12 @@ def _sequential_kernel_py(
 
 
 def _kahan_kernel_py(
-    t: Any, run: Any, comp: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any
+    t: Any, run: Any, comp: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, pt: Any, dt: Any
 ) -> None:
     """Kahan's compensated running sums of ``t`` (into ``run``) and compensations (into ``comp``),
     every operation rounded once; rounding 4i + j of term i uses random word 4i + j."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
     fbuf = np.empty(1, np.float64)
     ubuf = fbuf.view(np.uint64)
     s = t[0]

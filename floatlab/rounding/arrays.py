@@ -68,7 +68,7 @@ def _door(
 
         return run_array(x, f, options, back=back, flags=flags)
     a, src = as_float_array(x)
-    target, specials = round_target(src, f, str(a.dtype)) if back else (f, None)
+    target, specials = round_target(src, f, a.dtype) if back else (f, None)
     plan = make_plan(src, target, options, back=back, flags=flags, specials=specials)
     out, counts = cpu.execute(a.reshape(-1).view(UINT_OF_BITS[src.bits]), plan)
     result = out.view(a.dtype).reshape(a.shape) if back else out.reshape(a.shape)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.formats import FP64, FloatFormat
 from floatlab.rounding._jit import launch, loop
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
 from floatlab.rounding.plan import Plan
@@ -52,6 +52,7 @@ def execute(
     the plan's own loop where a shortcut would give the same bits faster (the tests compare them).
 
     >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.formats import FP16, FP32
     >>> from floatlab.rounding.plan import make_plan
     >>> plan = make_plan(FP32, FP16, RoundingOptions(), back=False, flags=True)
     >>> codes, counts = execute(np.array([1.0, 1e-9], np.float32).view(np.uint32), plan)
@@ -59,30 +60,30 @@ def execute(
     ([15360, 0], (1, 1, 0, 0))
     """
     none = (0, 0, 0, 0)
-    if shortcuts and plan.is_plain_cast(FP32, FP16) and half_hardware():
+    if shortcuts and plan.cast == "fp32->fp16" and half_hardware():
         # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
         return run_half(bits, plan.back), none
-    if shortcuts and plan.is_plain_cast(FP32, BF16):
+    if shortcuts and plan.cast == "fp32->bf16":
         # bfloat16 is float32's top half: rounding is one integer add (same bits, tested)
         return run_bf16(bits, plan.back), none
     z = zero(plan.lanes)
     n = bits.size
     out = np.empty(n, plan.out_dtype)
     if plan.loop == "encode":
-        launch("encode", n, bits, out, z, plan.p)
+        launch("encode", n, bits, out, z, tuple(plan.p))
         return out, none
     if plan.loop == "round":
-        launch("round", n, bits, out, z, plan.p, plan.d)
+        launch("round", n, bits, out, z, tuple(plan.p), tuple(plan.d))
         return out, none
     if plan.widen:
         from floatlab.rounding.plan import widen16
 
         bits = widen16(bits, plan.src, plan.options.subnormals, np)
     if plan.loop == "full":
-        c = launch("full", n, bits, out, z, plan.p, plan.d, plan.back)
+        c = launch("full", n, bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
         counts = (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
     else:
-        launch("general", n, bits, out, z, plan.p, plan.d, plan.back)
+        launch("general", n, bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
         counts = none
     return out.astype(plan.result_dtype, copy=False), counts
 
@@ -210,7 +211,9 @@ def run_mx(
     scales = np.empty(rows * -(-row // block), np.uint8)
     codes = np.empty(bits.size, np.uint8)
     out = np.empty(bits.size if values else 0, np.float64)
-    counts = launch("mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), p)
+    counts = launch(
+        "mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), tuple(p)
+    )
     return codes, scales, out if values else None, tuple(int(c) for c in counts)
 
 
@@ -227,11 +230,12 @@ def run_running_sums(
 
     >>> from floatlab.rounding.options import RoundingOptions
     >>> from floatlab.rounding.params import encode_params
+    >>> from floatlab.formats import FP16
     >>> p, d = encode_params(FP64, FP16, RoundingOptions(), lanes=64), decode_params(FP16, FP64, 64)
     >>> run_running_sums(np.ones(3000), False, (0, 0), False, False, p, d)[0][-1]   # stalls at 2048
     np.float64(2048.0)
     """
-    args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, p, d)
+    args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, tuple(p), tuple(d))
     run = np.empty_like(t)
     if not kahan:
         loop("sequential")(t, run, *args)
@@ -245,7 +249,7 @@ def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarra
     """Output-format bit patterns (uint64 for 64 lanes) of the 1-d contiguous ``codes``."""
     z = zero(lanes)
     out = np.empty(codes.size, z.dtype)
-    launch("decode", codes.size, codes, out, z, d)
+    launch("decode", codes.size, codes, out, z, tuple(d))
     return out
 
 

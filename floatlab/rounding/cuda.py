@@ -291,7 +291,7 @@ def run_array(
             "(integers and booleans are converted to float64)"
         )
     a = xp.ascontiguousarray(a)
-    tgt, specials = round_target(src, fmt, str(a.dtype)) if back else (fmt, None)
+    tgt, specials = round_target(src, fmt, a.dtype) if back else (fmt, None)
     plan = make_plan(src, tgt, options, back=back, flags=flags, specials=specials)
     bits = a.reshape(-1).view(UINT_OF_BITS[src.bits])
     n = bits.size

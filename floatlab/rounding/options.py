@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -105,18 +106,38 @@ class RoundingOptions:
         random_bits: int = DEFAULT_RANDOM_BITS,
     ) -> RoundingOptions:
         """Check every knob (one error text per bad value) and draw the stochastic key."""
-        mode = check_rounding(rounding)
-        return cls(
-            mode,
-            check_bool("saturate", saturate),
-            check_bool("subnormals", subnormals),
-            check_random_bits(random_bits),
-            stochastic_key(rng, mode),
-        )
+        try:
+            # the checks are cached: a training step rounds many small arrays with the same knobs
+            checked = _checked(rounding, saturate, subnormals, random_bits)
+        except TypeError:  # an unhashable knob: check it uncached, which names it in the error
+            checked = _checked.__wrapped__(rounding, saturate, subnormals, random_bits)
+        key = stochastic_key(rng, checked.mode)
+        if key == (0, 0):
+            return checked
+        return cls(checked.mode, checked.saturate, checked.subnormals, checked.random_bits, key)
+
+    def without_key(self) -> RoundingOptions:
+        """These options with the key (0, 0): what the derived parameters depend on.
+
+        >>> RoundingOptions.make("stochastic", rng=3).without_key().key
+        (0, 0)
+        """
+        return RoundingOptions(self.mode, self.saturate, self.subnormals, self.random_bits)
 
     @property
     def stochastic(self) -> bool:
         return self.mode == "stochastic"
+
+
+# typed: True and 1, np.True_ and True are told apart, so that 1 is refused however often it comes
+@functools.lru_cache(maxsize=256, typed=True)
+def _checked(rounding: str, saturate: object, subnormals: object, random_bits: object) -> RoundingOptions:
+    return RoundingOptions(
+        check_rounding(rounding),
+        check_bool("saturate", saturate),
+        check_bool("subnormals", subnormals),
+        check_random_bits(random_bits),
+    )
 
 
 @dataclass(frozen=True)

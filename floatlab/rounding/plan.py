@@ -13,12 +13,12 @@ differ only in where the loop runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+import functools
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from floatlab.formats import BF16, FP32, FloatFormat
+from floatlab.formats import BF16, FP16, FP32, FloatFormat
 from floatlab.rounding.options import RoundingOptions
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params, encode_params
 
@@ -27,8 +27,7 @@ __all__ = ["UINT_OF_BITS", "Plan", "make_plan", "round_target", "widen16"]
 UINT_OF_BITS: dict[int, type[np.unsignedinteger[Any]]] = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """Which loop rounds the input's bit patterns, with which parameters, into what.
 
     ``loop`` is "encode" or "round" (deterministic modes, no flags: codes, or values back in
@@ -51,28 +50,20 @@ class Plan:
     lanes: int
     widen: bool
     p: EncodeParams
-    d: DecodeParams | None
+    d: DecodeParams
     out_dtype: np.dtype[Any]  # what the loop writes
     result_dtype: np.dtype[Any]  # what the caller gets: codes, or the input's bit patterns
+    #: "fp32->fp16" or "fp32->bf16" when the plan is a plain round-to-nearest-even cast (no flags,
+    #: subnormals kept, overflow to inf) that an executor may do its own way, with the same bits
+    cast: str = ""
 
-    def is_plain_cast(self, src: FloatFormat, target: FloatFormat) -> bool:
-        """Round to nearest even from ``src`` to ``target`` with IEEE behaviour throughout (no
-        flags, subnormals kept, overflow to inf): what a hardware conversion does."""
-        o = self.options
-        return (
-            self.loop in ("encode", "round")
-            and self.src == src
-            and self.target == target
-            and self.specials is None
-            and o.mode == "rne"
-            and o.subnormals
-            and not o.saturate
-        )
+    def with_key(self, options: RoundingOptions) -> Plan:
+        """This plan for ``options``, whose stochastic key it takes (the rest must agree)."""
+        p = self.p._replace(key0=options.key[0] & 0xFFFFFFFF, key1=options.key[1] & 0xFFFFFFFF)
+        return self._replace(options=options, p=p)
 
 
-def round_target(
-    src: FloatFormat, fmt: FloatFormat, dtype_name: str
-) -> tuple[FloatFormat, FloatFormat | None]:
+def round_target(src: FloatFormat, fmt: FloatFormat, dtype: object) -> tuple[FloatFormat, FloatFormat | None]:
     """Where round_array rounds values of ``src`` for ``fmt``: into ``fmt`` when ``src`` holds all
     of fmt's values; into ``src`` itself (the identity on finite values) with fmt's infinities
     and NaNs when ``fmt`` holds all of src's; ValueError otherwise (it would round twice).
@@ -90,7 +81,7 @@ def round_target(
     if fmt.contains(src):
         return src, fmt
     raise ValueError(
-        f"format {fmt.name} has values that {dtype_name} cannot hold, so round_array would round "
+        f"format {fmt.name} has values that {dtype} cannot hold, so round_array would round "
         f"twice; use encode_array(x, {fmt.name!r}) and decode_array(codes, {fmt.name!r}) (float64)"
     )
 
@@ -113,6 +104,22 @@ def make_plan(
     >>> make_plan(fl.FP32, fl.BF16, RoundingOptions.make("stochastic", rng=0), back=True, flags=False).loop
     'general'
     """
+    if options.key == (0, 0):
+        return _plan(src, target, options, back, flags, specials)
+    # the plan without the key is cached (a training step plans the same roundings over and over)
+    return _plan(src, target, options.without_key(), back, flags, specials).with_key(options)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(
+    src: FloatFormat,
+    target: FloatFormat,
+    options: RoundingOptions,
+    back: bool,
+    flags: bool,
+    specials: FloatFormat | None,
+) -> Plan:
+    """make_plan for options whose stochastic key is (0, 0)."""
     udt = np.dtype(UINT_OF_BITS[src.bits])
     cdt = code_dtype(target)
     result = udt if back else cdt
@@ -121,9 +128,11 @@ def make_plan(
     if fast:
         # the lean loops: deterministic modes, no flags, one compiled loop per dtype pair
         p = encode_params(src, target, options, lanes=lanes, specials_from=specials)
-        d = decode_params(target, src, lanes) if back else None
+        d = decode_params(target, src, lanes)  # (read when back)
         loop: Literal["encode", "round", "general", "full"] = "round" if back else "encode"
-        return Plan(loop, src, target, specials, options, back, lanes, False, p, d, result, result)
+        plain = options.mode == "rne" and options.subnormals and not options.saturate and specials is None
+        cast = f"{src.name}->{target.name}" if plain and src == FP32 and target in (FP16, BF16) else ""
+        return Plan(loop, src, target, specials, options, back, lanes, False, p, d, result, result, cast)
     # the general loops (stochastic rounding, flag counts, 16/32-bit input to 64-bit codes)
     # take 32- and 64-bit inputs only: 16-bit ones are widened first, exactly
     wide = FP32 if src.bits == 16 else src
