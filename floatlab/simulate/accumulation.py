@@ -122,13 +122,23 @@ class AccumulationResult:
         return ""
 
     def report(self) -> str:
-        """A few lines of plain text."""
+        """A few lines of plain text: what was summed, the result, and :meth:`findings`."""
         lines = [
             f"sum of {self.n:,} terms stored in {self.fmt.name}: {self.method}, "
             f"{self.accumulator.name} accumulator, {MODE_DESCRIPTIONS[self.rounding]}",
             f"  result {_g(self.sum)}; exact {_g(self.exact_float)}; "
             f"relative error {self.relative_error:.3g}",
         ]
+        return "\n".join(lines + self.findings())
+
+    def findings(self) -> list[str]:
+        """The lines of :meth:`report` that explain what happened to the running sum (where it
+        overflowed, where it stopped changing, how many terms it swallowed), or none.
+
+        >>> print(accumulate(np.ones(3000), "fp16").findings()[0][:60])
+          the running sum stopped changing at term 2,048 (at 2048)
+        """
+        lines: list[str] = []
         if self.overflow_index is not None:
             exact = ""
             if self.overflow_exact is not None:
@@ -146,7 +156,7 @@ class AccumulationResult:
             )
         if self.n_swallowed:
             lines.append(f"  {self.n_swallowed:,} nonzero terms left the running sum unchanged")
-        return "\n".join(lines)
+        return lines
 
     def trajectory_value(self, index: int) -> float:
         """The recorded running sum after term ``index`` (NaN if it was not recorded)."""
