@@ -21,7 +21,7 @@ import numpy as np
 from floatlab.formats import FP64, FloatFormat
 from floatlab.rounding._jit import launch, loop
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
-from floatlab.rounding.plan import Plan
+from floatlab.rounding.plan import Plan, widen16
 
 __all__ = [
     "add_count",
@@ -76,8 +76,6 @@ def execute(
         launch("round", n, bits, out, z, tuple(plan.p), tuple(plan.d))
         return out, none
     if plan.widen:
-        from floatlab.rounding.plan import widen16
-
         bits = widen16(bits, plan.src, plan.options.subnormals, np)
     if plan.loop == "full":
         c = launch("full", n, bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
