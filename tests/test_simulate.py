@@ -899,3 +899,16 @@ def test_accumulating_infinite_terms_reports_the_ieee_sum() -> None:
     mixed = sim.accumulate(np.array([np.inf, 1.0, -np.inf]), "fp16")
     assert math.isnan(mixed.exact_float)
     assert math.isnan(mixed.relative_error)
+
+
+def test_every_simulator_takes_an_int_seed_as_default_rng_of_it() -> None:
+    # one rng story: rng=7 means np.random.default_rng(7), drawn once, then key after key
+    x = np.linspace(0.1, 3.0, 257)
+    for method in ("pairwise", "sequential", "kahan"):
+        by_seed = sim.accumulate(x, "fp16", method=method, rounding="stochastic", rng=7).sum
+        by_gen = sim.accumulate(x, "fp16", method=method, rounding="stochastic", rng=np.random.default_rng(7))
+        assert by_seed == by_gen.sum, method
+    a = sim.add(x, x / 3, "bf16", "stochastic", rng=3)
+    np.testing.assert_array_equal(a, sim.add(x, x / 3, "bf16", "stochastic", rng=np.random.default_rng(3)))
+    with pytest.raises(ValueError, match="rng=-1: expected a numpy Generator or a non-negative int seed"):
+        sim.accumulate(x, "fp16", rounding="stochastic", rng=-1)

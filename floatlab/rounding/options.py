@@ -30,6 +30,7 @@ __all__ = [
     "RoundingStats",
     "as_float64",
     "as_float_array",
+    "as_generator",
     "check_bool",
     "stochastic_key",
 ]
@@ -51,6 +52,20 @@ def check_bool(name: str, value: object) -> bool:
     raise ValueError(f"{name}={value!r}: expected True or False")
 
 
+def as_generator(rng: RNG) -> np.random.Generator | None:
+    """``rng`` as a numpy Generator (a non-negative int seed becomes ``default_rng(seed)``), or None:
+    for a function that rounds several times and must draw a new key each time.
+
+    >>> as_generator(None) is None, type(as_generator(5)).__name__
+    (True, 'Generator')
+    """
+    if rng is None or isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)) and rng >= 0:
+        return np.random.default_rng(int(rng))
+    raise ValueError(f"rng={rng!r}: expected a numpy Generator or a non-negative int seed")
+
+
 def stochastic_key(rng: RNG, mode: str) -> tuple[int, int]:
     """The key of the counter-based random bits: two uint32 drawn from ``rng`` (a numpy Generator
     or a non-negative int seed). Only stochastic rounding draws (and needs) them.
@@ -62,10 +77,8 @@ def stochastic_key(rng: RNG, mode: str) -> tuple[int, int]:
         if mode == "stochastic":
             raise ValueError("rounding='stochastic' needs rng: a numpy Generator or an int seed")
         return 0, 0
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)) and rng >= 0:
-        rng = np.random.default_rng(int(rng))
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng={rng!r}: expected a numpy Generator or a non-negative int seed")
+    rng = as_generator(rng)
+    assert rng is not None
     if mode != "stochastic":
         return 0, 0  # only stochastic rounding consumes random numbers
     k = rng.integers(0, 2**32, size=2, dtype=np.uint64)

@@ -17,7 +17,15 @@ import numpy.typing as npt
 
 from floatlab.exact import pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import DEFAULT_RANDOM_BITS, MODE_DESCRIPTIONS, as_float64, round_array, running_sums
+from floatlab.rounding import (
+    DEFAULT_RANDOM_BITS,
+    MODE_DESCRIPTIONS,
+    RNG,
+    as_float64,
+    as_generator,
+    round_array,
+    running_sums,
+)
 from floatlab.simulate.arithmetic import FloatArray, _Op
 
 __all__ = [
@@ -200,9 +208,7 @@ def _g(x: float) -> str:
 # The serial methods run in one compiled loop (floatlab.rounding.running_sums): each step forms the
 # round-to-odd float64 result, as add() does, and rounds it as round_array does (the same bits, one
 # element at a time, without a call into numpy per step).
-def _serial_sum(
-    t: FloatArray, op: _Op, method: str, rng: np.random.Generator | None
-) -> tuple[FloatArray, FloatArray | None]:
+def _serial_sum(t: FloatArray, op: _Op, method: str, rng: RNG) -> tuple[FloatArray, FloatArray | None]:
     """Running sums (and Kahan's compensation) of the accumulator values ``t``."""
     return running_sums(
         t,
@@ -216,7 +222,7 @@ def _serial_sum(
     )
 
 
-def _pairwise(t: FloatArray, op: _Op, rng: np.random.Generator | None) -> float:
+def _pairwise(t: FloatArray, op: _Op, rng: RNG) -> float:
     vals = t
     while vals.size > 1:
         odd = vals[-1:] if vals.size % 2 else vals[:0]
@@ -234,7 +240,7 @@ def accumulate(
     accumulator: FloatFormat | str | None = None,
     method: str = "sequential",
     rounding: str = "rne",
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int | None = None,
@@ -263,6 +269,7 @@ def accumulate(
     """
     f = get_format(fmt)
     acc_fmt = f if accumulator is None else get_format(accumulator)
+    rng = as_generator(rng)  # an int seed draws once, then every rounding takes the next key
     if random_bits is None:
         # stochastic steps stay exact with p + random_bits <= 52 (see the notes in
         # floatlab.simulate.arithmetic): fp32 gets 28
@@ -423,7 +430,7 @@ def compare_accumulation(
     *,
     wide: FloatFormat | str = "fp32",
     rounding: str = "rne",
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
 ) -> AccumulationComparison:
     """Sum ``x`` stored in ``fmt`` four ways: sequential, pairwise and Kahan in ``fmt``, and
     sequential with a ``wide`` accumulator.
@@ -432,6 +439,7 @@ def compare_accumulation(
     >>> [r.sum for r in c.results]
     [2048.0, 3000.0, 3000.0, 3000.0]
     """
+    rng = as_generator(rng)  # one generator for every method: each draws its own keys
     kw: dict[str, Any] = {"rounding": rounding, "rng": rng}
     results = (
         accumulate(x, fmt, method="sequential", **kw),

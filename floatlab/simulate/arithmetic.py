@@ -40,6 +40,7 @@ import numpy.typing as npt
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
+    RNG,
     as_float64,
     check_rounding,
     odd_div,
@@ -114,9 +115,7 @@ class _Op:
             )
         return cls(name, f, mode, saturate, subnormals, random_bits)
 
-    def apply(
-        self, exact: Callable[..., FloatArray], *operands: npt.ArrayLike, rng: np.random.Generator | None
-    ) -> FloatArray:
+    def apply(self, exact: Callable[..., FloatArray], *operands: npt.ArrayLike, rng: RNG) -> FloatArray:
         """The body of every operation: broadcast the operands and store each in the format
         (nearest even, as a cast), form ``exact`` of them (the float64 result rounded to odd at
         53 bits), and round that once into the format with the operation's mode."""
@@ -136,7 +135,7 @@ class _Op:
         )
         return out
 
-    def _round(self, x: FloatArray, mode: str, rng: np.random.Generator | None) -> FloatArray:
+    def _round(self, x: FloatArray, mode: str, rng: RNG) -> FloatArray:
         out: FloatArray = round_array(
             x,
             self.fmt,
@@ -155,7 +154,7 @@ def add(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,
@@ -180,7 +179,7 @@ def sub(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,
@@ -200,7 +199,7 @@ def mul(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,
@@ -222,7 +221,7 @@ def fma(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,
@@ -244,7 +243,7 @@ def div(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,
@@ -264,7 +263,7 @@ def sqrt(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
     random_bits: int = DEFAULT_RANDOM_BITS,

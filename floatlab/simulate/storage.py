@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, as_float64, check_rounding, round_array_with_flags
+from floatlab.rounding import MODE_DESCRIPTIONS, RNG, as_float64, check_rounding, round_array_with_flags
 from floatlab.text import percent
 
 __all__ = ["UnderflowResult", "underflow"]
@@ -167,7 +167,7 @@ def underflow(
     *,
     scale: float = 1.0,
     rounding: str = "rne",
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
 ) -> UnderflowResult:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from floatlab.codec import decode, encode, parse_value
 from floatlab.exact import exact_decimal, floor_log2, pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, as_float64, check_rounding
+from floatlab.rounding import MODE_DESCRIPTIONS, RNG, as_float64, check_rounding
 from floatlab.simulate.arithmetic import FloatArray, _zero_sum_is_negative, add
 from floatlab.text import hex_code, percent
 
@@ -116,7 +116,7 @@ def swallowed_updates(
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
 ) -> SwallowResult:
@@ -324,7 +324,7 @@ def explain_add(
     fmt: FloatFormat | str = "fp16",
     rounding: str = "rne",
     *,
-    rng: np.random.Generator | None = None,
+    rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
 ) -> AddExplanation:
