@@ -33,10 +33,11 @@ from floatlab.backend import (
     tree_map_arrays,
 )
 from floatlab.cli import main
+from floatlab.formats import TF32
 from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdict
 from floatlab.rounding import RoundingOptions
 from floatlab.rounding import cuda as gk
-from floatlab.train.matmul import check_gemm_support, gemm_format, matmul
+from floatlab.train.matmul import check_gemm_support, cublas_gemm_args, cupy_matmul, gemm_format, matmul
 from floatlab.train.policy import policy_names
 from floatlab.train.precision import Precision
 
@@ -139,6 +140,88 @@ def test_numpy_matmul_is_rounded_inputs_with_fp32_accumulation(
     if compute != "fp32":
         raw = np.matmul(a.astype(np.float64), b.astype(np.float64))
         assert np.any(np.abs(raw - exact) > bound)
+
+
+# ---- the CuPy GEMM path on the host: NumPy for CuPy, an emulation of cuBLAS for cuBLAS -------------
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
+
+
+def _host_cublas(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: Any, f: Any) -> None:
+    """cublasGemmStridedBatchedEx emulated on NumPy from the very arguments gemm_prepared passes:
+    column-major operands read from the flat buffers by leading dimension and batch stride (an
+    index beyond a buffer raises), float64 products and sums rounded once to float32."""
+    assert cp is np
+    (ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute, algo) = (
+        cublas_gemm_args(a_in, a_type, b_in, b_type, out, f)
+    )
+    assert (ta, tb, ct, algo, alpha, beta) == (0, 0, _CUDA_R_32F, -1, 1.0, 0.0)
+    assert compute == (77 if f == TF32 else 68)  # CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F
+
+    def values(buf: np.ndarray, t: int) -> np.ndarray:
+        assert buf.flags.c_contiguous
+        flat = buf.reshape(-1)
+        if t == _CUDA_R_32F:
+            assert flat.dtype == np.float32
+            return (fl.round_array(flat, "tf32") if compute == 77 else flat).astype(np.float64)
+        if t == _CUDA_R_16F:
+            assert flat.dtype == np.float16
+            return flat.astype(np.float64)
+        assert t == _CUDA_R_16BF
+        assert flat.dtype == np.uint16
+        bf16: np.ndarray = (flat.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return bf16.astype(np.float64)
+
+    av, bv = values(A, at), values(B, bt)
+    assert C.flags.c_contiguous
+    assert C.dtype == np.float32
+    c = C.reshape(-1)
+    rows, cols = np.arange(m)[:, None], np.arange(n)[None, :]
+    for i in range(batch):
+        op_a = av[sa * i + rows + lda * np.arange(k)[None, :]]
+        op_b = bv[sb * i + np.arange(k)[:, None] + ldb * cols]
+        c[sc * i + rows + ldc * cols] = (op_a @ op_b).astype(np.float32)
+
+
+@pytest.mark.parametrize("compute", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((9, 30), (30, 7)),
+        ((3, 5, 17), (17, 4)),  # a stack times one matrix: one GEMM on the stacked rows
+        ((2, 5, 17), (2, 17, 4)),
+        ((1, 5, 17), (3, 17, 4)),  # broadcasting a
+        ((3, 5, 17), (1, 17, 4)),  # broadcasting b (stride 0)
+        ((2, 1, 4, 6), (3, 6, 2)),
+        ((4, 0), (0, 3)),  # k = 0: zeros
+        ((0, 5), (5, 2)),
+        ((2, 3, 0), (0, 2)),
+        ((0, 3, 5), (1, 5, 2)),
+    ],
+)
+def test_cupy_gemm_path_on_numpy(compute: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+    """The CuPy GEMM path (batching, reshapes, GEMM input buffers, cuBLAS's arguments) with NumPy
+    for CuPy: only cuBLAS itself and the device's tensor cores are left to a GPU run."""
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(sa) * 3).astype(np.float32)
+    b = (rng.standard_normal(sb) * 3).astype(np.float32)
+    got = cupy_matmul(np, a, b, fl.get_format(compute), _host_cublas)
+    ra, rb = ORACLE_ROUND[compute](a).astype(np.float64), ORACLE_ROUND[compute](b).astype(np.float64)
+    exact = np.matmul(ra, rb)
+    assert got.dtype == np.float32
+    assert got.shape == exact.shape
+    bound = np.matmul(np.abs(ra), np.abs(rb)) * 2.0**-23 + 1e-30  # one rounding of a float64 sum
+    assert np.all(np.abs(got - exact) <= bound)
+
+
+def test_cupy_gemm_path_on_numpy_errors_and_fp64() -> None:
+    with pytest.raises(ValueError, match="expected arrays of 2 or more dimensions"):
+        cupy_matmul(np, np.ones(3), np.ones((3, 1)), fl.FP16, _host_cublas)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        cupy_matmul(np, np.ones((2, 3)), np.ones((2, 1)), fl.FP16, _host_cublas)
+    a = np.array([[1 + 2**-40, 1.0]])
+    out = cupy_matmul(np, a, np.ones((2, 1)), fl.FP64, _host_cublas)  # fp64: cp.matmul, no cuBLAS Ex
+    assert out.dtype == np.float64
+    assert out.item() == 2 + 2**-40
 
 
 @pytest.mark.parametrize(
