@@ -89,12 +89,17 @@ def test_cupy_backend_without_cuda_says_so_in_one_line(capsys: pytest.CaptureFix
 
 
 def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
+    # (the interpreter may load the empty ``cuda`` namespace package itself: numba-cuda's wheels
+    # install .pth hooks; what counts is what importing and using floatlab adds)
     probe = (
-        "import numpy as np, floatlab as fl, floatlab.backend as b, sys\n"
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import numpy as np, floatlab as fl, floatlab.backend as b\n"
         "fl.round_array(np.ones(3, np.float32), 'fp16')\n"
         "import floatlab.train.matmul as g\n"
         "g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
-        "gpu = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda') or 'numba.cuda' in m]\n"
+        "new = set(sys.modules) - before\n"
+        "gpu = [m for m in new if m.split('.')[0] in ('cupy', 'cuda', 'numba_cuda') or 'numba.cuda' in m]\n"
         "print(sorted(gpu))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -150,7 +155,7 @@ def _host_cublas(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: A
     """cublasGemmStridedBatchedEx emulated on NumPy from the very arguments gemm_prepared passes:
     column-major operands read from the flat buffers by leading dimension and batch stride (an
     index beyond a buffer raises), float64 products and sums rounded once to float32."""
-    assert cp is np
+    assert cp.float32 is np.float32  # numpy, or numpy posing as cupy
     (ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute, algo) = (
         cublas_gemm_args(a_in, a_type, b_in, b_type, out, f)
     )
@@ -293,6 +298,87 @@ def test_tf32_backend_on_numpy_rounds_fp32_gemm_inputs() -> None:
     assert Precision("fp32").matmul(a, b, P.fwd).item() == 2 + 2**-12
 
 
+# ---- the CuPy backend's code paths with NumPy posing as CuPy ----------------------------------------
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """NumPy posing as CuPy on a fake device (compute capability 9.0), cuBLAS emulated by
+    :func:`_host_cublas`: the backend's, the GEMMs' and the trainer's CuPy code paths run on the
+    host. NumPy arrays stay host arrays (``is_cupy`` is false), so rounding takes the CPU path."""
+    import types
+
+    import floatlab.train.matmul as mm
+
+    cp = types.ModuleType("cupy")
+    for name in dir(np):
+        if not name.startswith("__"):
+            setattr(cp, name, getattr(np, name))
+
+    class DeviceArray:
+        """No array is one of these."""
+
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    device = types.SimpleNamespace(id=0, compute_capability="90")
+    cp.ndarray = DeviceArray  # type: ignore[attr-defined]
+    cp.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=types.SimpleNamespace(
+            getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"Fake GPU"}
+        ),
+        Device=lambda i=0: device,
+        get_current_stream=lambda: stream,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(mm, "gemm_prepared", _host_cublas)
+    monkeypatch.setattr(mm, "_GEMM_SUPPORTED", set())
+    return cp
+
+
+def test_cupy_backend_on_a_fake_device(fake_cupy: Any) -> None:
+    be = get_backend("cupy")
+    assert be.is_gpu
+    assert be.xp is fake_cupy
+    assert be.device_name() == "Fake GPU"
+    assert be.compute_capability() == (9, 0)
+    be.synchronize()
+    assert be.asarray([1, 2], np.float32).dtype == np.float32
+    fake_cupy.cuda.Device().compute_capability = "100"
+    assert be.compute_capability() == (10, 0)  # Blackwell: two digits of major version
+
+
+def test_cupy_matmul_checks_the_device_once_per_format(fake_cupy: Any) -> None:
+    be = get_backend("cupy")
+    a = np.array([[1 + 2**-12, 1.0]], np.float32)
+    b = np.ones((2, 1), np.float32)
+    assert matmul(a, b, "bf16", be).item() == 2.0  # through cupy_matmul and the emulated cuBLAS
+    assert matmul(a, b, "fp32", be).item() == 2 + 2**-12
+    fake_cupy.cuda.Device().compute_capability = "75"
+    assert matmul(a, b, "bf16", be).item() == 2.0  # checked already for this device and format
+    with pytest.raises(
+        ValueError, match=r"^tf32 GEMMs need compute capability 8\.0 or later \(Ampere\); Fake GPU has 7\.5"
+    ):
+        matmul(a, b, "tf32", be)
+
+
+def test_trainer_on_the_cupy_code_path_follows_numpy(fake_cupy: Any, tmp_path: Any) -> None:
+    """The trainer's backend calls (arrays to the device, GEMMs in the policy's GEMM format,
+    checkpoints brought to the host) with NumPy posing as CuPy: the loss curve of the NumPy
+    backend, up to the GEMMs' summation order."""
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.data import make_underflow_task
+
+    data = make_underflow_task(n_train=128, n_test=64)
+    cfg = TrainConfig(data="underflow", precision="mixed-fp16", hidden=(16,), batch_size=32, epochs=2)
+    losses = []
+    for backend in ("numpy", "cupy"):
+        tr = Trainer.from_config(cfg, data, backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses.append(np.asarray(tr.fit(cfg.epochs).column("loss"), np.float64))
+    assert tr.backend.is_gpu
+    assert np.allclose(losses[1], losses[0], rtol=1e-3, atol=1e-6)
+    back = Trainer.resume(tr.save(tmp_path / "ck.npz"), data, backend="cupy")
+    assert all(np.array_equal(to_numpy(back.params[k]), to_numpy(tr.params[k])) for k in tr.params)
+
+
 # ---- the GPU rounding code path, on the CPU -----------------------------------------------------------
 def _inputs(dtype: str) -> np.ndarray:
     rng = np.random.default_rng(11)
@@ -347,6 +433,25 @@ def test_gpu_code_path_on_cpu_gives_the_cpu_kernels_bits(dtype: str, fmt: str) -
                     continue
                 gpu = _gpu_path(x, f, mode, back=True, flags=flags, **kw)
                 assert _same(cpu, gpu), ("round", dtype, fmt, mode, opts, flags)
+
+
+def test_gpu_host_side_with_numpy_posing_as_cupy(fake_cupy: Any) -> None:
+    """The host side's CuPy branches (the widening of 16-bit inputs that rebuilds NaNs and
+    infinities from the bits, as a GPU's conversion may quieten a NaN) give the NumPy bits."""
+    from floatlab.rounding.plan import widen16
+
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    for src in (fl.FP16, fl.BF16):
+        for subnormals in (True, False):
+            assert np.array_equal(
+                widen16(bits, src, subnormals, fake_cupy), widen16(bits, src, subnormals, np)
+            )
+    x = bits.view(np.float16)
+    for mode in ("rne", "stochastic"):
+        seed = 5 if mode == "stochastic" else None
+        options = RoundingOptions.make(mode, rng=seed)
+        got = gk.run_array(x, fl.get_format("e4m3fn"), options, flags=True, xp=fake_cupy, target="cpu")
+        assert _same(got, tuple(fl.encode_array_with_flags(x, "e4m3fn", mode, rng=seed)))
 
 
 def test_gpu_code_path_errors_match_the_cpu() -> None:
