@@ -10,6 +10,7 @@ check on a CUDA device.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -489,6 +490,7 @@ PTX_ARCHS = [(7, 0), (8, 0), (9, 0), (10, 0)]
 
 
 @pytest.mark.skipif(_numba_cuda() is None, reason="numba-cuda (the dev extra) is not installed")
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="the CUDA simulator is on")
 @pytest.mark.parametrize("cc", PTX_ARCHS, ids=[f"sm_{a}{b}" for a, b in PTX_ARCHS])
 def test_cuda_kernels_compile_to_ptx(cc: tuple[int, int]) -> None:
     """The element functions compile for CUDA (NVVM, no GPU needed) into self-contained kernels.
