@@ -10,6 +10,7 @@ check on a CUDA device.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,10 +34,11 @@ from floatlab.backend import (
     tree_map_arrays,
 )
 from floatlab.cli import main
+from floatlab.formats import TF32
 from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdict
 from floatlab.rounding import RoundingOptions
 from floatlab.rounding import cuda as gk
-from floatlab.train.matmul import check_gemm_support, gemm_format, matmul
+from floatlab.train.matmul import check_gemm_support, cublas_gemm_args, cupy_matmul, gemm_format, matmul
 from floatlab.train.policy import policy_names
 from floatlab.train.precision import Precision
 
@@ -88,12 +90,17 @@ def test_cupy_backend_without_cuda_says_so_in_one_line(capsys: pytest.CaptureFix
 
 
 def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
+    # (the interpreter may load the empty ``cuda`` namespace package itself: numba-cuda's wheels
+    # install .pth hooks; what counts is what importing and using floatlab adds)
     probe = (
-        "import numpy as np, floatlab as fl, floatlab.backend as b, sys\n"
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import numpy as np, floatlab as fl, floatlab.backend as b\n"
         "fl.round_array(np.ones(3, np.float32), 'fp16')\n"
         "import floatlab.train.matmul as g\n"
         "g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
-        "gpu = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda') or 'numba.cuda' in m]\n"
+        "new = set(sys.modules) - before\n"
+        "gpu = [m for m in new if m.split('.')[0] in ('cupy', 'cuda', 'numba_cuda') or 'numba.cuda' in m]\n"
         "print(sorted(gpu))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -139,6 +146,88 @@ def test_numpy_matmul_is_rounded_inputs_with_fp32_accumulation(
     if compute != "fp32":
         raw = np.matmul(a.astype(np.float64), b.astype(np.float64))
         assert np.any(np.abs(raw - exact) > bound)
+
+
+# ---- the CuPy GEMM path on the host: NumPy for CuPy, an emulation of cuBLAS for cuBLAS -------------
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
+
+
+def _host_cublas(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: Any, f: Any) -> None:
+    """cublasGemmStridedBatchedEx emulated on NumPy from the very arguments gemm_prepared passes:
+    column-major operands read from the flat buffers by leading dimension and batch stride (an
+    index beyond a buffer raises), float64 products and sums rounded once to float32."""
+    assert cp.float32 is np.float32  # numpy, or numpy posing as cupy
+    (ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute, algo) = (
+        cublas_gemm_args(a_in, a_type, b_in, b_type, out, f)
+    )
+    assert (ta, tb, ct, algo, alpha, beta) == (0, 0, _CUDA_R_32F, -1, 1.0, 0.0)
+    assert compute == (77 if f == TF32 else 68)  # CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F
+
+    def values(buf: np.ndarray, t: int) -> np.ndarray:
+        assert buf.flags.c_contiguous
+        flat = buf.reshape(-1)
+        if t == _CUDA_R_32F:
+            assert flat.dtype == np.float32
+            return (fl.round_array(flat, "tf32") if compute == 77 else flat).astype(np.float64)
+        if t == _CUDA_R_16F:
+            assert flat.dtype == np.float16
+            return flat.astype(np.float64)
+        assert t == _CUDA_R_16BF
+        assert flat.dtype == np.uint16
+        bf16: np.ndarray = (flat.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return bf16.astype(np.float64)
+
+    av, bv = values(A, at), values(B, bt)
+    assert C.flags.c_contiguous
+    assert C.dtype == np.float32
+    c = C.reshape(-1)
+    rows, cols = np.arange(m)[:, None], np.arange(n)[None, :]
+    for i in range(batch):
+        op_a = av[sa * i + rows + lda * np.arange(k)[None, :]]
+        op_b = bv[sb * i + np.arange(k)[:, None] + ldb * cols]
+        c[sc * i + rows + ldc * cols] = (op_a @ op_b).astype(np.float32)
+
+
+@pytest.mark.parametrize("compute", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((9, 30), (30, 7)),
+        ((3, 5, 17), (17, 4)),  # a stack times one matrix: one GEMM on the stacked rows
+        ((2, 5, 17), (2, 17, 4)),
+        ((1, 5, 17), (3, 17, 4)),  # broadcasting a
+        ((3, 5, 17), (1, 17, 4)),  # broadcasting b (stride 0)
+        ((2, 1, 4, 6), (3, 6, 2)),
+        ((4, 0), (0, 3)),  # k = 0: zeros
+        ((0, 5), (5, 2)),
+        ((2, 3, 0), (0, 2)),
+        ((0, 3, 5), (1, 5, 2)),
+    ],
+)
+def test_cupy_gemm_path_on_numpy(compute: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+    """The CuPy GEMM path (batching, reshapes, GEMM input buffers, cuBLAS's arguments) with NumPy
+    for CuPy: only cuBLAS itself and the device's tensor cores are left to a GPU run."""
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(sa) * 3).astype(np.float32)
+    b = (rng.standard_normal(sb) * 3).astype(np.float32)
+    got = cupy_matmul(np, a, b, fl.get_format(compute), _host_cublas)
+    ra, rb = ORACLE_ROUND[compute](a).astype(np.float64), ORACLE_ROUND[compute](b).astype(np.float64)
+    exact = np.matmul(ra, rb)
+    assert got.dtype == np.float32
+    assert got.shape == exact.shape
+    bound = np.matmul(np.abs(ra), np.abs(rb)) * 2.0**-23 + 1e-30  # one rounding of a float64 sum
+    assert np.all(np.abs(got - exact) <= bound)
+
+
+def test_cupy_gemm_path_on_numpy_errors_and_fp64() -> None:
+    with pytest.raises(ValueError, match="expected arrays of 2 or more dimensions"):
+        cupy_matmul(np, np.ones(3), np.ones((3, 1)), fl.FP16, _host_cublas)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        cupy_matmul(np, np.ones((2, 3)), np.ones((2, 1)), fl.FP16, _host_cublas)
+    a = np.array([[1 + 2**-40, 1.0]])
+    out = cupy_matmul(np, a, np.ones((2, 1)), fl.FP64, _host_cublas)  # fp64: cp.matmul, no cuBLAS Ex
+    assert out.dtype == np.float64
+    assert out.item() == 2 + 2**-40
 
 
 @pytest.mark.parametrize(
@@ -210,6 +299,87 @@ def test_tf32_backend_on_numpy_rounds_fp32_gemm_inputs() -> None:
     assert Precision("fp32").matmul(a, b, P.fwd).item() == 2 + 2**-12
 
 
+# ---- the CuPy backend's code paths with NumPy posing as CuPy ----------------------------------------
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """NumPy posing as CuPy on a fake device (compute capability 9.0), cuBLAS emulated by
+    :func:`_host_cublas`: the backend's, the GEMMs' and the trainer's CuPy code paths run on the
+    host. NumPy arrays stay host arrays (``is_cupy`` is false), so rounding takes the CPU path."""
+    import types
+
+    import floatlab.train.matmul as mm
+
+    cp = types.ModuleType("cupy")
+    for name in dir(np):
+        if not name.startswith("__"):
+            setattr(cp, name, getattr(np, name))
+
+    class DeviceArray:
+        """No array is one of these."""
+
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    device = types.SimpleNamespace(id=0, compute_capability="90")
+    cp.ndarray = DeviceArray  # type: ignore[attr-defined]
+    cp.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=types.SimpleNamespace(
+            getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"Fake GPU"}
+        ),
+        Device=lambda i=0: device,
+        get_current_stream=lambda: stream,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(mm, "gemm_prepared", _host_cublas)
+    monkeypatch.setattr(mm, "_GEMM_SUPPORTED", set())
+    return cp
+
+
+def test_cupy_backend_on_a_fake_device(fake_cupy: Any) -> None:
+    be = get_backend("cupy")
+    assert be.is_gpu
+    assert be.xp is fake_cupy
+    assert be.device_name() == "Fake GPU"
+    assert be.compute_capability() == (9, 0)
+    be.synchronize()
+    assert be.asarray([1, 2], np.float32).dtype == np.float32
+    fake_cupy.cuda.Device().compute_capability = "100"
+    assert be.compute_capability() == (10, 0)  # Blackwell: two digits of major version
+
+
+def test_cupy_matmul_checks_the_device_once_per_format(fake_cupy: Any) -> None:
+    be = get_backend("cupy")
+    a = np.array([[1 + 2**-12, 1.0]], np.float32)
+    b = np.ones((2, 1), np.float32)
+    assert matmul(a, b, "bf16", be).item() == 2.0  # through cupy_matmul and the emulated cuBLAS
+    assert matmul(a, b, "fp32", be).item() == 2 + 2**-12
+    fake_cupy.cuda.Device().compute_capability = "75"
+    assert matmul(a, b, "bf16", be).item() == 2.0  # checked already for this device and format
+    with pytest.raises(
+        ValueError, match=r"^tf32 GEMMs need compute capability 8\.0 or later \(Ampere\); Fake GPU has 7\.5"
+    ):
+        matmul(a, b, "tf32", be)
+
+
+def test_trainer_on_the_cupy_code_path_follows_numpy(fake_cupy: Any, tmp_path: Any) -> None:
+    """The trainer's backend calls (arrays to the device, GEMMs in the policy's GEMM format,
+    checkpoints brought to the host) with NumPy posing as CuPy: the loss curve of the NumPy
+    backend, up to the GEMMs' summation order."""
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.data import make_underflow_task
+
+    data = make_underflow_task(n_train=128, n_test=64)
+    cfg = TrainConfig(data="underflow", precision="mixed-fp16", hidden=(16,), batch_size=32, epochs=2)
+    losses = []
+    for backend in ("numpy", "cupy"):
+        tr = Trainer.from_config(cfg, data, backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses.append(np.asarray(tr.fit(cfg.epochs).column("loss"), np.float64))
+    assert tr.backend.is_gpu
+    assert np.allclose(losses[1], losses[0], rtol=1e-3, atol=1e-6)
+    back = Trainer.resume(tr.save(tmp_path / "ck.npz"), data, backend="cupy")
+    assert all(np.array_equal(to_numpy(back.params[k]), to_numpy(tr.params[k])) for k in tr.params)
+
+
 # ---- the GPU rounding code path, on the CPU -----------------------------------------------------------
 def _inputs(dtype: str) -> np.ndarray:
     rng = np.random.default_rng(11)
@@ -266,6 +436,25 @@ def test_gpu_code_path_on_cpu_gives_the_cpu_kernels_bits(dtype: str, fmt: str) -
                 assert _same(cpu, gpu), ("round", dtype, fmt, mode, opts, flags)
 
 
+def test_gpu_host_side_with_numpy_posing_as_cupy(fake_cupy: Any) -> None:
+    """The host side's CuPy branches (the widening of 16-bit inputs that rebuilds NaNs and
+    infinities from the bits, as a GPU's conversion may quieten a NaN) give the NumPy bits."""
+    from floatlab.rounding.plan import widen16
+
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    for src in (fl.FP16, fl.BF16):
+        for subnormals in (True, False):
+            assert np.array_equal(
+                widen16(bits, src, subnormals, fake_cupy), widen16(bits, src, subnormals, np)
+            )
+    x = bits.view(np.float16)
+    for mode in ("rne", "stochastic"):
+        seed = 5 if mode == "stochastic" else None
+        options = RoundingOptions.make(mode, rng=seed)
+        got = gk.run_array(x, fl.get_format("e4m3fn"), options, flags=True, xp=fake_cupy, target="cpu")
+        assert _same(got, tuple(fl.encode_array_with_flags(x, "e4m3fn", mode, rng=seed)))
+
+
 def test_gpu_code_path_errors_match_the_cpu() -> None:
     with pytest.raises(ValueError, match="round_array would round twice"):
         _gpu_path(np.ones(2, np.float16), "bf16", back=True)
@@ -286,21 +475,50 @@ def _numba_cuda() -> Any:
     return cuda if getattr(cuda, "implementation", "") == "NVIDIA" else None
 
 
-@pytest.mark.skipif(_numba_cuda() is None, reason="numba-cuda (the gpu extra) is not installed")
-def test_cuda_kernels_compile_to_ptx() -> None:
-    """The element functions compile for CUDA (NVVM, no GPU needed) into self-contained kernels."""
-    try:
-        ptx = gk.compile_ptx((7, 0))
-    except Exception as e:  # pragma: no cover - numba-cuda without NVVM
-        if "NVVM" in str(e) or "libnvvm" in str(e).lower():
-            pytest.skip(f"NVVM is not available: {e}")
-        raise
-    assert set(ptx) == {"encode", "round", "general", "full"}
+def _nvvm_archs() -> list[tuple[int, int]]:
+    """The compute capabilities the installed CUDA compiler knows ([] without numba-cuda)."""
+    if _numba_cuda() is None:
+        return []
+    import importlib
+
+    nvrtc = importlib.import_module("numba.cuda.cudadrv.nvrtc")
+    return [tuple(cc) for cc in nvrtc.get_supported_ccs()]
+
+
+#: Volta, Ampere, Hopper, Blackwell: the architectures the GPU backend targets
+PTX_ARCHS = [(7, 0), (8, 0), (9, 0), (10, 0)]
+
+
+@pytest.mark.skipif(_numba_cuda() is None, reason="numba-cuda (the dev extra) is not installed")
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="the CUDA simulator is on")
+@pytest.mark.parametrize("cc", PTX_ARCHS, ids=[f"sm_{a}{b}" for a, b in PTX_ARCHS])
+def test_cuda_kernels_compile_to_ptx(cc: tuple[int, int]) -> None:
+    """The element functions compile for CUDA (NVVM, no GPU needed) into self-contained kernels.
+
+    All four kernels for Hopper (sm_90, the GPUs the benchmarks run on), with 64-bit lanes too;
+    for the other targets the flag-counting kernel, which calls every element function (each
+    kernel costs seconds of compilation)."""
+    if cc not in _nvvm_archs():  # pragma: no cover - an older CUDA compiler than the dev extra's
+        pytest.skip(f"this CUDA compiler cannot target sm_{cc[0]}{cc[1]}")
+    every = cc == (9, 0)
+    ptx = gk.compile_ptx(cc) if every else gk.compile_ptx(cc, ("full",))
+    assert set(ptx) == ({"encode", "round", "general", "full"} if every else {"full"})
     for text in ptx.values():
-        assert ".target sm_70" in text
+        assert f".target sm_{cc[0]}{cc[1]}" in text
         assert ".entry" in text
         assert "call.uni" not in text  # every element function inlined into the kernel
-    assert "clz.b32" in ptx["round"]  # the lane-width intrinsics survive: 32-bit lanes for fp32 -> fp16
+    assert "clz.b32" in ptx["full"]  # the lane-width intrinsics survive: 32-bit lanes for fp32 -> fp16
+    if cc == (9, 0):  # float64 input: 64-bit lanes
+        wide = gk.compile_ptx(cc, ("full",), lanes=64)["full"]
+        assert "call.uni" not in wide
+        assert "clz.b64" in wide
+
+
+def test_compile_ptx_refuses_unknown_kernels() -> None:
+    with pytest.raises(ValueError, match=r"expected kernels among \('encode', 'round', 'general', 'full'\)"):
+        gk.compile_ptx((9, 0), ("mx",))
+    with pytest.raises(ValueError, match="lanes 32 or 64"):
+        gk.compile_ptx((9, 0), lanes=16)
 
 
 # ---- measuring ------------------------------------------------------------------------------------------

@@ -16,6 +16,12 @@ path (host-side dispatch included, with numpy standing in for cupy) on machines 
 so the tests check it bit for bit against the CPU kernels everywhere; on a GPU the CUDA build
 is checked the same way.
 
+Under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba.cuda is imported) the
+CUDA build runs on the CPU too: the kernels, the launch geometry and the bounds check, one
+Python thread per CUDA thread, with NumPy arrays (``xp=np``). The lane-width intrinsics,
+which only a compiler can lower, are then the plain Python functions :func:`sim_intrinsics`
+gives. The suite runs it that way (tests/test_cuda_sim.py).
+
 >>> import numpy as np, floatlab as fl
 >>> x = np.array([0.1, 1e-8, 70000.0, -2.5], np.float32)
 >>> codes, _ = run_array(x, fl.FP16, RoundingOptions(), xp=np, target="cpu")
@@ -27,19 +33,20 @@ from __future__ import annotations
 
 import threading
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from floatlab.formats import FP16, FP32, FloatFormat
+from floatlab.formats import FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import _kernels as k
 from floatlab.rounding.cpu import zero
 from floatlab.rounding.options import FORMAT_OF_DTYPE_NAME, RoundingOptions, RoundingStats
 from floatlab.rounding.params import decode_params, encode_params
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target, widen16
 
-__all__ = ["THREADS_PER_BLOCK", "compile_ptx", "kernels", "run_array"]
+__all__ = ["THREADS_PER_BLOCK", "compile_ptx", "kernels", "run_array", "sim_intrinsics", "simulated"]
 
 THREADS_PER_BLOCK = 256
 
@@ -139,6 +146,71 @@ def _full_cpu_py(x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: An
         _full_at(i, x, out, fl, z, p, d, to_input)
 
 
+# ---- the lane-width intrinsics in plain Python, for the CUDA simulator -----------------------
+_UNSIGNED: dict[int, Any] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_SIGNED: dict[int, Any] = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+
+
+def _bits_of(z: Any) -> int:
+    return int(np.asarray(z).dtype.itemsize) * 8
+
+
+def _u_sim(v: Any, z: Any) -> Any:
+    """``v`` as the unsigned integer as wide as ``z`` (truncated, or extended by v's signedness)."""
+    return np.asarray(v).astype(_UNSIGNED[_bits_of(z)])[()]
+
+
+def _s_sim(v: Any, z: Any) -> Any:
+    """``v`` as the signed integer as wide as ``z``."""
+    return np.asarray(v).astype(_SIGNED[_bits_of(z)])[()]
+
+
+def _shl_sim(a: Any, n: Any) -> Any:
+    """a << n in a's width (0 <= n < width)."""
+    arr = np.asarray(a)
+    return (arr << np.asarray(n).astype(arr.dtype))[()]
+
+
+def _shr_sim(a: Any, n: Any) -> Any:
+    """Logical a >> n in a's width (0 <= n < width), for signed ``a`` too."""
+    arr = np.asarray(a)
+    u = arr.view(_UNSIGNED[_bits_of(arr)])
+    return (u >> np.asarray(n).astype(u.dtype)).view(arr.dtype)[()]
+
+
+def _clz_sim(a: Any) -> Any:
+    """Count of leading zero bits of ``a`` in its width (the width for 0), in a's type."""
+    arr = np.asarray(a)
+    w = _bits_of(arr)
+    return arr.dtype.type(w - int(arr.view(_UNSIGNED[w])).bit_length())
+
+
+def sim_intrinsics() -> dict[str, Callable[..., Any]]:
+    """The lane-width intrinsics of :mod:`floatlab.rounding._kernels` (``_u``, ``_s``, ``_shl``,
+    ``_shr``, ``_clz``) as Python functions on NumPy integer scalars: what the element
+    functions call under the CUDA simulator, where no compiler lowers them.
+
+    >>> f = sim_intrinsics()
+    >>> f["_u"](-1, np.uint32(0)), f["_shr"](np.int32(-8), 28), f["_clz"](np.uint64(1))
+    (np.uint32(4294967295), np.int32(15), np.uint64(63))
+    """
+    return {"_u": _u_sim, "_s": _s_sim, "_shl": _shl_sim, "_shr": _shr_sim, "_clz": _clz_sim}
+
+
+def simulated() -> bool:
+    """True when numba's CUDA target is its simulator (``NUMBA_ENABLE_CUDASIM=1`` was set
+    before numba.cuda was first imported); False where numba-cuda is missing. Imports numba.cuda.
+
+    >>> isinstance(simulated(), bool)
+    True
+    """
+    try:
+        numba_cuda = _numba_cuda()
+    except ImportError:  # numba without its CUDA target (the gpu or dev extra)
+        return False
+    return bool(getattr(getattr(numba_cuda, "config", None), "ENABLE_CUDASIM", False))
+
+
 _NAMES = ("encode", "round", "general", "full")
 _lock = threading.Lock()
 _built: dict[str, dict[str, Any]] = {}
@@ -175,6 +247,8 @@ def _bind(target: str) -> dict[str, Any]:
     table["k"] = k
     for name in k.INTRINSICS:
         table[name] = intrinsic(getattr(k, name + "_typer"))
+    if target == "cuda" and simulated():
+        table.update(sim_intrinsics())  # the simulator runs the element functions as Python
     if target == "cuda":
         numba_cuda = _numba_cuda()
         table["cuda"] = numba_cuda
@@ -208,32 +282,43 @@ def kernels(target: str = "cuda") -> dict[str, Any]:
         return _built[target]
 
 
-def compile_ptx(cc: tuple[int, int] = (7, 0)) -> dict[str, str]:
-    """PTX of the CUDA kernels for compute capability ``cc`` (fp32 in, fp16 out, every mode):
-    what a GPU would run. Needs numba-cuda and NVVM, not a GPU.
+def compile_ptx(
+    cc: tuple[int, int] = (7, 0), names: tuple[str, ...] = _NAMES, *, lanes: int = 32
+) -> dict[str, str]:
+    """PTX of the CUDA kernels ``names`` for compute capability ``cc``, every mode: what a GPU
+    would run. ``lanes=32`` compiles them for float32 input and fp16 codes (32-bit lanes),
+    ``lanes=64`` for float64 input (64-bit lanes). Needs numba-cuda and its NVVM (the dev and
+    gpu extras install them), not a GPU; about a second a kernel.
 
-    With the gpu extra's numba-cuda (skipped here):
-
-    >>> ptx = compile_ptx((9, 0))  # doctest: +SKIP
-    >>> ".target sm_90" in ptx["encode"] and "call.uni" not in ptx["encode"]  # doctest: +SKIP
+    >>> ptx = compile_ptx((9, 0), ("encode",))
+    >>> ".target sm_90" in ptx["encode"] and "call.uni" not in ptx["encode"]
     True
     """
+    unknown = sorted(set(names) - set(_NAMES))
+    if unknown or lanes not in (32, 64):
+        raise ValueError(
+            f"compile_ptx({names!r}, lanes={lanes}): expected kernels among {_NAMES}, lanes 32 or 64"
+        )
+    if simulated():
+        raise RuntimeError("compile_ptx needs numba's CUDA compiler: NUMBA_ENABLE_CUDASIM is set")
     numba_cuda = _numba_cuda()
     nt = _numba().types
     table = _bind("cuda")
-    p = encode_params(FP32, FP16, RoundingOptions(), lanes=32)
-    d = decode_params(FP16, FP32, 32)
+    src = FP32 if lanes == 32 else FP64
+    p = encode_params(src, FP16, RoundingOptions(), lanes=lanes)
+    d = decode_params(FP16, src, lanes)
     pt, dt = _numba().typeof(p), _numba().typeof(d)
-    u32 = nt.uint32[::1]
+    word = nt.uint32 if lanes == 32 else nt.uint64
+    w = word[::1]
     sigs = {
-        "encode": (u32, nt.uint16[::1], nt.uint32, pt),
-        "round": (u32, u32, nt.uint32, pt, dt),
-        "general": (u32, u32, nt.uint32, pt, dt, nt.boolean),
-        "full": (u32, u32, nt.uint8[::1], nt.uint32, pt, dt, nt.boolean),
+        "encode": (w, nt.uint16[::1], word, pt),
+        "round": (w, w, word, pt, dt),
+        "general": (w, w, word, pt, dt, nt.boolean),
+        "full": (w, w, nt.uint8[::1], word, pt, dt, nt.boolean),
     }
     out: dict[str, str] = {}
-    for name, sig in sigs.items():
-        ptx, _ = numba_cuda.compile_ptx(_rebind(globals()[f"_{name}_cuda_py"], table), sig, cc=cc)
+    for name in names:
+        ptx, _ = numba_cuda.compile_ptx(_rebind(globals()[f"_{name}_cuda_py"], table), sigs[name], cc=cc)
         out[name] = ptx
     return out
 
@@ -246,10 +331,19 @@ def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> N
     if target == "cpu":
         kern(*args)
         return
+    blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    if xp is np:
+        # NumPy arrays: the CUDA simulator, or numba-cuda copying host arrays to the device
+        # and back around the launch (synchronous, on the default stream)
+        with warnings.catch_warnings():
+            # under the simulator the lane integers are NumPy scalars, whose wrap-around (the
+            # modular arithmetic the kernels mean) NumPy reports as an overflow
+            warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+            kern[blocks, THREADS_PER_BLOCK](*args)
+        return
     numba_cuda = _numba_cuda()
     # launch on CuPy's current stream, so that the kernel is ordered with CuPy's own work
     stream = numba_cuda.external_stream(xp.cuda.get_current_stream().ptr)
-    blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     kern[blocks, THREADS_PER_BLOCK, stream](*args)
 
 
@@ -270,7 +364,8 @@ def run_array(
     :func:`floatlab.rounding.round_array`, for float64, float32 and float16 CuPy arrays (CuPy
     has no bfloat16 dtype). ``xp`` and ``target`` choose the array module and the kernels:
     cupy and ``"cuda"`` (the default), or numpy and ``"cpu"`` to run this very code path on the
-    host (see the module's docstring).
+    host (see the module's docstring); numpy and ``"cuda"`` launches the CUDA kernels on NumPy
+    arrays (under the CUDA simulator, or copied to a GPU and back).
 
     >>> x = np.array([0.1, 1e6])
     >>> codes, stats = run_array(x, FP16, RoundingOptions(), flags=True, xp=np, target="cpu")
@@ -290,6 +385,7 @@ def run_array(
             f"x has dtype {a.dtype}: expected float64, float32 or float16 on the GPU "
             "(integers and booleans are converted to float64)"
         )
+    shape = a.shape  # (ascontiguousarray gives a 0-d array one dimension)
     a = xp.ascontiguousarray(a)
     tgt, specials = round_target(src, fmt, a.dtype) if back else (fmt, None)
     plan = make_plan(src, tgt, options, back=back, flags=flags, specials=specials)
@@ -313,5 +409,5 @@ def run_array(
         else:
             _launch("general", n, (bits, out, z, plan.p, plan.d, back), xp, target)
         out = out.astype(plan.result_dtype, copy=False)
-    result = out.view(a.dtype).reshape(a.shape) if back else out.reshape(a.shape)
+    result = out.view(a.dtype).reshape(shape) if back else out.reshape(shape)
     return result, RoundingStats(int(a.size), *counts)

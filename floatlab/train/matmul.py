@@ -22,6 +22,7 @@ tensor-core GEMM the trainer's policies use.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ __all__ = [
     "GEMM_FORMATS",
     "TENSOR_CORE_SINCE",
     "check_gemm_support",
+    "cublas_gemm_args",
+    "cupy_matmul",
     "gemm",
     "gemm_format",
     "gemm_prepared",
@@ -98,7 +101,7 @@ def matmul(a: Any, b: Any, compute: FloatFormat | str = "fp32", backend: Backend
         if key not in _GEMM_SUPPORTED:  # asked once per device and format
             check_gemm_support(f, be.compute_capability(), be.device_name())
             _GEMM_SUPPORTED.add(key)
-        return _cupy_matmul(be.xp, a, b, f)
+        return cupy_matmul(be.xp, a, b, f)
     if f == FP64:
         out64: np.ndarray = np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
         return out64
@@ -115,8 +118,18 @@ def _round_inputs(x: Any, f: FloatFormat) -> Any:
     return round_array(x, f).astype(np.float32, copy=False)
 
 
-def _cupy_matmul(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
-    """The cuBLAS GEMM behind :meth:`Backend.matmul` on CuPy."""
+def cupy_matmul(cp: Any, a: Any, b: Any, f: FloatFormat, gemm: Any = None) -> Any:
+    """The cuBLAS GEMM behind :func:`matmul` on CuPy: ``a @ b`` (NumPy broadcasting, 2 or more
+    dimensions) as one strided-batched GEMM. ``gemm`` runs it (default :func:`gemm_prepared`);
+    with ``cp`` numpy and a stand-in for cuBLAS taking the same arguments, the batching, the
+    reshapes and the input conversions run on the host (the tests do).
+
+    >>> def host_gemm(cp, a_in, a_type, b_in, b_type, out, f):   # a stand-in for cuBLAS
+    ...     out[:] = np.matmul(a_in.astype(np.float32), b_in.astype(np.float32))
+    >>> cupy_matmul(np, np.full((2, 1, 3), 1 / 3), np.ones((3, 1)), FP16, host_gemm).ravel().tolist()
+    [0.999755859375, 0.999755859375]
+    """
+    gemm = gemm_prepared if gemm is None else gemm
     a = cp.asarray(a)
     b = cp.asarray(b)
     if f == FP64:
@@ -126,16 +139,18 @@ def _cupy_matmul(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: inner dimensions differ")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    # (the shapes are spelled out: a reshape to -1 of an empty array is ambiguous, and refused)
     if b.ndim == 2:
         # a stack of row blocks times one matrix is one GEMM on the stacked rows
         batch: tuple[int, ...] = a.shape[:-2]
-        a2 = a.reshape(-1, k)
-        out = _gemm_ex(cp, a2[None], b[None], f).reshape(*batch, m, n)
+        a2 = a.reshape(1, math.prod(batch) * m, k)
+        out = _gemm_ex(cp, a2, b[None], f, gemm).reshape(*batch, m, n)
         return out
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    a3 = cp.broadcast_to(a, (*batch, m, k)).reshape(-1, m, k)
-    b3 = cp.broadcast_to(b, (*batch, k, n)).reshape(-1, k, n)
-    return _gemm_ex(cp, a3, b3, f).reshape(*batch, m, n)
+    nb = math.prod(batch)
+    a3 = cp.broadcast_to(a, (*batch, m, k)).reshape(nb, m, k)
+    b3 = cp.broadcast_to(b, (*batch, k, n)).reshape(nb, k, n)
+    return _gemm_ex(cp, a3, b3, f, gemm).reshape(*batch, m, n)
 
 
 #: the first compute capability whose tensor cores take each GEMM input format
@@ -185,8 +200,8 @@ def to_gemm_input(cp: Any, x: Any, f: FloatFormat) -> tuple[Any, int]:
     return cp.ascontiguousarray((r.view(cp.uint32) >> 16).astype(cp.uint16)), _CUDA_R_16BF
 
 
-def _gemm_ex(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
-    """Batched row-major ``a (B, M, K) @ b (B or 1, K, N)`` -> float32 (B, M, N) on cuBLAS."""
+def _gemm_ex(cp: Any, a: Any, b: Any, f: FloatFormat, gemm: Any) -> Any:
+    """Batched row-major ``a (B, M, K) @ b (B or 1, K, N)`` -> float32 (B, M, N) by ``gemm``."""
     nb, m, k = a.shape
     n = b.shape[-1]
     out = cp.empty((nb, m, n), cp.float32)
@@ -197,13 +212,41 @@ def _gemm_ex(cp: Any, a: Any, b: Any, f: FloatFormat) -> Any:
         return out
     a_in, a_type = to_gemm_input(cp, a, f)
     b_in, b_type = to_gemm_input(cp, b, f)
-    gemm_prepared(cp, a_in, a_type, b_in, b_type, out, f)
+    gemm(cp, a_in, a_type, b_in, b_type, out, f)
     return out
+
+
+def cublas_gemm_args(
+    a_in: Any, a_type: int, b_in: Any, b_type: int, out: Any, f: FloatFormat
+) -> tuple[Any, ...]:
+    """The arguments of ``cublasGemmStridedBatchedEx`` after the handle for ``out[:] = a_in @ b_in``
+    (row-major, shapes (B, M, K), (B or 1, K, N) and (B, M, N)), with the arrays and alpha and beta
+    (float32 scalars) in place of their pointers: transa, transb, m, n, k, alpha, A, Atype, lda,
+    strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo.
+
+    cuBLAS is column-major: row-major ``C = A B`` is column-major ``C^T = B^T A^T``, the same
+    buffers with the operands swapped; a single right-hand matrix is shared by stride 0.
+
+    >>> a, b = np.ones((3, 2, 4), np.float32), np.ones((1, 4, 5), np.float32)
+    >>> args = cublas_gemm_args(a, 0, b, 0, np.empty((3, 2, 5), np.float32), FP32)
+    >>> args[2:5], args[8:10], args[12:14], args[17:]   # n, m, k; ldb, strideB; lda, strideA; ...
+    ((5, 2, 4), (5, 0), (4, 8), (5, 10, 3, 68, -1))
+    """
+    nb, m, k = a_in.shape
+    n = b_in.shape[-1]
+    compute = _CUBLAS_COMPUTE_32F_FAST_TF32 if f == TF32 else _CUBLAS_COMPUTE_32F
+    stride_b = 0 if b_in.shape[0] == 1 and nb > 1 else k * n
+    one, zero = np.float32(1.0), np.float32(0.0)
+    return (
+        _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k, one, b_in, b_type, n, stride_b, a_in, a_type, k, m * k,
+        zero, out, _CUDA_R_32F, n, m * n, nb, compute, _CUBLAS_GEMM_DEFAULT,
+    )  # fmt: skip
 
 
 def gemm_prepared(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: Any, f: FloatFormat) -> None:
     """``out[:] = a_in @ b_in`` on cuBLAS for inputs already in their GEMM type (the benchmark's
-    entry: nothing but the GEMM itself). Shapes (B, M, K), (B or 1, K, N) and (B, M, N).
+    entry: nothing but the GEMM itself). Shapes (B, M, K), (B or 1, K, N) and (B, M, N); the
+    arguments are :func:`cublas_gemm_args`.
 
     With a GPU (skipped here):
 
@@ -216,39 +259,13 @@ def gemm_prepared(cp: Any, a_in: Any, a_type: int, b_in: Any, b_type: int, out: 
     """
     from cupy.cuda import cublas
 
-    nb, m, k = a_in.shape
-    n = b_in.shape[-1]
-    compute = _CUBLAS_COMPUTE_32F_FAST_TF32 if f == TF32 else _CUBLAS_COMPUTE_32F
-    one = np.array(1.0, np.float32)
-    zero = np.array(0.0, np.float32)
-    handle = cp.cuda.device.get_cublas_handle()
-    # row-major C = A B is column-major C^T = B^T A^T: the same buffers, operands swapped
-    stride_b = 0 if b_in.shape[0] == 1 and nb > 1 else k * n
-    cublas.gemmStridedBatchedEx(
-        handle,
-        _CUBLAS_OP_N,
-        _CUBLAS_OP_N,
-        n,
-        m,
-        k,
-        one.ctypes.data,
-        b_in.data.ptr,
-        b_type,
-        n,
-        stride_b,
-        a_in.data.ptr,
-        a_type,
-        k,
-        m * k,
-        zero.ctypes.data,
-        out.data.ptr,
-        _CUDA_R_32F,
-        n,
-        m * n,
-        nb,
-        compute,
-        _CUBLAS_GEMM_DEFAULT,
-    )
+    args = list(cublas_gemm_args(a_in, a_type, b_in, b_type, out, f))
+    # alpha and beta by host pointer (the handle's default pointer mode), the arrays by device pointer
+    alpha, beta = np.array(args[5], np.float32), np.array(args[14], np.float32)
+    args[5], args[14] = alpha.ctypes.data, beta.ctypes.data
+    for i in (6, 10, 15):  # B, A, C
+        args[i] = args[i].data.ptr
+    cublas.gemmStridedBatchedEx(cp.cuda.device.get_cublas_handle(), *args)
 
 
 def gemm(
