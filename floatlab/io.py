@@ -470,7 +470,7 @@ def _read_npy_entry(fh: Any, size: int, name: str, budget: int) -> Any:
             raise ValueError(f"entry {name!r} is truncated: {done:,} of {need:,} bytes")
         view[done : done + len(chunk)] = chunk
         done += len(chunk)
-    while fh.read(_READ_CHUNK):  # to the member's end, where zipfile checks its CRC (bounded: the size was capped)
+    while fh.read(_READ_CHUNK):  # on to the member's end, where zipfile checks its CRC (the size is capped)
         pass
     return arr.T if fortran else arr
 

@@ -40,7 +40,6 @@ __all__ = [
     "add_command",
     "add_common_options",
     "add_max_bytes_option",
-    "parse_size",
     "bold",
     "dim",
     "encoded_data",
@@ -48,6 +47,7 @@ __all__ = [
     "fraction_text",
     "parse_code",
     "parse_formats",
+    "parse_size",
     "sci",
     "short_decimal",
     "style",
@@ -508,7 +508,8 @@ float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format 
         f = get_format(name)
     if code > f.code_mask:
         raise ValueError(
-            f"code {shown(text)} is too wide for {f.name}: expected {f.bits} bits, 0 to {hex_code(f.code_mask, f)}"
+            f"code {shown(text)} is too wide for {f.name}: "
+            f"expected {f.bits} bits, 0 to {hex_code(f.code_mask, f)}"
         )
     return code, f
 
