@@ -137,7 +137,8 @@ def test_the_token_comes_from_the_environment_never_the_command_line() -> None:
     env = lab_environment({"FLOATLAB_LESSONS_TOKEN": "abc", "JUPYTER_TOKEN": "old"})
     assert env["JUPYTER_TOKEN"] == "abc"
     drawn = {lab_environment({})["JUPYTER_TOKEN"] for _ in range(3)}
-    assert len(drawn) == 3 and all(len(t) >= 32 for t in drawn)
+    assert len(drawn) == 3
+    assert all(len(t) >= 32 for t in drawn)
     assert "JUPYTER_TOKEN" not in lab_environment({"JUPYTER_TOKEN": "x"}, no_token=True)
     assert "--IdentityProvider.token=" in lab_command(Path("/tmp/l"), no_token=True)
 
@@ -150,11 +151,13 @@ def test_an_empty_token_is_refused(
     for argv in (["--token", ""], ["--token", " "], ["--token", "x", "--no-token"]):
         assert main(["lessons", str(tmp_path / "a"), *argv]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "token" in err
+        assert err.count("\n") == 1
+        assert "token" in err
     monkeypatch.setenv("FLOATLAB_LESSONS_TOKEN", "")
     assert main(["lessons", str(tmp_path / "b")]) == 2
     assert "FLOATLAB_LESSONS_TOKEN is empty" in capsys.readouterr().err
-    assert started == [] and not (tmp_path / "b").exists()
+    assert started == []
+    assert not (tmp_path / "b").exists()
 
 
 def test_no_token_is_explicit_and_warns(
@@ -166,16 +169,19 @@ def test_no_token_is_explicit_and_warns(
     monkeypatch.setenv("FLOATLAB_LESSONS_TOKEN", "s3cret")
     assert main(["lessons", str(tmp_path / "a"), "--no-browser", "--no-color"]) == 0
     cmd, env = started[-1]
-    assert env["JUPYTER_TOKEN"] == "s3cret" and not any("s3cret" in a for a in cmd)
+    assert env["JUPYTER_TOKEN"] == "s3cret"
+    assert not any("s3cret" in a for a in cmd)
     assert main(["lessons", str(tmp_path / "a"), "--no-token", "--no-color"]) == 0
     assert "floatlab: warning: --no-token" in capsys.readouterr().err
     cmd, env = started[-1]
-    assert "--IdentityProvider.token=" in cmd and "JUPYTER_TOKEN" not in env
+    assert "--IdentityProvider.token=" in cmd
+    assert "JUPYTER_TOKEN" not in env
     # --token still works (the browser test uses it), through the environment, with a warning
     assert main(["lessons", str(tmp_path / "a"), "--token", "abc", "--no-color"]) == 0
     assert "floatlab: warning: --token shows in every user's ps" in capsys.readouterr().err
     cmd, env = started[-1]
-    assert env["JUPYTER_TOKEN"] == "abc" and not any("abc" in a for a in cmd)
+    assert env["JUPYTER_TOKEN"] == "abc"
+    assert not any("abc" in a for a in cmd)
 
 
 def test_copying_never_writes_through_a_symlink(tmp_path: Path) -> None:
@@ -190,10 +196,12 @@ def test_copying_never_writes_through_a_symlink(tmp_path: Path) -> None:
     dangling = lesson_files()[1].name
     (dest / dangling).symlink_to(outside / "created-through-the-link")
     report = copy_lessons(dest)
-    assert name in report.kept and dangling in report.kept
+    assert name in report.kept
+    assert dangling in report.kept
     assert not (outside / "created-through-the-link").exists()
     copy_lessons(dest, force=True)
     assert victim.read_text() == "precious"  # the link was replaced, its target untouched
-    assert not (dest / name).is_symlink() and (dest / name).read_bytes() == lesson_files()[0].read_bytes()
+    assert not (dest / name).is_symlink()
+    assert (dest / name).read_bytes() == lesson_files()[0].read_bytes()
     assert not (outside / "created-through-the-link").exists()
     assert not (dest / dangling).is_symlink()

@@ -44,9 +44,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DIR",
     "NAME",
+    "TOKEN_VARIABLE",
     "CopyReport",
     "copy_lessons",
-    "TOKEN_VARIABLE",
     "lab_command",
     "lab_environment",
     "lesson_files",
@@ -200,10 +200,10 @@ def lab_environment(
     's3cret'
     >>> len(lab_environment({})["JUPYTER_TOKEN"]) >= 32
     True
-    >>> lab_environment({"FLOATLAB_LESSONS_TOKEN": ""})
+    >>> lab_environment({"FLOATLAB_LESSONS_TOKEN": ""})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: FLOATLAB_LESSONS_TOKEN is empty: expected a token (or unset it for a random one; --no-token turns the token off)
+    ValueError: FLOATLAB_LESSONS_TOKEN is empty: expected a token ...
     """
     env = dict(os.environ if environ is None else environ)
     env.pop("JUPYTER_TOKEN", None)
@@ -317,7 +317,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     )
     if args.no_token:
         sys.stderr.write(
-            "floatlab: warning: --no-token: JupyterLab asks for no token; any local user can run code as you\n"
+            "floatlab: warning: --no-token: JupyterLab asks for no token; "
+            "other local users may run code as you\n"
         )
     elif args.token is not None:
         sys.stderr.write(
