@@ -37,6 +37,7 @@ __all__ = [
     "atomic_output",
     "check_archive",
     "check_outputs",
+    "figure_metadata",
     "figure_name",
     "first_bytes",
     "read_npy",
@@ -181,6 +182,30 @@ def figure_name(path: str) -> str:
     ('curves.png', 'curves.svg')
     """
     return path if os.path.splitext(path)[1] else path + ".png"
+
+
+# the metadata keys that carry the time of writing, per figure format: without them two identical
+# runs write identical bytes
+_DATED = {
+    "pdf": ("CreationDate", "ModDate"),
+    "svg": ("Date",),
+    "svgz": ("Date",),
+    "ps": ("CreationDate",),
+    "eps": ("CreationDate",),
+}
+
+
+def figure_metadata(path: str, fmt: str | None = None) -> dict[str, None] | None:
+    """The ``metadata`` for matplotlib's ``savefig`` of a figure written to ``path`` (or in format
+    ``fmt``): the dates dropped from PDF, SVG and PostScript files, so that identical runs give
+    identical bytes; None for the formats that carry no date (PNG).
+
+    >>> figure_metadata("curves.pdf"), figure_metadata("curves.png")
+    ({'CreationDate': None, 'ModDate': None}, None)
+    """
+    kind = (fmt or os.path.splitext(path)[1][1:] or "png").lower()
+    keys = _DATED.get(kind)
+    return dict.fromkeys(keys) if keys else None
 
 
 def _real(path: str) -> str:
