@@ -40,7 +40,7 @@ from floatlab.io import (
     figure_name,
     write_atomic,
 )
-from floatlab.text import parse_scale
+from floatlab.text import parse_scale, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -467,7 +467,7 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
                 _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
             raise
         view = View(
-            view.text + "\n" + dim(f"  curves written to {plot}", ui.color),
+            view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color),
             {**view.data, "plot": plot},
         )
     if json_file is not None:
