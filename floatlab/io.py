@@ -487,13 +487,13 @@ def _read_npy_entry(fh: Any, size: int, name: str, budget: int) -> Any:
             "(raise the cap with --max-bytes if the file is trusted)"
         )
     arr = np.empty(shape[::-1] if fortran else shape, dtype)
-    view = memoryview(arr.reshape(-1).view(np.uint8)) if need else memoryview(b"")
+    raw = arr.reshape(-1).view(np.uint8)  # (a view: the bytes land in the array)
     done = 0
     while done < need:
         chunk = fh.read(min(_READ_CHUNK, need - done))
         if not chunk:
             raise ValueError(f"entry {name!r} is truncated: {done:,} of {need:,} bytes")
-        view[done : done + len(chunk)] = chunk
+        raw[done : done + len(chunk)] = np.frombuffer(chunk, np.uint8)
         done += len(chunk)
     while fh.read(_READ_CHUNK):  # on to the member's end, where zipfile checks its CRC (the size is capped)
         pass
