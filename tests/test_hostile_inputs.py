@@ -343,3 +343,21 @@ def test_identical_runs_write_identical_figures(tmp_path: Path, suffix: str) -> 
         compare([h], str(out))
         figures.append(out.read_bytes())
     assert figures[0] == figures[1]
+
+
+def test_the_guarantees_page_states_these_promises() -> None:
+    text = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = text.split("## Hostile inputs", 1)[1].split("\n## ", 1)[0]
+    assert MAX_BYTES == 1 << 30
+    assert "at most **1 GiB**" in section
+    for promise in (
+        "--max-bytes",
+        "floatlab.text.safe",
+        "FLOATLAB_LESSONS_TOKEN",
+        "--no-token",
+        "1,000 characters",
+    ):
+        assert promise in section, promise
+    for test_file in ("tests/test_hostile_inputs.py", "tests/test_lessons_cmd.py"):
+        assert test_file in section
+        assert (ROOT / test_file).is_file()
