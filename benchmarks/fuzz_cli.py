@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,15 +212,16 @@ def make_files(root: Path) -> Files:
     (root / "flipped.npz").write_bytes(bytes(bad_crc))
     (root / "garbage.pt").write_bytes(b"junk" * 50)
     # a zip bomb: 64 MiB of zeros in about 64 KiB (under the default cap; refused with a smaller one)
-    with zipfile.ZipFile(root / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as zf, zf.open("g.npy", "w") as fh:
+    with zipfile.ZipFile(root / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as bz, bz.open("g.npy", "w") as member:
         header = np.lib.format.header_data_from_array_1_0(np.zeros(0))
         header["shape"] = (8 << 20,)
-        np.lib.format.write_array_header_1_0(fh, header)
+        np.lib.format.write_array_header_1_0(member, header)
         for _ in range(64):
-            fh.write(bytes(1 << 20))
+            member.write(bytes(1 << 20))
     # names that carry terminal escapes and newlines: an array name and a file name
     with open(root / "escapes.npz", "wb") as fh:
-        np.savez(fh, **{ESC_NAME: good})
+        savez: Any = np.savez  # (numpy's stubs take a name such as this one for an option)
+        savez(fh, **{ESC_NAME: good})
     save("esc\x1b[31m\nname.npy", good)
     try:
         import torch

@@ -176,7 +176,8 @@ FORGED = "a\x1b[2J\nfloatlab: error: forged\u202e"
 
 def test_names_from_a_file_are_escaped_in_every_output(tmp_path: Path) -> None:
     path = tmp_path / "g.npz"
-    np.savez(path, **{FORGED: np.ones(3, np.float32), "b": np.ones(2)})
+    savez: Any = np.savez  # (numpy's stubs take a keyword for an option)
+    savez(path, **{FORGED: np.ones(3, np.float32), "b": np.ones(2)})
     for extra in ([], ["--no-color"], ["--color"]):
         r = _floatlab("histogram", str(path), *extra)
         assert r.returncode == 0
@@ -186,7 +187,7 @@ def test_names_from_a_file_are_escaped_in_every_output(tmp_path: Path) -> None:
         assert r"a\x1b[2J\nfloatlab: error: forged\u202e" in r.stdout
     # an error naming such an entry is one escaped line too
     bad = tmp_path / "bad.npz"
-    np.savez(bad, **{FORGED: np.array(["x"])})
+    savez(bad, **{FORGED: np.array(["x"])})
     r = _floatlab("histogram", str(bad))
     err = _one_error(r.stderr)
     assert "\x1b" not in err
@@ -316,7 +317,7 @@ def test_a_resumed_run_records_the_epochs_trained_in_all(tmp_path: Path) -> None
 def test_identical_runs_write_identical_figures(tmp_path: Path, suffix: str) -> None:
     from floatlab.train import History, compare
 
-    np.save(tmp_path / "g.npy", np.float32([1e-8, 1.0, 2.0]))
+    np.save(tmp_path / "g.npy", np.array([1e-8, 1.0, 2.0], np.float32))
     outs = []
     for i in range(2):
         out = tmp_path / f"h{i}.{suffix}"

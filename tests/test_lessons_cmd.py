@@ -147,7 +147,12 @@ def test_an_empty_token_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[Any] = []
-    monkeypatch.setattr(subprocess, "call", lambda *a, **k: started.append((a, k)) or 0)
+
+    def call(*args: Any, **kwargs: Any) -> int:
+        started.append((args, kwargs))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", call)
     for argv in (["--token", ""], ["--token", " "], ["--token", "x", "--no-token"]):
         assert main(["lessons", str(tmp_path / "a"), *argv]) == 2
         err = capsys.readouterr().err
@@ -164,7 +169,12 @@ def test_no_token_is_explicit_and_warns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[Any] = []
-    monkeypatch.setattr(subprocess, "call", lambda cmd, env=None: started.append((cmd, env)) or 0)
+
+    def call(cmd: list[str], env: dict[str, str] | None = None) -> int:
+        started.append((cmd, env))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", call)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     monkeypatch.setenv("FLOATLAB_LESSONS_TOKEN", "s3cret")
     assert main(["lessons", str(tmp_path / "a"), "--no-browser", "--no-color"]) == 0
