@@ -362,3 +362,38 @@ def test_the_guarantees_page_states_these_promises() -> None:
     for test_file in ("tests/test_hostile_inputs.py", "tests/test_lessons_cmd.py"):
         assert test_file in section
         assert (ROOT / test_file).is_file()
+
+
+# ---- 7: the simulators refuse what the rounding core refuses ------------------------------------
+WRONG = [
+    (np.array([1 + 2j]), "dtype complex128"),
+    (np.array(["0.1"]), "dtype <U3"),
+    (np.array([1.0, None], dtype=object), "dtype object"),
+    (np.array(["2020-01-01"], dtype="datetime64[D]"), "dtype datetime64"),
+    (["0.1"], "dtype <U3"),
+]
+
+
+@pytest.mark.parametrize(("value", "message"), WRONG)
+def test_the_simulators_refuse_wrong_dtypes(value: Any, message: str) -> None:
+    from floatlab import simulate
+
+    for run in (
+        lambda v: simulate.add(v, v, "fp16"),
+        lambda v: simulate.underflow(v, "fp16"),
+        lambda v: simulate.accumulate(v, "fp16"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            run(value)
+
+
+@pytest.mark.parametrize("command", ["underflow", "accumulate", "round"])
+def test_the_commands_refuse_wrong_dtypes(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i, (value, _message) in enumerate(WRONG[:4]):
+        path = tmp_path / f"x{i}.npy"
+        np.save(path, np.asarray(value), allow_pickle=True)
+        assert main([command, str(path)]) == 2
+        err = _one_error(capsys.readouterr().err)
+        assert "dtype" in err or "object" in err
