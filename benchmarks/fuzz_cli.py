@@ -635,7 +635,8 @@ def markdown(s: Summary, seed: int) -> str:
         f"Cases: {s.cases:,} generated argument lists (seed {seed}), run in-process through "
         "`floatlab.cli.main` with warnings as errors.",
         f"Problems (an exception out of main, exit status 1, a traceback, an exit-2 error that is not "
-        f"one line, or stderr output other than warning lines on success): **{len(s.problems)}**. "
+        f"one line, stderr output other than warning lines on success, a raw ESC or a forged error "
+        f"line in the output, a hang, or a failed file-system case): **{len(s.problems)}**. "
         f"Time: {s.seconds:,.0f} s ({s.cases / s.seconds:,.0f} cases per second).",
         st.markdown(),
         t.markdown(),
