@@ -420,11 +420,20 @@ def check_archive(path: str, max_bytes: int = MAX_BYTES) -> None:
     what = _check_kind(path, "npz")
     try:
         with zipfile.ZipFile(path) as zf:
-            declared = sum(info.file_size for info in zf.infolist())
+            infos = zf.infolist()
     except Exception as e:  # zipfile raises several kinds for a damaged directory
         raise ValueError(f"cannot read {_name(path)} as {what}: {e}") from None
+    declared = sum(info.file_size for info in infos)
     if declared > max_bytes:
         raise _over_cap(path, declared, max_bytes, "its members' declared sizes")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in infos:  # each array header against its member (a few hundred bytes inflated)
+                with zf.open(info) as member:
+                    if member.read(6) == _NPY_MAGIC:
+                        _npy_header(member, info.file_size, info.filename)
+    except Exception as e:  # zipfile, zlib and numpy raise several kinds for a damaged archive
+        raise ValueError(f"cannot read {_name(path)} as {what}: {e}") from None
 
 
 def read_npz(path: str, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
@@ -462,25 +471,33 @@ def read_npz(path: str, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
 _READ_CHUNK = 1 << 22  # bytes inflated at a time
 
 
+def _npy_header(fh: Any, size: int, name: str) -> tuple[tuple[int, ...], bool, Any, int]:
+    """The .npy header of an archive entry, read after its magic: (shape, fortran order, dtype,
+    bytes of data); refused when the data would need more bytes than the entry declares."""
+    from numpy.lib import format as npy_format
+
+    major, _minor = fh.read(2)
+    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    shape, fortran, dtype = read_header(fh)
+    need = math.prod(shape) * dtype.itemsize
+    if need > size and not dtype.hasobject:
+        raise ValueError(
+            f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
+        )
+    return shape, fortran, dtype, need
+
+
 def _read_npy_entry(fh: Any, size: int, name: str, budget: int) -> Any:
     """The array of one archive entry, read from its .npy header: refused when the header asks
     for more bytes than the entry declares or than ``budget`` allows, before anything is
     allocated; then exactly that many bytes are inflated, in chunks."""
     import numpy as np
-    from numpy.lib import format as npy_format
 
     if fh.read(6) != _NPY_MAGIC:
         raise ValueError(f"entry {name!r} is not a .npy array")
-    major, _minor = fh.read(2)
-    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
-    shape, fortran, dtype = read_header(fh)
+    shape, fortran, dtype, need = _npy_header(fh, size, name)
     if dtype.hasobject:
         raise ValueError(f"entry {name!r} holds Python objects ({dtype}): never unpickled")
-    need = math.prod(shape) * dtype.itemsize
-    if need > size:
-        raise ValueError(
-            f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
-        )
     if need > budget:
         raise ValueError(
             f"entry {name!r} of {need:,} bytes is over what the cap leaves ({budget:,} bytes): refused "

@@ -397,3 +397,20 @@ def test_the_commands_refuse_wrong_dtypes(
         assert main([command, str(path)]) == 2
         err = _one_error(capsys.readouterr().err)
         assert "dtype" in err or "object" in err
+
+
+def test_a_checkpoint_whose_array_header_claims_more_than_it_holds_is_refused_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    buf = io.BytesIO()
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(0))
+    header["shape"] = (10**10,)  # 80 GB claimed, 16 bytes held
+    np.lib.format.write_array_header_1_0(buf, header)
+    path = tmp_path / "ck.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("w.npy", buf.getvalue() + bytes(16))
+    assert main(["train", "--resume", str(path), "--epochs", "1", "--quiet"]) == 2
+    err = _one_error(capsys.readouterr().err)
+    assert "claims shape (10000000000,)" in err
