@@ -44,6 +44,7 @@ __all__ = [
     "read_npz",
     "read_torch",
     "same_file",
+    "save_figure",
     "save_npy",
     "write_atomic",
 ]
@@ -206,6 +207,27 @@ def figure_metadata(path: str, fmt: str | None = None) -> dict[str, None] | None
     kind = (fmt or os.path.splitext(path)[1][1:] or "png").lower()
     keys = _DATED.get(kind)
     return dict.fromkeys(keys) if keys else None
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int, fmt: str | None = None) -> None:
+    """``fig.savefig(path)`` with nothing in the file that changes from run to run: no dates
+    (:func:`figure_metadata`) and, in SVG, clip-path names drawn from a fixed salt instead of
+    random ones. The write itself is not atomic: give a path from :func:`atomic_output`.
+
+    >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> fig = plt.figure(); _ = fig.add_subplot().plot([0, 1])
+    >>> for name in ("a.svg", "b.svg"): save_figure(fig, folder / name, dpi=72)
+    >>> plt.close(fig)
+    >>> (folder / "a.svg").read_bytes() == (folder / "b.svg").read_bytes()
+    True
+    """
+    import matplotlib
+
+    name = os.fspath(path)
+    with matplotlib.rc_context({"svg.hashsalt": "floatlab"}):
+        fig.savefig(name, dpi=dpi, format=fmt, metadata=figure_metadata(name, fmt))
 
 
 def _real(path: str) -> str:

@@ -313,7 +313,7 @@ def test_a_resumed_run_records_the_epochs_trained_in_all(tmp_path: Path) -> None
     assert meta["config"]["epochs"] == 2
 
 
-@pytest.mark.parametrize("suffix", ["pdf", "png"])
+@pytest.mark.parametrize("suffix", ["pdf", "svg", "png"])
 def test_identical_runs_write_identical_figures(tmp_path: Path, suffix: str) -> None:
     from floatlab.train import History, compare
 
