@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from floatlab.cli._common import UI, View, add_color_options, bold, dim, table
@@ -51,13 +52,7 @@ def _seconds(text: str) -> float:
     ...
     argparse.ArgumentTypeError: 'nan': expected a number of seconds from 0 to 3600
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 3600:  # (nan fails too)
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected a number of seconds from 0 to 3600")
-    return value
+    return float(_checked(text, float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600"))
 
 
 def _positive(text: str) -> int:
@@ -70,12 +65,18 @@ def _positive(text: str) -> int:
     ...
     argparse.ArgumentTypeError: '0': expected a positive integer
     """
+    return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
+
+
+def _checked(text: str, convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> float:
+    """``convert(text)`` when it converts and passes ``ok`` (NaN passes no comparison); an
+    argparse error naming ``expected`` otherwise."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected a positive integer")
+        value = math.nan
+    if math.isnan(value) or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected {expected}")
     return value
 
 
