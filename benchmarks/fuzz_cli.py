@@ -13,7 +13,17 @@ in-process with warnings turned into errors and must end with
 * exit status 2, with exactly one other line on stderr, the last, starting ``floatlab: error:``;
 
 never an exception out of ``main``, never exit status 1 (an internal error: a bug), never a
-traceback. ``python benchmarks/fuzz_cli.py`` runs 100,000 cases and writes
+traceback, never a raw control character (ESC) from a file or array name in the output (unless
+``--color`` asked for colours), never a case that hangs (each is stopped after ``CASE_SECONDS``).
+The scratch folder also holds a zip bomb (a .npz of 64 MiB of zeros in 64 KiB, read with and
+without a small ``--max-bytes``) and files and array names with terminal escapes and newlines.
+
+Then a fixed set of file-system cases runs in child processes (:func:`fs_cases`): a full disk
+(a small ``ulimit -f``) under every command that writes a file, the input given as its own output,
+and a FIFO as input; each must exit 2 with one error line, leave no partial output and leave the
+input exactly as it was.
+
+``python benchmarks/fuzz_cli.py`` runs 100,000 cases and writes
 ``benchmarks/results/fuzz.md``; the test suite runs 2,000 (``tests/test_fuzz_cli.py``).
 """
 
@@ -23,6 +33,8 @@ import argparse
 import contextlib
 import io
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +72,8 @@ SPECIAL_NUMBERS = [
     "qnan", "1j", "1+1j", "True", "None", "0b101", "0o7", "1/-3", "-1/3", "1 / 3", "1/3/5", "3/", "/3",
     "\x00", "\udcff", "💥",
 ]  # fmt: skip
+CASE_SECONDS = 120  # a case that runs longer is taken for a hang
+ESC_NAME = "esc\x1b[2J\nfloatlab: error: forged"
 WORDS = ["--json", "--color", "--no-color", "-h", "--help", "--version", "--", "-", "-x", "--nope", "=", "-f"]
 PLOT_EXTS = [".png", ".svg", ".pdf", ".xyz", ""]
 
@@ -196,6 +211,18 @@ def make_files(root: Path) -> Files:
     bad_crc[len(npz) // 3] ^= 0xFF
     (root / "flipped.npz").write_bytes(bytes(bad_crc))
     (root / "garbage.pt").write_bytes(b"junk" * 50)
+    # a zip bomb: 64 MiB of zeros in about 64 KiB (under the default cap; refused with a smaller one)
+    with zipfile.ZipFile(root / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as bz, bz.open("g.npy", "w") as member:
+        header = np.lib.format.header_data_from_array_1_0(np.zeros(0))
+        header["shape"] = (8 << 20,)
+        np.lib.format.write_array_header_1_0(member, header)
+        for _ in range(64):
+            member.write(bytes(1 << 20))
+    # names that carry terminal escapes and newlines: an array name and a file name
+    with open(root / "escapes.npz", "wb") as fh:
+        savez: Any = np.savez  # (numpy's stubs take a name such as this one for an option)
+        savez(fh, **{ESC_NAME: good})
+    save("esc\x1b[31m\nname.npy", good)
     try:
         import torch
 
@@ -335,6 +362,7 @@ def generate(rng: Rng, files: Files) -> list[str]:
             "--recommend": lambda: None,
             "--width": lambda: _int_text(rng),
             "--plot": plot if rng.random() < 0.1 else lambda: "",
+            "--max-bytes": lambda: _pick(rng, ["1MiB", "16MiB", "1GiB", "0", "x", "100"]),
         }
         argv = ["histogram", *[inp() for _ in range(int(rng.integers(0, 3)))], *_options(rng, opts, k)]
     elif r < 0.965:
@@ -384,6 +412,7 @@ def _train(rng: Rng, inp: Callable[[], str], outp: Callable[[], str]) -> list[st
         "--history": outp,
         "--model": lambda: _pick(rng, ["mlp", "attention", "x"]),
         "--d-model": lambda: _pick(rng, ["4", "0", "-1"]),
+        "--max-bytes": lambda: _pick(rng, ["1MiB", "1GiB", "0"]),
     }
     return argv + _options(rng, extra, int(rng.integers(0, 4)))
 
@@ -399,6 +428,14 @@ class Outcome:
     seconds: float
 
 
+class _Hang(BaseException):
+    """Raised by the alarm when a case runs past CASE_SECONDS."""
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _Hang
+
+
 def run_case(argv: list[str]) -> Outcome:
     """Run ``floatlab.cli.main(argv)`` in-process; say what, if anything, went wrong."""
     from floatlab.cli import main
@@ -407,13 +444,23 @@ def run_case(argv: list[str]) -> Outcome:
     t0 = time.perf_counter()
     status: int | None = None
     problem: str | None = None
+    alarm = hasattr(signal, "SIGALRM")
+    previous = signal.signal(signal.SIGALRM, _alarm) if alarm else None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a stray numpy warning is noise on the terminal: a finding
         try:
+            if alarm:
+                signal.alarm(CASE_SECONDS)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 status = main(argv)
+        except _Hang:
+            problem = f"hang: still running after {CASE_SECONDS} s"
         except BaseException as e:  # anything escaping main is a crash
             problem = f"exception out of main: {type(e).__name__}: {e}"
+        finally:
+            if alarm:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, previous)
     seconds = time.perf_counter() - t0
     text = err.getvalue()
     lines = text.split("\n")
@@ -424,6 +471,10 @@ def run_case(argv: list[str]) -> Outcome:
     if problem is None:
         if "Traceback" in text or "Traceback" in out.getvalue():
             problem = "traceback printed"
+        elif "\x1b" in text or ("\x1b" in out.getvalue() and "--color" not in argv):
+            problem = f"a raw ESC reached the terminal: {(out.getvalue() + text)[:200]!r}"
+        elif any(ln.startswith("floatlab: error") for ln in out.getvalue().splitlines()):
+            problem = "a forged error line on stdout"
         elif status == 2:
             if len(errors) != 1 or not lines[-1].startswith("floatlab: error: ") or not text.endswith("\n"):
                 problem = f"exit 2 without exactly one error line: {text[:200]!r}"
@@ -443,10 +494,12 @@ class Summary:
     problems: list[Outcome] = field(default_factory=list)
     slowest: list[tuple[float, list[str]]] = field(default_factory=list)
     seconds: float = 0.0
+    fs: list[tuple[str, str | None]] = field(default_factory=list)
 
 
-def fuzz(n: int, seed: int = 0, root: Path | None = None, progress: bool = False) -> Summary:
-    """Run ``n`` generated cases with the generator seeded by ``seed``."""
+def fuzz(n: int, seed: int = 0, root: Path | None = None, progress: bool = False, fs: bool = True) -> Summary:
+    """Run ``n`` generated cases with the generator seeded by ``seed``, then (with ``fs``) the
+    file-system cases of :func:`fs_cases`."""
     rng = np.random.default_rng(seed)
     s = Summary()
     with contextlib.ExitStack() as stack:
@@ -471,8 +524,91 @@ def fuzz(n: int, seed: int = 0, root: Path | None = None, progress: bool = False
                     f"  {i + 1:,} cases, {time.perf_counter() - t0:,.0f} s, problems {len(s.problems)}",
                     flush=True,
                 )
+        if fs:
+            for case in fs_cases(root / "fs"):
+                problem = run_fs_case(case)
+                s.fs.append((case.name, problem))
+                if problem is not None:
+                    s.problems.append(Outcome(case.argv, None, "", problem, 0.0))
         s.seconds = time.perf_counter() - t0
     return s
+
+
+# ---- the file system, in child processes ------------------------------------------------------
+@dataclass
+class FsCase:
+    """A command run in a child (``ulimit -f`` applies to it alone) and what must hold after it."""
+
+    name: str
+    argv: list[str]
+    outputs: list[str]  # must not exist afterwards (or be as before, when they existed)
+    ulimit_kib: int | None = None
+
+
+def fs_cases(root: Path) -> list[FsCase]:
+    """Commands that write under a 2 KiB file-size limit (a full disk), the input as its own output,
+    and a FIFO as input."""
+    root.mkdir(parents=True, exist_ok=True)
+    big = root / "big.npy"
+    np.save(big, np.linspace(0.0, 1.0, 4096))
+    victim = root / "victim.npy"
+    np.save(victim, np.linspace(0.0, 1.0, 2500))
+    fifo = root / "fifo_in.npy"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    o = str(root / "o")
+    train = ["train", "--data", "underflow", "--hidden", "4", "--epochs", "1", "-q"]
+    return [
+        FsCase("round -o, disk full", ["round", str(big), "-f", "bf16", "-o", f"{o}.npy"], [f"{o}.npy"], 2),
+        FsCase(
+            "round onto its input, disk full",
+            ["round", str(victim), "-f", "bf16", "-o", str(victim), "--force"],
+            [str(victim)],
+            2,
+        ),
+        FsCase("train --json FILE, disk full", [*train, "--json", f"{o}-run.json"], [f"{o}-run.json"], 2),
+        FsCase("histogram --plot, disk full", ["histogram", str(big), "--plot", f"{o}.png"], [f"{o}.png"], 2),
+        FsCase("train --history, disk full", [*train, "--history", f"{o}.json"], [f"{o}.json"], 2),
+        FsCase("train --checkpoint, disk full", [*train, "--checkpoint", f"{o}.npz"], [f"{o}.npz"], 2),
+        FsCase(
+            "round onto its input without --force", ["round", str(victim), "-o", str(victim)], [str(victim)]
+        ),
+        FsCase("round from a FIFO", ["round", str(fifo), "-f", "bf16"], []),
+        FsCase("histogram of a FIFO", ["histogram", str(fifo)], []),
+    ]
+
+
+def run_fs_case(case: FsCase) -> str | None:
+    """Run one case in a child; the problem, or None."""
+    before = {p: Path(p).read_bytes() for p in case.outputs if Path(p).is_file()}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    limit = f"ulimit -f {case.ulimit_kib}; " if case.ulimit_kib else ""
+    cmd = limit + " ".join(_quote(a) for a in [sys.executable, "-m", "floatlab", *case.argv])
+    try:
+        r = subprocess.run(
+            ["bash", "-c", cmd], capture_output=True, text=True, timeout=CASE_SECONDS, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"hang: still running after {CASE_SECONDS} s"
+    lines = r.stderr.splitlines()
+    if r.returncode != 2:
+        return f"exit {r.returncode} (expected 2): {r.stderr[:200]!r}"
+    if len(lines) != 1 or not lines[0].startswith("floatlab: error: "):
+        return f"stderr is not one error line: {r.stderr[:200]!r}"
+    for p in case.outputs:
+        if p in before:
+            if not Path(p).is_file() or Path(p).read_bytes() != before[p]:
+                return f"{p} changed though the command failed"
+        elif Path(p).exists():
+            return f"{p} left behind though the command failed"
+    leftovers = [q.name for q in Path(case.outputs[0]).parent.glob(".*.tmp*")] if case.outputs else []
+    if leftovers:
+        return f"temporary files left behind: {leftovers}"
+    return None
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 _COMMANDS = {
@@ -499,12 +635,19 @@ def markdown(s: Summary, seed: int) -> str:
         f"Cases: {s.cases:,} generated argument lists (seed {seed}), run in-process through "
         "`floatlab.cli.main` with warnings as errors.",
         f"Problems (an exception out of main, exit status 1, a traceback, an exit-2 error that is not "
-        f"one line, or stderr output other than warning lines on success): **{len(s.problems)}**. "
+        f"one line, stderr output other than warning lines on success, a raw ESC or a forged error "
+        f"line in the output, a hang, or a failed file-system case): **{len(s.problems)}**. "
         f"Time: {s.seconds:,.0f} s ({s.cases / s.seconds:,.0f} cases per second).",
         st.markdown(),
         t.markdown(),
         "Slowest cases:\n\n" + "\n".join(f"- {sec:.2f} s: `{argv!r}`"[:300] for sec, argv in s.slowest),
     ]
+    if s.fs:
+        lines.append(
+            "File-system cases (child processes: a 2 KiB `ulimit -f` for a full disk, the input as "
+            "its own output, a FIFO as input):\n\n"
+            + "\n".join(f"- {name}: {'ok' if p is None else p}" for name, p in s.fs)
+        )
     if s.problems:
         lines.append("Problems found:\n\n" + "\n".join(_cases(s)))
     return "\n\n".join(lines)

@@ -214,6 +214,10 @@ def parse_value(s: str) -> float | Fraction:
         whole, part, part_only, exp = match.group(2, 3, 4, 5)
         fraction_digits = part_only if part_only is not None else part or ""
         digits = (whole or "") + fraction_digits
+        if len(digits) > _MAX_DIGITS:  # the same limit as decimal input
+            raise ValueError(
+                f"{shown(s)} has {len(digits):,} hex digits: expected at most {_MAX_DIGITS:,} in a number"
+            )
         value = Fraction(int(digits, 16)) * pow2(_exponent(exp, s) - 4 * len(fraction_digits))
     elif match := _RATIO_RE.fullmatch(text):
         numerator, denominator = _int10(match.group(2), s), _int10(match.group(3), s)

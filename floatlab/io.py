@@ -1,9 +1,11 @@
 """Files in and out: the one home for reading user files and for writing output files.
 
 Reading (:func:`read_npy`, :func:`read_npz`, :func:`read_torch`): a missing file, a directory,
-a file of the wrong kind, a truncated or corrupt one, or a header that claims more than the file
-holds is one ValueError naming the file; nothing is unpickled, and nothing a header merely claims
-is allocated.
+a FIFO or a device, a file of the wrong kind, a truncated or corrupt one, or a header that claims
+more than the file holds is one ValueError naming the file; nothing is unpickled, and nothing a
+header merely claims is allocated. A zip archive (``.npz``) may inflate to at most
+:data:`MAX_BYTES` (the ``max_bytes`` argument raises or lowers the cap): the members' declared
+sizes are checked before anything is read, and no member is inflated past its declared size.
 
 Writing (:func:`atomic_output`, :func:`write_atomic`): every output goes to a temporary file in
 the target's folder, is flushed and synced to disk, and is then renamed over the target. A failed
@@ -31,14 +33,18 @@ from typing import IO, Any
 
 __all__ = [
     "FIGURE_SUFFIXES",
+    "MAX_BYTES",
     "atomic_output",
+    "check_archive",
     "check_outputs",
+    "figure_metadata",
     "figure_name",
     "first_bytes",
     "read_npy",
     "read_npz",
     "read_torch",
     "same_file",
+    "save_figure",
     "save_npy",
     "write_atomic",
 ]
@@ -177,6 +183,51 @@ def figure_name(path: str) -> str:
     ('curves.png', 'curves.svg')
     """
     return path if os.path.splitext(path)[1] else path + ".png"
+
+
+# the metadata keys that carry the time of writing, per figure format: without them two identical
+# runs write identical bytes
+_DATED = {
+    "pdf": ("CreationDate", "ModDate"),
+    "svg": ("Date",),
+    "svgz": ("Date",),
+    "ps": ("CreationDate",),
+    "eps": ("CreationDate",),
+}
+
+
+def figure_metadata(path: str, fmt: str | None = None) -> dict[str, None] | None:
+    """The ``metadata`` for matplotlib's ``savefig`` of a figure written to ``path`` (or in format
+    ``fmt``): the dates dropped from PDF, SVG and PostScript files, so that identical runs give
+    identical bytes; None for the formats that carry no date (PNG).
+
+    >>> figure_metadata("curves.pdf"), figure_metadata("curves.png")
+    ({'CreationDate': None, 'ModDate': None}, None)
+    """
+    kind = (fmt or os.path.splitext(path)[1][1:] or "png").lower()
+    keys = _DATED.get(kind)
+    return dict.fromkeys(keys) if keys else None
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int, fmt: str | None = None) -> None:
+    """``fig.savefig(path)`` with nothing in the file that changes from run to run: no dates
+    (:func:`figure_metadata`) and, in SVG, clip-path names drawn from a fixed salt instead of
+    random ones. The write itself is not atomic: give a path from :func:`atomic_output`.
+
+    >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> fig = plt.figure(); _ = fig.add_subplot().plot([0, 1])
+    >>> for name in ("a.svg", "b.svg"): save_figure(fig, folder / name, dpi=72)
+    >>> plt.close(fig)
+    >>> (folder / "a.svg").read_bytes() == (folder / "b.svg").read_bytes()
+    True
+    """
+    import matplotlib
+
+    name = os.fspath(path)
+    with matplotlib.rc_context({"svg.hashsalt": "floatlab"}):
+        fig.savefig(name, dpi=dpi, format=fmt, metadata=figure_metadata(name, fmt))
 
 
 def _real(path: str) -> str:
@@ -348,10 +399,72 @@ def read_npy(path: str, *, mmap: bool = False) -> Any:
     return arr
 
 
-def read_npz(path: str) -> dict[str, Any]:
+#: the most bytes a zip archive (.npz, a checkpoint) may inflate to unless the caller says more:
+#: a 2 MB file of zeros can claim 2 GiB
+MAX_BYTES = 1 << 30
+
+
+def _size_text(n: int) -> str:
+    """A byte count as people read it.
+
+    >>> _size_text(1 << 30), _size_text(3 << 20), _size_text(1500)
+    ('1 GiB', '3 MiB', '1,500 bytes')
+    """
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift:,} {unit}"
+    return f"{n:,} bytes"
+
+
+def _over_cap(path: str, size: int, max_bytes: int, what: str) -> ValueError:
+    return ValueError(
+        f"{_name(path)} would inflate to {size:,} bytes ({what}), over the cap of "
+        f"{_size_text(max_bytes)}: refused (raise the cap with --max-bytes if the file is trusted)"
+    )
+
+
+def check_archive(path: str, max_bytes: int = MAX_BYTES) -> None:
+    """Check, from the zip's directory and before anything is inflated, that the archive at
+    ``path`` (a .npz or checkpoint file) is a regular file whose members declare at most
+    ``max_bytes`` in all; ValueError naming the file otherwise.
+
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npz")
+    >>> np.savez_compressed(path, a=np.zeros(1 << 20))
+    >>> check_archive(path)
+    >>> check_archive(path, max_bytes=1 << 20)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: '...x.npz' would inflate to 8,388,736 bytes (its members' declared sizes), over ...
+    """
+    import zipfile
+
+    what = _check_kind(path, "npz")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except Exception as e:  # zipfile raises several kinds for a damaged directory
+        raise ValueError(f"cannot read {_name(path)} as {what}: {e}") from None
+    declared = sum(info.file_size for info in infos)
+    if declared > max_bytes:
+        raise _over_cap(path, declared, max_bytes, "its members' declared sizes")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in infos:  # each array header against its member (a few hundred bytes inflated)
+                with zf.open(info) as member:
+                    if member.read(6) == _NPY_MAGIC:
+                        _npy_header(member, info.file_size, info.filename)
+    except Exception as e:  # zipfile, zlib and numpy raise several kinds for a damaged archive
+        raise ValueError(f"cannot read {_name(path)} as {what}: {e}") from None
+
+
+def read_npz(path: str, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Every array of the ``.npz`` archive at ``path``, by name; one ValueError naming the file
     for anything else (as :func:`read_npy`; a damaged zip, an entry that is not a .npy array, an
-    entry whose header asks for more bytes than it holds, object arrays).
+    entry whose header asks for more bytes than it holds, object arrays, an archive whose members
+    would inflate past ``max_bytes`` in all: checked on the declared sizes before reading, and
+    while inflating, which never goes past a member's declared size or the array its header
+    describes).
 
     >>> import numpy as np, tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "x.npz")
@@ -360,34 +473,70 @@ def read_npz(path: str) -> dict[str, Any]:
     """
     import zipfile
 
-    import numpy as np
-
+    check_archive(path, max_bytes)
     what = _check_kind(path, "npz")
-    try:
+    out: dict[str, Any] = {}
+    budget = max_bytes
+    try:  # (the declared sizes were checked; the budget guards a header that lies about them)
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
+                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 with zf.open(info) as member:
-                    _check_npy_entry(member, info.file_size, info.filename)
-        with np.load(path, allow_pickle=False) as z:
-            return {name: z[name] for name in z.files}
+                    arr = _read_npy_entry(member, info.file_size, info.filename, budget)
+                budget -= arr.nbytes
+                out[name] = arr
     except Exception as e:  # zipfile, zlib and numpy raise several kinds; all mean a damaged file
-        raise ValueError(f"cannot read {path!r} as {what}: {e}") from None
+        raise ValueError(f"cannot read {_name(path)} as {what}: {e}") from None
+    return out
 
 
-def _check_npy_entry(fh: Any, size: int, name: str) -> None:
-    """Raise when the .npy header of an archive entry asks for more bytes than the entry holds."""
+_READ_CHUNK = 1 << 22  # bytes inflated at a time
+
+
+def _npy_header(fh: Any, size: int, name: str) -> tuple[tuple[int, ...], bool, Any, int]:
+    """The .npy header of an archive entry, read after its magic: (shape, fortran order, dtype,
+    bytes of data); refused when the data would need more bytes than the entry declares."""
     from numpy.lib import format as npy_format
 
-    if fh.read(6) != _NPY_MAGIC:
-        raise ValueError(f"entry {name!r} is not a .npy array")
     major, _minor = fh.read(2)
     read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
-    shape, _fortran, dtype = read_header(fh)
+    shape, fortran, dtype = read_header(fh)
     need = math.prod(shape) * dtype.itemsize
-    if not dtype.hasobject and need > size:
+    if need > size and not dtype.hasobject:
         raise ValueError(
             f"entry {name!r} claims shape {shape} of {dtype} ({need:,} bytes) but holds {size:,}"
         )
+    return shape, fortran, dtype, need
+
+
+def _read_npy_entry(fh: Any, size: int, name: str, budget: int) -> Any:
+    """The array of one archive entry, read from its .npy header: refused when the header asks
+    for more bytes than the entry declares or than ``budget`` allows, before anything is
+    allocated; then exactly that many bytes are inflated, in chunks."""
+    import numpy as np
+
+    if fh.read(6) != _NPY_MAGIC:
+        raise ValueError(f"entry {name!r} is not a .npy array")
+    shape, fortran, dtype, need = _npy_header(fh, size, name)
+    if dtype.hasobject:
+        raise ValueError(f"entry {name!r} holds Python objects ({dtype}): never unpickled")
+    if need > budget:
+        raise ValueError(
+            f"entry {name!r} of {need:,} bytes is over what the cap leaves ({budget:,} bytes): refused "
+            "(raise the cap with --max-bytes if the file is trusted)"
+        )
+    arr = np.empty(shape[::-1] if fortran else shape, dtype)
+    raw = arr.reshape(-1).view(np.uint8)  # (a view: the bytes land in the array)
+    done = 0
+    while done < need:
+        chunk = fh.read(min(_READ_CHUNK, need - done))
+        if not chunk:
+            raise ValueError(f"entry {name!r} is truncated: {done:,} of {need:,} bytes")
+        raw[done : done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        done += len(chunk)
+    while fh.read(_READ_CHUNK):  # on to the member's end, where zipfile checks its CRC (the size is capped)
+        pass
+    return arr.T if fortran else arr
 
 
 def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:

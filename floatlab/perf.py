@@ -160,6 +160,9 @@ def _time_calls(fn: Callable[[], object], sync: Callable[[], None], min_seconds:
     return best
 
 
+_MAX_SECONDS = 3600  # per measurement
+
+
 def measure_gemm(
     backend: Backend | str = "numpy",
     sizes: Sequence[int] = (1024, 4096, 8192),
@@ -178,6 +181,8 @@ def measure_gemm(
     >>> [(x.compute, x.n, x.tflops > 0) for x in r]
     [('fp32', 32, True), ('fp16', 32, True)]
     """
+    if not isinstance(min_seconds, (int, float)) or not 0 <= min_seconds <= _MAX_SECONDS:
+        raise ValueError(f"min_seconds={min_seconds!r}: expected seconds from 0 to {_MAX_SECONDS}")
     be = get_backend(backend)
     sizes_ = _check_sizes(sizes)
     computes_ = _check_computes(computes)

@@ -19,7 +19,42 @@ from typing import Any
 from floatlab.exact import floor_log2, parse_value, pow2
 from floatlab.formats import FloatFormat
 
-__all__ = ["SCALE_RANGE_TEXT", "as_scale", "hex_code", "parse_scale", "percent", "scale_text"]
+__all__ = [
+    "ECHO_LIMIT",
+    "SCALE_RANGE_TEXT",
+    "as_scale",
+    "hex_code",
+    "parse_scale",
+    "percent",
+    "safe",
+    "scale_text",
+]
+
+
+#: the most characters of one name or value from the input that a message echoes
+ECHO_LIMIT = 200
+
+
+def safe(text: object, limit: int = ECHO_LIMIT) -> str:
+    r"""``text`` (a file or array name, a value: anything taken from the input) made safe to
+    print on a terminal: every character that is not printable (ESC, a newline, a tab, DEL, C1
+    controls, bidirectional overrides) is written as its escape (``\x1b``, ``\n``,
+    ``\u202e``), so that a file cannot clear the screen or forge a line; and text longer than
+    ``limit`` characters is cut in the middle, its length said.
+
+    >>> safe("grads\x1b[2J\nfloatlab: error: forged")
+    'grads\\x1b[2J\\nfloatlab: error: forged'
+    >>> safe("x" * 1000, limit=20)
+    'xxxxxxxxxx...xxxxx (1,000 characters)'
+    >>> safe("conv1.weight"), safe("été")
+    ('conv1.weight', 'été')
+    """
+    s = str(text)
+    if len(s) > limit:
+        s = f"{s[: limit // 2]}...{s[-(limit // 4) :]} ({len(s):,} characters)"
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 def percent(share: float, total: int | None = None) -> str:
@@ -79,10 +114,21 @@ def as_scale(scale: Any, what: str = "scale") -> Fraction:
     try:
         q = Fraction(scale)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{what}={scale!r}: expected a finite positive number") from None
+        raise ValueError(f"{what}={_echo(scale)}: expected a finite positive number") from None
     if q <= 0 or q >= 2**1024 or q < Fraction(1, 2**1074):
-        raise ValueError(f"{what}={scale!r}: expected a finite positive number {SCALE_RANGE_TEXT}")
+        raise ValueError(f"{what}={_echo(scale)}: expected a finite positive number {SCALE_RANGE_TEXT}")
     return q
+
+
+def _echo(x: Any) -> str:
+    """``repr(x)`` for a message, cut; a number too long for Python's repr is described."""
+    try:
+        text = repr(x)
+    except ValueError:  # Python refuses int-to-str conversions over 4300 digits
+        if isinstance(x, (int, Fraction)) and x > 0 and x == pow2(floor_log2(x)):
+            return f"2^{floor_log2(x)}"
+        return "a number of over 4300 digits"
+    return safe(text, limit=60)
 
 
 def parse_scale(text: str, what: str = "--scale") -> Fraction:

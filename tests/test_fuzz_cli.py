@@ -16,7 +16,7 @@ fz: Any = benchmark_script("fuzz_cli")
 
 
 def test_two_thousand_generated_command_lines(tmp_path: Path) -> None:
-    summary = fz.fuzz(2000, seed=20261123, root=tmp_path)
+    summary = fz.fuzz(2000, seed=20261123, root=tmp_path, fs=False)
     problems = [f"{o.argv!r}: {o.problem}" for o in summary.problems]
     assert not problems, "\n".join(problems[:10])
     assert summary.cases == 2000
@@ -60,6 +60,38 @@ def test_the_fuzzer_catches_what_it_is_there_to_catch(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(cli, "main", escape)
     assert "exception out of main" in fz.run_case(["x"]).problem
+
+    def raw_escape(argv: list[str] | None = None) -> int:
+        sys.stdout.write("a\x1b[2Jname\nfloatlab: error: forged\n")
+        return 0
+
+    monkeypatch.setattr(cli, "main", raw_escape)
+    assert "raw ESC" in fz.run_case(["x"]).problem
+
+    def forged(argv: list[str] | None = None) -> int:
+        sys.stdout.write("name\nfloatlab: error: forged\n")
+        return 0
+
+    monkeypatch.setattr(cli, "main", forged)
+    assert "forged error line" in fz.run_case(["x"]).problem
+
+    def hang(argv: list[str] | None = None) -> int:
+        import time
+
+        time.sleep(5)
+        return 0
+
+    monkeypatch.setattr(cli, "main", hang)
+    monkeypatch.setattr(fz, "CASE_SECONDS", 1)
+    assert "hang" in fz.run_case(["x"]).problem
+
+
+def test_the_file_system_cases_keep_data_and_give_one_line(tmp_path: Path) -> None:
+    # a full disk (ulimit -f) under every command that writes, the input as its own output, a FIFO
+    cases = fz.fs_cases(tmp_path)
+    assert len(cases) >= 8
+    problems = [f"{c.name}: {p}" for c in cases if (p := fz.run_fs_case(c)) is not None]
+    assert not problems, "\n".join(problems)
 
 
 def test_generation_is_reproducible(tmp_path: Path) -> None:

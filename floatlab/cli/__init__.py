@@ -40,6 +40,7 @@ from floatlab.cli import (
     train_cmds,
 )
 from floatlab.cli._common import UI, add_common_options, want_color
+from floatlab.text import safe
 
 __all__ = [
     "COMMANDS",
@@ -112,13 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the longest error line (a 130 kB input echoed whole would flood the terminal)
+_MESSAGE_LIMIT = 1000
+
+
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """``text`` as one safe line: whitespace runs are one space, control characters (from a file
+    or array name, say) are escaped, and an absurdly long message is cut."""
+    return safe(" ".join(str(text).split()), limit=_MESSAGE_LIMIT)
 
 
 def _error(message: str) -> int:
-    sys.stderr.write(f"floatlab: error: {_one_line(message)}\n")
-    sys.stderr.flush()
+    if sys.stderr is not None:  # (closed: the exit status alone tells)
+        sys.stderr.write(f"floatlab: error: {_one_line(message)}\n")
+        sys.stderr.flush()
     return EXIT_USAGE
 
 
@@ -140,9 +148,13 @@ _FAULT_MESSAGE = r"step \d+: "
 
 
 @contextlib.contextmanager
-def _one_line_warnings() -> Iterator[None]:
+def _one_line_warnings() -> Iterator[list[str]]:
     """Training faults are warnings in Python; on the command line each is one line on stderr,
-    ``floatlab: warning: ...``, and the command goes on."""
+    ``floatlab: warning: ...``, and the command goes on. Any other warning (numpy's
+    RuntimeWarning, torch's UserWarning) is held back: the yielded list gets its one-line text,
+    for ``main`` to print when the command succeeds and to drop when it ends in an error (whose
+    one line says what went wrong)."""
+    held: list[str] = []
     with warnings.catch_warnings():
         warnings.filterwarnings("always", message=_FAULT_MESSAGE, category=RuntimeWarning)
         original = warnings.showwarning
@@ -157,11 +169,15 @@ def _one_line_warnings() -> Iterator[None]:
         ) -> None:
             if category.__name__ == "TrainingFaultWarning":
                 sys.stderr.write(f"floatlab: warning: {_one_line(str(message))}\n")
-            else:
+            elif file is not None:
                 original(message, category, filename, lineno, file, line)
+            else:
+                text = f"floatlab: warning: {_one_line(f'{category.__name__}: {message}')}"
+                if text not in held:
+                    held.append(text)
 
         warnings.showwarning = show
-        yield
+        yield held
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(c.NAME for c in COMMANDS)
             return _error(f"missing command: expected one of {names} (see 'floatlab --help')")
         ui = UI(color=want_color(getattr(args, "color", None)), json=getattr(args, "json", False))
-        with _one_line_warnings():
+        with _one_line_warnings() as held:
             status: int = args.run(args, ui)
+        for text in held:  # the command succeeded: its warnings may matter
+            sys.stderr.write(text + "\n")
         return status
     except UsageError as e:
         hint = f" (see '{e.prog} --help')"

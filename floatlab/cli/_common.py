@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.exact import int_str
+from floatlab.exact import int_str, shown
 from floatlab.formats import FORMATS, FloatFormat, get_format
 from floatlab.text import hex_code
 
@@ -39,6 +39,7 @@ __all__ = [
     "View",
     "add_command",
     "add_common_options",
+    "add_max_bytes_option",
     "bold",
     "dim",
     "encoded_data",
@@ -46,6 +47,7 @@ __all__ = [
     "fraction_text",
     "parse_code",
     "parse_formats",
+    "parse_size",
     "sci",
     "short_decimal",
     "style",
@@ -169,8 +171,12 @@ class UI:
 
     @property
     def out(self) -> TextIO:
-        """The output stream (``sys.stdout`` at the time of the call unless one was given)."""
-        return sys.stdout if self.stream is None else self.stream
+        """The output stream (``sys.stdout`` at the time of the call unless one was given); a
+        ValueError when standard output is closed (Python's ``sys.stdout`` is None then)."""
+        out = sys.stdout if self.stream is None else self.stream
+        if out is None:
+            raise ValueError("standard output is closed: the answer could not be written")
+        return out
 
     def write(self, text: str) -> None:
         """Print ``text`` and a newline."""
@@ -260,6 +266,43 @@ def add_color_options(group: argparse._ArgumentGroup) -> None:
         ("--no-color", "store_false", "never colour (also: set NO_COLOR); default: colour on a terminal"),
     ):
         group.add_argument(flag, dest="color", action=action, default=argparse.SUPPRESS, help=text)
+
+
+# ---- sizes ---------------------------------------------------------------------------------------
+_SIZE = re.compile(r"(\d{1,15})\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)", re.IGNORECASE | re.ASCII)
+_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+
+
+def parse_size(text: str) -> int:
+    """A byte count as typed: ``1000000``, ``64MiB``, ``2G`` (units are powers of 1024).
+
+    >>> parse_size("4096"), parse_size("64MiB"), parse_size("2g")
+    (4096, 67108864, 2147483648)
+    """
+    m = _SIZE.fullmatch(text.strip())
+    if m is None or int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: expected a positive number of bytes such as 1000000, 512MiB or 4GiB"
+        )
+    return int(m.group(1)) << _UNITS[m.group(2)[:1].lower()]
+
+
+def add_max_bytes_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--max-bytes N``: the most a compressed input (.npz, a checkpoint) may inflate to.
+
+    >>> p = argparse.ArgumentParser(); add_max_bytes_option(p)
+    >>> p.parse_args([]).max_bytes, p.parse_args(["--max-bytes", "4GiB"]).max_bytes
+    (1073741824, 4294967296)
+    """
+    from floatlab.io import MAX_BYTES
+
+    parser.add_argument(
+        "--max-bytes",
+        type=parse_size,
+        default=MAX_BYTES,
+        metavar="N",
+        help="the most a compressed input (.npz) may inflate to; refused beyond (default 1GiB)",
+    )
 
 
 # ---- tables and numbers -------------------------------------------------------------------------
@@ -394,6 +437,9 @@ DEFAULT_FORMAT_BY_WIDTH: dict[int, str] = {16: "fp16", 32: "fp32", 64: "fp64"}
 _EXPECTED = "expected hex (0x7BFF), binary (0b0111101111111111) or, with -f FMT, a decimal integer"
 
 
+_MAX_CODE_DIGITS = 1000  # the digits of a code (a 64-bit format's code has at most 64)
+
+
 def _candidates(width: int, hex_digits: bool) -> list[str]:
     def fits(f: FloatFormat) -> bool:
         return (f.bits + 3) // 4 * 4 == width if hex_digits else f.bits == width
@@ -431,18 +477,19 @@ float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format 
     else:
         digits, base, bits_per_digit, charset = low, 10, 0, "0123456789"
     if not digits or any(ch not in charset for ch in digits) or text.strip().endswith("_"):
-        raise ValueError(f"not a code: {text!r}: {_EXPECTED}")
-    if base == 10 and len(digits.lstrip("0")) > 4000:
+        raise ValueError(f"not a code: {shown(text)}: {_EXPECTED}")
+    if len(digits) > _MAX_CODE_DIGITS:
         # (int() refuses decimal strings over 4300 digits; no format has codes that wide)
         raise ValueError(
-            f"decimal code {text.strip()[:20]!r}... has {len(digits):,} digits: too wide for any format"
+            f"code {shown(text.strip())} has {len(digits):,} digits: too wide for any format "
+            f"(expected at most {_MAX_CODE_DIGITS:,})"
         )
     code = int(digits, base)
     if fmt is not None:
         f = get_format(fmt)
     elif base == 10:
         raise ValueError(
-            f"decimal code {text!r} needs its format: add -f FMT, or write it in hex ({code:#x}) "
+            f"decimal code {shown(text)} needs its format: add -f FMT, or write it in hex ({code:#x}) "
             "so that its width tells the format"
         )
     else:
@@ -453,15 +500,16 @@ float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format 
             cands = _candidates(width, base == 16)
             what = f"that could be {', '.join(cands)}" if cands else "no format has that width"
             raise ValueError(
-                f"code {text!r} has {unit} ({width} bits): {what}; name the format with -f FMT"
+                f"code {shown(text)} has {unit} ({width} bits): {what}; name the format with -f FMT"
                 if cands
-                else f"code {text!r} has {unit} ({width} bits): {what}; expected 4, 8 or 16 hex digits "
+                else f"code {shown(text)} has {unit} ({width} bits): {what}; expected 4, 8 or 16 hex digits "
                 "(fp16, fp32, fp64) or 16, 32 or 64 binary digits, or name the format with -f FMT"
             )
         f = get_format(name)
     if code > f.code_mask:
         raise ValueError(
-            f"code {text!r} is too wide for {f.name}: expected {f.bits} bits, 0 to {hex_code(f.code_mask, f)}"
+            f"code {shown(text)} is too wide for {f.name}: "
+            f"expected {f.bits} bits, 0 to {hex_code(f.code_mask, f)}"
         )
     return code, f
 

@@ -17,6 +17,8 @@ GEMM throughput on numpy (...)
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from floatlab.cli._common import UI, View, add_color_options, bold, dim, table
@@ -38,6 +40,44 @@ def _int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected positive sizes such as 1024,4096,8192")
     return values
+
+
+def _seconds(text: str) -> float:
+    """``--min-seconds``: a finite number of seconds from 0 to an hour.
+
+    >>> _seconds("0.5")
+    0.5
+    >>> _seconds("nan")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'nan': expected a number of seconds from 0 to 3600
+    """
+    return float(_checked(text, float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600"))
+
+
+def _positive(text: str) -> int:
+    """A positive count (``--batch-size``, ``--steps``).
+
+    >>> _positive("256")
+    256
+    >>> _positive("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0': expected a positive integer
+    """
+    return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
+
+
+def _checked(text: str, convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> float:
+    """``convert(text)`` when it converts and passes ``ok`` (NaN passes no comparison); an
+    argparse error naming ``expected`` otherwise."""
+    try:
+        value = convert(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value) or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected {expected}")
+    return value
 
 
 def _names(text: str) -> list[str]:
@@ -125,7 +165,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
 
     be = get_backend(args.backend)
     hidden = args.hidden or ((4096, 4096) if be.is_gpu else (512, 512))
-    batch = args.batch_size or (4096 if be.is_gpu else 256)
+    batch = args.batch_size if args.batch_size is not None else (4096 if be.is_gpu else 256)
     results = measure_train(be, args.policies, hidden=hidden, batch_size=batch, steps=args.steps)
     ui.show(train_view(results, color=ui.color))
     return 0
@@ -189,7 +229,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         metavar="F,F,...",
         help="compute formats (default: fp32,tf32,fp16,bf16)",
     )
-    g.add_argument("--min-seconds", type=float, default=0.3, help="time spent per measurement (default: 0.3)")
+    g.add_argument(
+        "--min-seconds", type=_seconds, default=0.3, help="time spent per measurement (default: 0.3)"
+    )
     _output(g)
     g.set_defaults(run=run_gemm)
     t = sub.add_parser(
@@ -206,9 +248,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="hidden sizes (default: 4096,4096 on cupy, 512,512 on numpy)",
     )
     t.add_argument(
-        "--batch-size", type=int, metavar="B", help="batch size (default: 4096 on cupy, 256 on numpy)"
+        "--batch-size", type=_positive, metavar="B", help="batch size (default: 4096 on cupy, 256 on numpy)"
     )
-    t.add_argument("--steps", type=int, default=10, help="timed steps per policy (default: 10)")
+    t.add_argument("--steps", type=_positive, default=10, help="timed steps per policy (default: 10)")
     _output(t)
     t.set_defaults(run=run_train)
     return p

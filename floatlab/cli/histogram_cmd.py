@@ -24,9 +24,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_command, bold, dim, parse_formats
+from floatlab.cli._common import UI, View, add_command, add_max_bytes_option, bold, dim, parse_formats
 from floatlab.io import (
     FIGURE_SUFFIXES,
+    MAX_BYTES,
     atomic_output,
     check_outputs,
     figure_name,
@@ -35,7 +36,7 @@ from floatlab.io import (
     read_npz,
     read_torch,
 )
-from floatlab.text import parse_scale, percent
+from floatlab.text import parse_scale, percent, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -79,11 +80,11 @@ def _npy(path: str) -> GradHistogram:
     return h
 
 
-def _npz(path: str) -> dict[str, GradHistogram]:
+def _npz(path: str, max_bytes: int = MAX_BYTES) -> dict[str, GradHistogram]:
     from floatlab.gradhist import GradHistogram
 
     out: dict[str, GradHistogram] = {}
-    for name, arr in read_npz(path).items():
+    for name, arr in read_npz(path, max_bytes=max_bytes).items():
         try:
             out[name] = GradHistogram(arr)
         except ValueError as e:
@@ -97,24 +98,39 @@ def _pt(path: str) -> dict[str, GradHistogram]:
     return {name: GradHistogram(t) for name, t in read_torch(path).items()}
 
 
-def load_histograms(paths: list[str]) -> dict[str, GradHistogram]:
+def _labels(paths: list[str]) -> dict[str, str]:
+    """The row label of each file: its base name, or the path as given when two files share a
+    base name (d1/g.npy and d2/g.npy stay two rows).
+
+    >>> _labels(["d1/g.npy", "d2/g.npy", "h.npy"])
+    {'d1/g.npy': 'd1/g.npy', 'd2/g.npy': 'd2/g.npy', 'h.npy': 'h.npy'}
+    """
+    bases = [os.path.basename(p) for p in paths]
+    return {p: (os.path.normpath(p) if bases.count(b) > 1 else b) for p, b in zip(paths, bases, strict=True)}
+
+
+def load_histograms(paths: list[str], *, max_bytes: int = MAX_BYTES) -> dict[str, GradHistogram]:
     """One histogram per array: a .npy file is one array, a .npz or .pt file one per entry
-    (named ``file:entry`` when several files are given)."""
+    (named ``file:entry`` when several files are given). Files that share a base name are told
+    apart by their paths; names taken from the files (entries of a .npz, say) have their control
+    characters escaped, so that a report never carries a file's terminal codes. A .npz archive
+    may inflate to at most ``max_bytes``."""
     out: dict[str, GradHistogram] = {}
+    labels = _labels(paths)
     for path in paths:
         first_bytes(path, "a .npy, .npz or .pt file")  # missing, a folder, a FIFO: one clear error
         low = path.lower()
         if low.endswith(".npz"):
-            parts = _npz(path)
+            parts = _npz(path, max_bytes)
         elif low.endswith((".pt", ".pth")):
             parts = _pt(path)
         elif low.endswith(".npy"):
             parts = {"": _npy(path)}
         else:
             raise ValueError(f"{path!r}: expected a .npy, .npz or .pt/.pth file")
-        base = os.path.basename(path)
+        base = labels[path]
         for name, h in parts.items():
-            key = base if not name else (name if len(paths) == 1 else f"{base}:{name}")
+            key = safe(base if not name else (name if len(paths) == 1 else f"{base}:{name}"))
             out[key] = out[key] + h if key in out else h
     return out
 
@@ -190,7 +206,7 @@ def histogram_view(
             with atomic_output(path) as tmp:
                 total.plot(f, scale=s, recommend=recommend, headroom=headroom, rounding=rounding, path=tmp)
             entry["plot"] = path
-            lines.append(dim(f"figure written to {path}", color))
+            lines.append(dim(f"figure written to {safe(path)}", color))
         lines.append("")
     data["formats"] = results
     return View("\n".join(lines).rstrip(), data)
@@ -207,7 +223,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         plots = _plot_paths(args.plot, [f.name for f in parse_formats(args.fmt, default=["fp16"])])
         inputs = [("FILE", f) for f in args.files]
         check_outputs([("--plot", p) for p in plots], inputs, suffixes={"--plot": FIGURE_SUFFIXES})
-    hists = load_histograms(args.files)
+    hists = load_histograms(args.files, max_bytes=args.max_bytes)
     options = {k: getattr(args, k) for k in ("recommend", "headroom", "rounding", "plot", "width")}
     ui.show(histogram_view(hists, args.fmt, scale=scale, **options, color=ui.color))
     return 0
@@ -245,6 +261,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("-r", "--rounding", metavar="MODE", default="rne", help="rne, rna, rtz, rup, rdown, rodd")
     p.add_argument("--plot", metavar="OUT.png", help="write a figure (PNG, SVG or PDF by suffix)")
     p.add_argument("--width", type=int, default=40, metavar="N", help="width of the text bars (default 40)")
+    add_max_bytes_option(p)
     return p
 
 

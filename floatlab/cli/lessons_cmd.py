@@ -2,7 +2,15 @@
 
 The lessons ship inside the package (``floatlab/lessons`` in a wheel; ``notebooks/`` beside the
 package in a source checkout). Copying never overwrites a lesson already in the folder, so a
-learner's notes survive a second run; ``--force`` restores the originals.
+learner's notes survive a second run; ``--force`` restores the originals. A copy never writes
+through a symbolic link: a link in the lesson's place is kept, or with ``--force`` replaced by
+the file; its target is never touched.
+
+JupyterLab listens on 127.0.0.1 and asks for a token: the one in the environment variable
+``FLOATLAB_LESSONS_TOKEN``, else a random one. The token goes to JupyterLab through its
+environment (``JUPYTER_TOKEN``), never its command line, which every user can read with ``ps``.
+``--no-token`` turns the token off, with a warning; ``--token T`` still works but warns (floatlab's
+own command line shows it), and an empty token is refused.
 
 >>> from floatlab.cli import main
 >>> main(["lessons", "--list", "--no-color"])  # doctest: +ELLIPSIS
@@ -19,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -35,9 +44,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DIR",
     "NAME",
+    "TOKEN_VARIABLE",
     "CopyReport",
     "copy_lessons",
     "lab_command",
+    "lab_environment",
     "lesson_files",
     "lesson_title",
     "lessons_dir",
@@ -48,6 +59,8 @@ __all__ = [
 NAME = "lessons"
 DEFAULT_DIR = "floatlab-lessons"
 _PATTERN = "[0-9][0-9]-*.ipynb"
+#: the environment variable that holds the token JupyterLab asks for
+TOKEN_VARIABLE = "FLOATLAB_LESSONS_TOKEN"
 
 _EPILOG = """\
 examples:
@@ -56,6 +69,7 @@ examples:
   floatlab lessons --list                the lessons and their titles
   floatlab lessons --copy-only           copy, do not start JupyterLab
   floatlab lessons --no-browser --port 8899
+  FLOATLAB_LESSONS_TOKEN=... floatlab lessons   a token of your choice (default: a random one)
 """
 
 
@@ -149,10 +163,11 @@ def lab_command(
     *,
     port: int | None = None,
     open_browser: bool = True,
-    token: str | None = None,
+    no_token: bool = False,
     first: str | None = None,
 ) -> list[str]:
     """The command that starts JupyterLab on loopback in ``folder`` (opening ``first`` if given).
+    The token is not on it (see :func:`lab_environment`); ``no_token`` turns it off.
 
     >>> lab_command(Path("/tmp/l"), port=8899, open_browser=False)[1:4]
     ['-m', 'jupyterlab', '--ServerApp.root_dir=/tmp/l']
@@ -163,14 +178,50 @@ def lab_command(
         cmd += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
     if not open_browser:
         cmd.append("--no-browser")
-    if token is not None:
-        cmd.append(f"--IdentityProvider.token={token}")
+    if no_token:
+        cmd.append("--IdentityProvider.token=")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         # root is the usual user in a container; the server listens on loopback only
         cmd.append("--allow-root")
     if first is not None:
         cmd.append(str(folder / first))
     return cmd
+
+
+def lab_environment(
+    environ: dict[str, str] | None = None, *, token: str | None = None, no_token: bool = False
+) -> dict[str, str]:
+    """The environment JupyterLab runs in: ``environ`` (default ``os.environ``) with its token in
+    ``JUPYTER_TOKEN``: ``token`` if given, else the one in ``FLOATLAB_LESSONS_TOKEN``, else one
+    drawn at random (a process's environment, unlike its command line, is private to its user).
+    An empty token is refused: it would turn authentication off without a word.
+
+    >>> lab_environment({"FLOATLAB_LESSONS_TOKEN": "s3cret"})["JUPYTER_TOKEN"]
+    's3cret'
+    >>> len(lab_environment({})["JUPYTER_TOKEN"]) >= 32
+    True
+    >>> lab_environment({"FLOATLAB_LESSONS_TOKEN": ""})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: FLOATLAB_LESSONS_TOKEN is empty: expected a token ...
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.pop("JUPYTER_TOKEN", None)
+    if no_token:
+        return env
+    if token is not None and not token.strip():
+        raise ValueError(
+            f"--token {token!r} is empty: expected a token (better: set {TOKEN_VARIABLE}, which ps does "
+            "not show; --no-token turns the token off)"
+        )
+    token = env.get(TOKEN_VARIABLE) if token is None else token
+    if token is not None and not token.strip():
+        raise ValueError(
+            f"{TOKEN_VARIABLE} is empty: expected a token (or unset it for a random one; "
+            "--no-token turns the token off)"
+        )
+    env["JUPYTER_TOKEN"] = token if token is not None else secrets.token_urlsafe(32)
+    return env
 
 
 def _port(text: str) -> int:
@@ -204,7 +255,16 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite lessons already in DIR with the originals")
     p.add_argument("--port", type=_port, help="serve JupyterLab on this port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    p.add_argument("--token", help="the access token JupyterLab asks for (default: a random one)")
+    p.add_argument(
+        "--no-token",
+        action="store_true",
+        help=f"serve without a token (any local user may then run code as you); default: the token in "
+        f"{TOKEN_VARIABLE}, else a random one",
+    )
+    p.add_argument(
+        "--token",
+        help=f"the token JupyterLab asks for; it shows in ps: prefer the variable {TOKEN_VARIABLE}",
+    )
     return p
 
 
@@ -234,6 +294,10 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.list:
         ui.show(list_view(color=ui.color))
         return 0
+    if args.token is not None and args.no_token:
+        raise ValueError("--token and --no-token: give one of them")
+    # an empty token is refused before anything is copied
+    env = lab_environment(token=args.token, no_token=args.no_token) if not args.copy_only else None
     report = copy_lessons(args.dir, force=args.force)
     ui.show(_copy_view(report, ui.color))
     if args.copy_only:
@@ -248,7 +312,17 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         report.folder,
         port=args.port,
         open_browser=not args.no_browser,
-        token=args.token,
+        no_token=args.no_token,
         first=files[0].name if files else None,
     )
-    return subprocess.call(cmd)
+    if args.no_token:
+        sys.stderr.write(
+            "floatlab: warning: --no-token: JupyterLab asks for no token; "
+            "other local users may run code as you\n"
+        )
+    elif args.token is not None:
+        sys.stderr.write(
+            f"floatlab: warning: --token shows in every user's ps while floatlab runs; set {TOKEN_VARIABLE} "
+            "instead\n"
+        )
+    return subprocess.call(cmd, env=env)

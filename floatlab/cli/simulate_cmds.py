@@ -34,7 +34,7 @@ from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
 from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale, percent
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale, percent, safe
 
 if TYPE_CHECKING:
     import numpy as np
@@ -151,7 +151,7 @@ def _with_notes(text: str, notes: list[str], color: bool, header: str | None = N
     report
       (ftz)
     """
-    top = bold(f"{header}:", color) + "\n" if header else ""
+    top = bold(f"{safe(header)}:", color) + "\n" if header else ""  # (a file name: escaped)
     return top + text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
 
 
@@ -273,12 +273,14 @@ def round_array_view(
         save_npy(out, rounded)
     n = int(x.size)
     lines = [
-        bold(f"{path}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color),
+        bold(
+            f"{safe(path)}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color
+        ),
         *(f"  {k:<10}{v:>12,}  {percent(v, n)}" for k, v in counts.items()),
         f"  largest relative error {max_rel:.3g} (over {int(ok.sum()):,} finite nonzero values)",
     ]
     if out is not None:
-        lines.append(f"  written to {out} ({np.asarray(rounded).dtype})")
+        lines.append(f"  written to {safe(out)} ({np.asarray(rounded).dtype})")
     data = {
         "input": path,
         "format": f.name,

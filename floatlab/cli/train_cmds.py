@@ -21,9 +21,26 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from floatlab.cli._common import UI, View, add_color_options, add_command, bold, dim, style, table
-from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name, write_atomic
-from floatlab.text import parse_scale
+from floatlab.cli._common import (
+    UI,
+    View,
+    add_color_options,
+    add_command,
+    add_max_bytes_option,
+    bold,
+    dim,
+    style,
+    table,
+)
+from floatlab.io import (
+    FIGURE_SUFFIXES,
+    atomic_output,
+    check_archive,
+    check_outputs,
+    figure_name,
+    write_atomic,
+)
+from floatlab.text import parse_scale, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -342,6 +359,9 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
         [("--resume", args.resume)],
         suffixes={"--checkpoint": (".npz",), "--history": (".json", ".npz")},
     )
+    if args.resume is not None:
+        # a FIFO, a device or a folder is refused by name, and a zip bomb before it inflates
+        check_archive(args.resume, args.max_bytes)
     trainer = _fit(cfg, args.quiet, resume=args.resume, backend=_backend(args))
     if args.checkpoint:
         with atomic_output(args.checkpoint) as tmp:
@@ -447,7 +467,7 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
                 _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
             raise
         view = View(
-            view.text + "\n" + dim(f"  curves written to {plot}", ui.color),
+            view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color),
             {**view.data, "plot": plot},
         )
     if json_file is not None:
@@ -491,6 +511,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     files.add_argument("--checkpoint", metavar="FILE.npz", help="write a checkpoint at the end")
     files.add_argument("--resume", metavar="FILE.npz", help="continue from a checkpoint (its settings win)")
     files.add_argument("--history", metavar="FILE", help="save the history (.json or .npz)")
+    add_max_bytes_option(files)
     _output_options(p)
     p.set_defaults(run=run_train)
 

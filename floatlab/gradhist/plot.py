@@ -19,6 +19,7 @@ import numpy as np
 from floatlab.exact import floor_log2, pow2
 from floatlab.formats import FloatFormat, get_format
 from floatlab.gradhist._classes import CLASSES, _as_scale, _deterministic, _thresholds
+from floatlab.io import save_figure
 from floatlab.text import percent, scale_text
 
 if TYPE_CHECKING:
@@ -188,5 +189,5 @@ def plot_histogram(
     head = title or f"Exponents of {h.total:,} {dtypes} values and the ranges of {f.name}"
     fig.suptitle(head + (f" ({'; '.join(extra)})" if extra else ""), fontsize=11)
     if path is not None:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)  # (no dates, no random names: the same bytes each run)
     return fig

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from floatlab.io import atomic_output, write_atomic
+from floatlab.io import atomic_output, save_figure, write_atomic
 from floatlab.train._checks import shown, want_dict, want_str
 
 if TYPE_CHECKING:
@@ -406,5 +406,5 @@ def compare(
         fig.suptitle(title)
     if path is not None:
         with atomic_output(path) as tmp:  # (a full disk leaves any old figure as it was)
-            fig.savefig(tmp, dpi=110, format=os.path.splitext(path)[1][1:] or "png")
+            save_figure(fig, tmp, dpi=110, fmt=os.path.splitext(path)[1][1:] or "png")
     return fig

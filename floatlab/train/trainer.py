@@ -543,6 +543,11 @@ class Trainer:
             test_loss=test_loss,
             test_accuracy=test_acc,
         )
+        # the epochs trained in all, a resumed run's included (its stored config names the first run's)
+        meta = self.history.meta
+        meta["epochs"] = self.epoch
+        if isinstance(meta.get("config"), dict):
+            meta["config"]["epochs"] = max(int(meta["config"].get("epochs") or 0), self.epoch)
 
     # ---- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
