@@ -76,10 +76,11 @@ def lab(tmp_path: Path) -> Iterator[str]:
         JUPYTER_CONFIG_DIR=str(home / "config"),
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
         IPYTHONDIR=str(home / "ipython"),
+        FLOATLAB_LESSONS_TOKEN=TOKEN,  # (through the environment: a --token would show in ps)
     )
     env.pop("FLOATLAB_WIDGETS", None)
     cmd = [sys.executable, "-m", "floatlab", "lessons", str(tmp_path / "lessons")]
-    cmd += ["--no-browser", "--port", str(port), "--token", TOKEN]
+    cmd += ["--no-browser", "--port", str(port)]
     log = (tmp_path / "jupyterlab.log").open("w")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import floatlab.io
 import floatlab.train as ft
 from floatlab.train import TrainConfig, Trainer
 from floatlab.train import checkpoint as ck
@@ -332,7 +333,7 @@ def test_a_write_interrupted_at_every_point_keeps_the_old_checkpoint(
 ) -> None:
     path = tmp_path / "ck.npz"
     ck.save_checkpoint(path, _state(1.0))
-    real_fdopen, real_fsync, real_replace = os.fdopen, os.fsync, os.replace
+    real_open, real_fsync, real_replace = open, os.fsync, os.replace
 
     class Counting:
         """The temporary file, failing at its k-th write (or counting them when k is None)."""
@@ -357,13 +358,15 @@ def test_a_write_interrupted_at_every_point_keeps_the_old_checkpoint(
 
     def run(k: int | None) -> int:
         count = [0]
-        monkeypatch.setattr(os, "fdopen", lambda fd, mode: Counting(real_fdopen(fd, mode), k, count))
+        # the atomic writer's file object (floatlab.io opens the temporary file)
+        counting = lambda file, mode: Counting(real_open(file, mode), k, count)  # noqa: E731
+        monkeypatch.setattr(floatlab.io, "open", counting, raising=False)
         try:
             ck.save_checkpoint(path, _state(2.0))
         except _Crash:
             pass
         finally:
-            monkeypatch.setattr(os, "fdopen", real_fdopen)
+            monkeypatch.delattr(floatlab.io, "open")
         return count[0]
 
     writes = run(None)  # how many writes a whole checkpoint takes

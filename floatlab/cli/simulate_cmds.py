@@ -411,9 +411,8 @@ def accumulate_view(
     notes = _notes(False, True, seed, mode)
     if method is None and accumulator is None:
         cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
-        # the sequential run's explanation: its report less the title and the result line, which
-        # the table above already shows
-        detail = cmp.results[0].report().split("\n")[2:]
+        # the sequential run's findings (the table above already shows its result)
+        detail = cmp.results[0].findings()
         text = "\n".join([cmp.report(), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
         return View(_with_notes(text, notes, color, header=what), {"terms": what, **cmp.to_dict()})
     r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)

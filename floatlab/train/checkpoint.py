@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.io import write_atomic
+from floatlab.io import MAX_BYTES, check_archive, write_atomic
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -91,10 +91,13 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
     return p
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint`.
 
-    A missing, truncated or foreign file is one ValueError naming it (never a half-read state).
+    A missing, truncated or foreign file is one ValueError naming it (never a half-read state);
+    so is anything but a regular file (a FIFO would block the read) and an archive whose members
+    would inflate past ``max_bytes`` (checked before anything is inflated, see
+    :func:`floatlab.io.check_archive`).
 
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
@@ -104,7 +107,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     name = str(p)
     if not p.is_file():
-        what = "a directory" if p.is_dir() else "no such file"
+        what = "a directory" if p.is_dir() else "no such file" if not p.exists() else "not a regular file"
         raise ValueError(f"checkpoint {name!r}: {what} (expected a .npz file written by save_checkpoint)")
     # the file is opened (and closed) here: np.load leaks its own handle when the zip is damaged
     with open(p, "rb") as fh:
@@ -118,6 +121,12 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ValueError(
                 f"checkpoint {name!r} holds a single array: expected a .npz written by save_checkpoint"
             )
+        # np.load read only the zip's directory: check what the members would inflate to first
+        try:
+            check_archive(name, max_bytes)
+        except ValueError as e:
+            z.close()
+            raise ValueError(f"checkpoint {name!r} cannot be read: {e}") from None
         with z:
             if _META not in z.files:
                 raise ValueError(f"{name!r} is not a floatlab checkpoint (no {_META} entry)")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from floatlab.io import atomic_output, save_figure, write_atomic
+from floatlab.io import atomic_output, check_archive, save_figure, write_atomic
 from floatlab.train._checks import shown, want_dict, want_str
 
 if TYPE_CHECKING:
@@ -293,13 +293,16 @@ class History:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> History:
         """Read what :meth:`save` wrote (see :meth:`save` for an example); a missing, damaged or
-        foreign file is one ValueError naming it."""
+        foreign file is one ValueError naming it, and so is anything but a regular file and an
+        .npz whose members would inflate past :data:`floatlab.io.MAX_BYTES`."""
         p = Path(path)
         if p.suffix not in (".json", ".npz"):
             raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
         if not p.is_file():
-            what = "a directory" if p.is_dir() else "no such file"
+            what = "a directory" if p.is_dir() else "no such file" if not p.exists() else "not a regular file"
             raise ValueError(f"history file {str(p)!r}: {what}")
+        if p.suffix == ".npz":
+            check_archive(str(p))  # before anything is inflated
         try:
             return cls._read(p)
         except Exception as e:  # json, zipfile, numpy and the dict lookups raise several kinds
