@@ -301,9 +301,9 @@ class History:
         if not p.is_file():
             what = "a directory" if p.is_dir() else "no such file" if not p.exists() else "not a regular file"
             raise ValueError(f"history file {str(p)!r}: {what}")
-        if p.suffix == ".npz":
-            check_archive(str(p))  # before anything is inflated
         try:
+            if p.suffix == ".npz":
+                check_archive(str(p))  # before anything is inflated
             return cls._read(p)
         except Exception as e:  # json, zipfile, numpy and the dict lookups raise several kinds
             raise ValueError(f"history file {str(p)!r} is damaged or not a floatlab history: {e!r}") from None
