@@ -58,8 +58,10 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.codec import decode_array
+from floatlab.exact import floor_log2, pow2
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import as_float_array, check_rounding, encode_blocks
+from floatlab.text import percent
 
 __all__ = [
     "E8M0_BIAS",
@@ -190,17 +192,10 @@ def mx_block_reference(
     if any(math.isnan(v) or math.isinf(v) for v in values):
         return E8M0_NAN, [0] * len(values)
     amax = max((Fraction(abs(v)) for v in values), default=Fraction(0))
-    if amax == 0:
-        shared = _SCALE_MIN
-    else:
-        # floor(log2(amax)) exactly: the bit length of the integer part, or of the reciprocal
-        k = amax.numerator.bit_length() - amax.denominator.bit_length()
-        if Fraction(2) ** k > amax:
-            k -= 1
-        shared = max(k - f.element.emax, _SCALE_MIN)
+    shared = _SCALE_MIN if amax == 0 else max(floor_log2(amax) - f.element.emax, _SCALE_MIN)
     if shared > _SCALE_MAX:
         return E8M0_NAN, [0] * len(values)
-    scale = Fraction(2) ** shared
+    scale = pow2(shared)
     codes = [int(encode(Fraction(v) / scale, f.element, rounding, saturate=True)) for v in values]
     # a Fraction has no -0: give a negative zero its sign back
     codes = [
@@ -299,8 +294,8 @@ class MXArray:
             f"{self.format.name} ({self.rounding}): {self.element_codes.size:,} values in {blocks:,} "
             f"block{'s' if blocks != 1 else ''} of {self.format.block_size}, {self.nbytes:,} bytes "
             f"({self.format.bits_per_value:g} bits per value)",
-            f"  of the {self.nonzero:,} nonzero values: {_pct(self.flushed / nz)} flush to zero, "
-            f"{_pct(self.subnormal / nz)} turn subnormal, {_pct(self.clamped / nz)} saturate",
+            f"  of the {self.nonzero:,} nonzero values: {percent(self.flushed / nz)} flush to zero, "
+            f"{percent(self.subnormal / nz)} turn subnormal, {percent(self.clamped / nz)} saturate",
         ]
         if self.nan_blocks:
             lines.append(f"  {self.nan_blocks:,} blocks hold a NaN or an infinity: all their values are NaN")
@@ -308,14 +303,6 @@ class MXArray:
 
     def __str__(self) -> str:
         return self.report()
-
-
-def _pct(share: float) -> str:
-    if share == 0:
-        return "0%"
-    if share < 1e-4:
-        return "<0.01%"
-    return f"{100 * share:.3g}%"
 
 
 def _check_axis(axis: int, ndim: int) -> int:

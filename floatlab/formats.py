@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
+from floatlab.exact import pow2
+
 __all__ = [
     "BF16",
     "FORMATS",
@@ -189,11 +191,11 @@ class FloatFormat:
 
     @property
     def smallest_normal_exact(self) -> Fraction:
-        return _pow2(self.emin)
+        return pow2(self.emin)
 
     @property
     def smallest_subnormal_exact(self) -> Fraction:
-        return _pow2(self.emin - self.mantissa_bits)
+        return pow2(self.emin - self.mantissa_bits)
 
     @property
     def max(self) -> float:
@@ -240,8 +242,8 @@ class FloatFormat:
         efield = mag >> self.mantissa_bits
         frac = mag & self.mantissa_mask
         if efield == 0:
-            return Fraction(frac) * _pow2(self.emin - self.mantissa_bits)
-        return Fraction(frac + (1 << self.mantissa_bits)) * _pow2(efield - self.bias - self.mantissa_bits)
+            return Fraction(frac) * pow2(self.emin - self.mantissa_bits)
+        return Fraction(frac + (1 << self.mantissa_bits)) * pow2(efield - self.bias - self.mantissa_bits)
 
     def contains(self, other: FloatFormat) -> bool:
         """True when every finite value of ``other`` is also a value of this format.
@@ -261,10 +263,6 @@ class FloatFormat:
 
     def __str__(self) -> str:
         return self.name
-
-
-def _pow2(k: int) -> Fraction:
-    return Fraction(1 << k) if k >= 0 else Fraction(1, 1 << -k)
 
 
 def _to_float(q: Fraction) -> float:

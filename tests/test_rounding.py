@@ -765,3 +765,12 @@ def test_formats_at_the_64_bit_edge_equal_the_scalar_reference(fmt: FloatFormat)
     codes, stats = encode_array_with_flags(x, fmt)
     assert codes.tolist() == want
     assert stats.total == x.size
+
+
+def test_flags_true_names_the_twin_and_leaves_the_generator_alone() -> None:
+    g = np.random.default_rng(3)
+    before = g.bit_generator.state
+    for fn, twin in ((encode_array, "encode_array_with_flags"), (round_array, "round_array_with_flags")):
+        with pytest.raises(TypeError, match=rf"is now {twin}\(\.\.\.\)"):
+            fn(np.ones(2), "fp16", "stochastic", rng=g, flags=True)  # type: ignore[arg-type]
+    assert g.bit_generator.state == before  # a refused call drew no key

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from floatlab.codec.views import CodeView, Field
-from floatlab.exact import approx, exact_decimal, pow2, scientific
+from floatlab.exact import approx, exact_decimal, floor_log2, pow2, scientific
 from floatlab.formats import FloatFormat, get_format
 from floatlab.text import hex_code
 
@@ -307,7 +307,7 @@ class Decoded:
         ulp = self.ulp
         if ulp is None:
             return "none (not a finite number)"
-        k = ulp.numerator.bit_length() - ulp.denominator.bit_length()
+        k = floor_log2(ulp)  # (an ulp is a power of two)
         dec = exact_decimal(ulp, False)
         return f"{dec} = 2^{k}" if len(dec) <= _SHORT_NEIGHBOUR else f"2^{k} (about {approx(ulp)})"
 

@@ -114,10 +114,10 @@ def encode_array(
     >>> fl.encode_array([448.0, 500.0, 1e6], "e4m3fn", saturate=True).tolist()
     [126, 126, 126]
     """
+    _no_flags(flags, "encode_array")  # (before the key is drawn: a refused call leaves rng as it was)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
-    _no_flags(flags, "encode_array")
     return _door(x, fmt, options, back=False, flags=False)[0]
 
 
@@ -172,10 +172,10 @@ def round_array(
     >>> fl.round_array(np.float32(1 + 2**-9), "bf16", "rup").item()
     1.0078125
     """
+    _no_flags(flags, "round_array")  # (before the key is drawn: a refused call leaves rng as it was)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
-    _no_flags(flags, "round_array")
     return _door(x, fmt, options, back=True, flags=False)[0]
 
 
