@@ -163,6 +163,29 @@ def _accept_kernel_dialog(driver: Any) -> bool:
     return False
 
 
+def _click_bit(driver: Any, bit: int, timeout: float = 60.0) -> None:
+    """Click bit ``bit`` of the toggler once it is in view and nothing lies over it.
+
+    While "Run All Cells" is still running, later cells' outputs appear and the notebook scrolls, so
+    an element that was clickable a moment ago may be covered (by an output's ``<pre>``) or replaced
+    when the click lands. Scroll it to the middle of the view and try again until ``timeout``.
+    """
+    from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            element = driver.find_element(By.CSS_SELECTOR, f".floatlab-bittoggler .floatlab-bit-{bit}")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+            element.click()
+            return
+        except (ElementClickInterceptedException, StaleElementReferenceException):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_clicking_a_bit_in_lesson_01_changes_the_value(lab: str, browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -193,19 +216,21 @@ def test_clicking_a_bit_in_lesson_01_changes_the_value(lab: str, browser: Any, t
             ec.element_to_be_clickable((By.CSS_SELECTOR, ".floatlab-bittoggler .floatlab-bit-14"))
         )
         wait.until(lambda d: "0x3C00" in _shown(d))
+        # let Run All finish, so no later output moves the toggler while it is clicked
+        wait.until(_idle)
         assert "normal, exactly 1" in _shown(browser)
         assert bit14.text == "0"  # 1.0 is 0 01111 0000000000: the top exponent bit is clear
 
         # flip the top exponent bit: every exponent bit set, fraction 0, so 1.0 becomes infinity
-        bit14.click()
+        _click_bit(browser, 14)
         wait.until(lambda d: "0x7C00" in _shown(d))
         assert "infinity (positive)" in _shown(browser)
         assert browser.find_element(By.CSS_SELECTOR, ".floatlab-bittoggler .floatlab-bit-14").text == "1"
 
         # flip it back, then the last fraction bit: one ulp above 1
-        browser.find_element(By.CSS_SELECTOR, ".floatlab-bittoggler .floatlab-bit-14").click()
+        _click_bit(browser, 14)
         wait.until(lambda d: "0x3C00" in _shown(d))
-        browser.find_element(By.CSS_SELECTOR, ".floatlab-bittoggler .floatlab-bit-0").click()
+        _click_bit(browser, 0)
         wait.until(lambda d: "0x3C01" in _shown(d))
         assert "1.0009765625" in _shown(browser)
         assert browser.find_element(By.CSS_SELECTOR, ".floatlab-bittoggler .floatlab-bit-0").text == "1"
