@@ -166,8 +166,8 @@ def test_model_sizes() -> None:
 
 
 def test_get_model_errors() -> None:
-    with pytest.raises(ValueError, match="unknown model 'cnn'"):
-        M.get_model("cnn", 64, 10)
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
+        M.get_model("resnet", 64, 10)
     with pytest.raises(ValueError, match="tokens=5"):
         M.AttentionNet(64, 10, tokens=5)
     with pytest.raises(ValueError, match="activation='tanh'"):

@@ -307,17 +307,13 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
     h = trainer.history
     s = h.summary()
     m = trainer.model.config()
-    shape = (
-        "-".join(str(v) for v in [m["n_in"], *m.get("hidden", []), m["n_out"]])
-        if m["name"] == "mlp"
-        else (f"{m['tokens']} tokens x {m['d_model']}")
-    )
     d = trainer.data.info()
     hyper = trainer.opt.hyper()
     lines = [
         bold(trainer.policy.describe(), color),
         dim(
-            f"{m['name']} {shape} on {d['name']} ({d['n_train']} train, {d['n_test']} test), {hyper['name']} "
+            f"{trainer.model.describe()} on {d['name']} ({d['n_train']} train, {d['n_test']} test), "
+            f"{hyper['name']} "
             f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {trainer.epoch} epochs, seed {trainer.seed}",
             color,
         ),

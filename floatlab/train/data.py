@@ -138,8 +138,9 @@ def make_underflow_task(
 DATASETS: tuple[str, ...] = ("digits", "underflow")
 
 
-def get_data(name: str, *, seed: int = 0) -> Dataset:
-    """``"digits"`` or ``"underflow"`` (the synthetic task) with its default size.
+def get_data(name: str, *, seed: int = 0, context: int = 64) -> Dataset:
+    """``"digits"`` or ``"underflow"`` (the synthetic task) with its default size; ``context`` is
+    the length of a text data set's examples (the others ignore it).
 
     >>> get_data("underflow").name
     'underflow'

@@ -21,6 +21,7 @@ where reductions matter.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ __all__ = [
     "linear_forward",
     "mean_pool_backward",
     "mean_pool_forward",
+    "model_class",
+    "model_name",
     "relu_backward",
     "relu_forward",
     "softmax_backward",
@@ -166,13 +169,25 @@ def cross_entropy_forward(
 ) -> tuple[float, Cache]:
     """Mean softmax cross-entropy of ``logits`` against integer labels ``y``.
 
-    Returns the (unweighted) loss as a float and the cache for :func:`cross_entropy_backward`;
-    ``weight`` multiplies the loss the gradients see (a weighted loss term).
+    ``logits`` has the classes on its last axis and ``y`` the other axes: ``(n, classes)`` with
+    ``(n,)`` labels, or a language model's ``(n, tokens, vocabulary)`` with ``(n, tokens)``
+    next-token labels (the mean is then over every token). Returns the (unweighted) loss as a
+    float and the cache for :func:`cross_entropy_backward`; ``weight`` multiplies the loss the
+    gradients see (a weighted loss term).
 
     >>> loss, cache = cross_entropy_forward(np.zeros((2, 4), np.float32), np.array([0, 3]), Precision("fp32"))
     >>> round(loss, 6) == round(float(np.log(4)), 6)
     True
+    >>> seq = np.zeros((2, 3, 4), np.float32)   # 2 examples of 3 tokens, 4 classes
+    >>> loss, _ = cross_entropy_forward(seq, np.zeros((2, 3), int), Precision("fp32"))
+    >>> round(loss, 6) == round(float(np.log(4)), 6)
+    True
     """
+    if y.shape != logits.shape[:-1]:
+        raise ValueError(f"labels of shape {y.shape}: expected {logits.shape[:-1]} for logits {logits.shape}")
+    shape = logits.shape
+    logits = logits.reshape(-1, shape[-1])
+    y = y.reshape(-1)
     n = logits.shape[0]
     r = P.rounder(P.fwd, "softmax")
     zs = r(logits - logits.max(axis=1, keepdims=True))
@@ -182,12 +197,12 @@ def cross_entropy_forward(
     p = r(e / s)
     nll = -logp[get_xp(logp).arange(n), y]
     rs = P.rounder(P.fwd, "sum")
-    loss = rs(rs.sum(nll, 0) / nll.dtype.type(n))
-    return float(loss), {"p": p, "y": y, "weight": weight}
+    loss = rs(rs.sum(nll, 0) / nll.dtype.type(max(n, 1)))
+    return float(loss), {"p": p, "y": y, "weight": weight, "shape": shape}
 
 
 def cross_entropy_backward(cache: Cache, P: Precision, seed: float = 1.0) -> Array:
-    """``d(seed * weight * loss) / d logits`` stored in the backward format.
+    """``d(seed * weight * loss) / d logits`` stored in the backward format (shaped as the logits).
 
     ``seed`` is where the loss scale enters: backward starts from d(S * loss) = S.
 
@@ -201,8 +216,9 @@ def cross_entropy_backward(cache: Cache, P: Precision, seed: float = 1.0) -> Arr
     diff = p.copy()
     diff[get_xp(p).arange(n), y] -= p.dtype.type(1.0)
     # the seed gradient S * weight / n is formed in the wide precision, as a float32 loss does
-    c = p.dtype.type(seed * cache["weight"] / n)
-    return P.grad(r(diff) * c)
+    c = p.dtype.type(seed * cache["weight"] / max(n, 1))
+    out: Array = P.grad(r(diff) * c).reshape(cache.get("shape", p.shape))
+    return out
 
 
 def layer_norm_forward(x: Array, g: Array, b: Array, P: Precision, eps: float = 1e-5) -> tuple[Array, Cache]:
@@ -277,17 +293,32 @@ class Model:
     """A model: ``init(rng)`` -> parameters; ``forward(w, x, P)`` -> (logits, cache);
     ``backward(w, cache, dlogits, P)`` -> gradients (same keys as the parameters).
 
+    ``forward`` takes two keywords: ``train`` (False for evaluation: BatchNorm then uses its running
+    statistics) and ``buffers``, the model's state that is not trained (BatchNorm's running mean
+    and variance; :meth:`init_buffers` makes them, and a training forward pass updates them in
+    place). :attr:`norm_params` names the parameters a policy with ``batchnorm_fp32`` keeps in
+    fp32. Logits have the classes on their last axis: ``(n, classes)``, or ``(n, tokens,
+    vocabulary)`` for a language model.
+
     >>> m = get_model("attention", 64, 10)
-    >>> isinstance(m, Model), sorted(m.init(np.random.default_rng(0)))[:3]
-    (True, ['Wc', 'We', 'Wo'])
+    >>> isinstance(m, Model), sorted(m.init(np.random.default_rng(0)))[:3], m.init_buffers()
+    (True, ['Wc', 'We', 'Wo'], {})
     """
 
     name = "model"
+    #: the parameters that belong to BatchNorm layers (kept in fp32 under ``batchnorm_fp32``)
+    norm_params: frozenset[str] = frozenset()
 
     def init(self, rng: np.random.Generator) -> Params:
         raise NotImplementedError
 
-    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+    def init_buffers(self) -> Params:
+        """The state that is not trained (running statistics), at its initial values."""
+        return {}
+
+    def forward(
+        self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
+    ) -> tuple[Array, Cache]:
         raise NotImplementedError
 
     def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
@@ -295,6 +326,10 @@ class Model:
 
     def config(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def describe(self) -> str:
+        """The model's shape in a few words (the training summary shows it)."""
+        return self.name
 
 
 @dataclass
@@ -347,7 +382,12 @@ class MLP(Model):
             w[f"b{i}"] = _uniform(rng, (b,), bound)
         return w
 
-    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+    def describe(self) -> str:
+        return "mlp " + "-".join(str(v) for v in self.sizes)
+
+    def forward(
+        self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
+    ) -> tuple[Array, Cache]:
         n = len(self.sizes) - 1
         h = P.act(x.astype(P.dtype, copy=False))
         inputs, pre = [], []
@@ -410,6 +450,10 @@ class AttentionNet(Model):
             "d_model": self.d_model,
         }
 
+    @classmethod
+    def build(cls, n_in: int, n_out: int, **kwargs: Any) -> AttentionNet:
+        return cls(n_in, n_out, **kwargs)
+
     def init(self, rng: np.random.Generator) -> Params:
         f, d, t, c = self.n_in // self.tokens, self.d_model, self.tokens, self.n_out
         return {
@@ -427,7 +471,12 @@ class AttentionNet(Model):
             "bc": _uniform(rng, (c,), 1.0 / math.sqrt(d)),
         }
 
-    def forward(self, w: Params, x: Array, P: Precision) -> tuple[Array, Cache]:
+    def describe(self) -> str:
+        return f"attention {self.tokens} tokens x {self.d_model}"
+
+    def forward(
+        self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
+    ) -> tuple[Array, Cache]:
         n, t, d = x.shape[0], self.tokens, self.d_model
         xt = P.act(x.astype(P.dtype, copy=False)).reshape(n, t, -1)
         # the position table rides in the GEMM epilogue with the bias, added in fp32
@@ -491,20 +540,59 @@ def _some(a: Array | None) -> Array:
     return a
 
 
-MODELS: tuple[str, ...] = ("mlp", "attention")
+#: the models by name, and where the larger ones live (imported when first asked for)
+_MODEL_HOMES: dict[str, str] = {
+    "mlp": "floatlab.train.model:MLP",
+    "attention": "floatlab.train.model:AttentionNet",
+    "transformer": "floatlab.train.transformer:TransformerLM",
+    "convnet": "floatlab.train.convnet:ConvNet",
+}
+MODELS: tuple[str, ...] = tuple(_MODEL_HOMES)
+_MODEL_ALIASES = {"attn": "attention", "mlp-relu": "mlp", "lm": "transformer", "cnn": "convnet"}
+
+
+def model_name(name: str) -> str:
+    """The canonical name of a model (``"attn"`` -> ``"attention"``), checked.
+
+    >>> model_name(" LM ")
+    'transformer'
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"model {name!r}: expected a name, one of {', '.join(MODELS)}")
+    key = name.strip().lower()
+    key = _MODEL_ALIASES.get(key, key)
+    if key not in _MODEL_HOMES:
+        raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
+    return key
+
+
+def model_class(name: str) -> type[Model]:
+    """The class of the model called ``name`` (one of :data:`MODELS`).
+
+    >>> model_class("mlp").__name__
+    'MLP'
+    >>> model_class("resnet")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown model 'resnet': expected one of mlp, attention, transformer, convnet
+    """
+    module, cls = _MODEL_HOMES[model_name(name)].split(":")
+    found: type[Model] = getattr(importlib.import_module(module), cls)
+    return found
 
 
 def get_model(name: str, n_in: int, n_out: int, **kwargs: Any) -> Model:
-    """``"mlp"`` (``hidden=(128, 128)``, ``activation="relu"``) or ``"attention"``
-    (``tokens=8``, ``d_model=32``) for ``n_in`` inputs and ``n_out`` classes.
+    """The model ``name`` for ``n_in`` inputs (features, or a language model's context length)
+    and ``n_out`` classes (or vocabulary size); ``kwargs`` are the model's own settings:
+    ``"mlp"`` (``hidden=(128, 128)``, ``activation="relu"``), ``"attention"`` (``tokens=8``,
+    ``d_model=32``), ``"transformer"`` and ``"convnet"`` (see their classes).
 
     >>> get_model("mlp", 64, 10, hidden=(16,)).sizes
     (64, 16, 10)
     """
-    key = name.strip().lower()
-    if key == "mlp":
+    cls = model_class(name)
+    if cls is MLP:
         hidden = kwargs.pop("hidden", (128, 128))
         return MLP(n_in, tuple(hidden), n_out, **kwargs)
-    if key in ("attention", "attn", "transformer"):
-        return AttentionNet(n_in, n_out, **kwargs)
-    raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
+    built: Model = cls.build(n_in, n_out, **kwargs)  # type: ignore[attr-defined]
+    return built

@@ -12,6 +12,9 @@ technique of mixed-precision training:
   the loss) in fp32 instead of in the working format.
 * ``fp32_ops``: the operations computed in fp32 with one rounding at their output, as
   autocast's fp32 list: ``"softmax"``, ``"log"``, ``"exp"``, ``"sum"``, ``"norm"``.
+* ``batchnorm_fp32``: keep BatchNorm's affine parameters and running statistics in fp32 and
+  compute it in fp32 ("all parameters except batchnorm are converted to fp16", the rule of Apex
+  O2 and fastai); off, BatchNorm lives in the forward format like every other layer.
 
 The named policies are the ones users know:
 
@@ -19,7 +22,7 @@ The named policies are the ones users know:
 ['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp64']
 >>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
 mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
-fp32 reductions, fp32 ops exp, log, norm, softmax, sum
+fp32 reductions, fp32 ops exp, log, norm, softmax, sum, BatchNorm in fp32
 >>> get_policy("mixed-fp16").replace(loss_scaling="none").name
 'mixed-fp16*'
 """
@@ -70,6 +73,7 @@ class Policy:
     static_scale: float = 2.0**10
     fp32_reductions: bool = True
     fp32_ops: frozenset[str] = field(default=FP32_OPS)
+    batchnorm_fp32: bool = True
     rounding: str = "rne"
     update_rounding: str = ""
     saturate: bool = False
@@ -78,7 +82,7 @@ class Policy:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         want_str("policy name", self.name)
-        for name in ("master_weights", "fp32_reductions", "saturate", "subnormals"):
+        for name in ("master_weights", "fp32_reductions", "batchnorm_fp32", "saturate", "subnormals"):
             set_(self, name, want_bool(name, getattr(self, name)))
         for name in ("scaler", "rounding", "update_rounding"):
             want_str(name, getattr(self, name))
@@ -128,6 +132,16 @@ class Policy:
         """Where the weights the optimizer updates are stored: the master copy, or the forward format."""
         return self.wide if self.master_weights else self.forward
 
+    def param_format(self, norm: bool = False) -> FloatFormat:
+        """Where a parameter the optimizer updates is stored; ``norm`` for BatchNorm's parameters,
+        which stay in the wide format under ``batchnorm_fp32``.
+
+        >>> pure = get_policy("fp16")
+        >>> pure.param_format().name, pure.replace(batchnorm_fp32=True).param_format(norm=True).name
+        ('fp16', 'fp32')
+        """
+        return self.wide if norm and self.batchnorm_fp32 else self.weight_format
+
     @property
     def is_wide(self) -> bool:
         """True when nothing is ever rounded below the holding arrays' precision (fp32, fp64)."""
@@ -160,6 +174,7 @@ class Policy:
         if not self.is_wide:
             parts.append("fp32 reductions" if self.fp32_reductions else "low-precision reductions")
             parts.append(f"fp32 ops {', '.join(sorted(self.fp32_ops))}" if self.fp32_ops else "no fp32 ops")
+            parts.append("BatchNorm in fp32" if self.batchnorm_fp32 else f"BatchNorm in {self.forward.name}")
             if self.rounding != "rne" or self.update_rounding != "rne":
                 parts.append(f"rounding {self.rounding}, updates {self.update_rounding}")
         return f"{self.name}: {', '.join(parts)}"
@@ -185,6 +200,10 @@ class Policy:
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f"policy fields {extra}: expected only {', '.join(sorted(known))}")
+        if "batchnorm_fp32" not in d:
+            # written before the switch existed (no model had BatchNorm): the named policy's value
+            base = POLICIES.get(str(d["name"]).rstrip("*"))
+            d = {**d, "batchnorm_fp32": base.batchnorm_fp32 if base is not None else True}
         return cls(**d)
 
 
@@ -198,6 +217,7 @@ def _pure(name: str, fmt: FloatFormat) -> Policy:
         loss_scaling="none",
         fp32_reductions=False,
         fp32_ops=frozenset(),
+        batchnorm_fp32=False,
     )
 
 

@@ -123,15 +123,17 @@ class Precision:
         """Store a gradient in the backward format."""
         return self.store(g, self.bwd)
 
-    def weights(self, params: Mapping[str, Array]) -> dict[str, Array]:
+    def weights(self, params: Mapping[str, Array], norm: frozenset[str] = frozenset()) -> dict[str, Array]:
         """The weights as the forward GEMMs see them: each cast once per step to the forward format.
+        The parameters named in ``norm`` (BatchNorm's) stay as they are under ``batchnorm_fp32``.
 
         >>> Precision("mixed-bf16").weights({"W": np.array([1 / 3], np.float32)})["W"].tolist()
         [0.333984375]
         """
-        if self.policy.weight_format == self.fwd:
+        keep = norm if self.policy.batchnorm_fp32 else frozenset()
+        if self.policy.weight_format == self.fwd and not keep:
             return dict(params)
-        return {k: self.cast(v, self.fwd) for k, v in params.items()}
+        return {k: v if k in keep else self.cast(v, self.fwd) for k, v in params.items()}
 
     @contextmanager
     def backward(self) -> Iterator[None]:

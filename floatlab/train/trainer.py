@@ -50,7 +50,14 @@ from floatlab.train._checks import (
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import Dataset, get_data
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
-from floatlab.train.model import Model, Params, cross_entropy_backward, cross_entropy_forward, get_model
+from floatlab.train.model import (
+    Model,
+    Params,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    get_model,
+    model_name,
+)
 from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optimizer
 from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Array, Precision
@@ -92,7 +99,13 @@ class TrainConfig:
     data_seed: int = 0
     hidden: tuple[int, ...] = (128, 128)
     activation: str = "relu"
-    d_model: int = 32
+    d_model: int | None = None
+    layers: int = 4
+    heads: int = 4
+    context: int = 64
+    channels: tuple[int, ...] = (16, 32)
+    steps: int | None = None
+    eval_every: int | None = None
     histogram_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -102,7 +115,12 @@ class TrainConfig:
         set_(self, "policy", dict(want_dict("policy", self.policy)))
         for name, lo in (("epochs", 0), ("batch_size", 1), ("warmup", 0), ("seed", 0), ("data_seed", 0)):
             set_(self, name, want_int(name, getattr(self, name), lo))
-        set_(self, "d_model", want_int("d_model", self.d_model, 1))
+        for name in ("layers", "heads", "context"):
+            set_(self, name, want_int(name, getattr(self, name), 1))
+        for name in ("d_model", "steps", "eval_every"):
+            v = getattr(self, name)
+            set_(self, name, None if v is None else want_int(name, v, 1))
+        set_(self, "channels", want_ints("channels", self.channels, 1))
         for name in ("momentum", "weight_decay"):
             set_(self, name, want_real(name, getattr(self, name)))
         set_(self, "lr", want_real_or_none("lr", self.lr))
@@ -114,6 +132,30 @@ class TrainConfig:
         set_(self, "hidden", want_ints("hidden", self.hidden, 1))
         set_(self, "histogram_steps", want_ints("histogram_steps", self.histogram_steps, 0))
 
+    def model_options(self) -> dict[str, Any]:
+        """The settings of :attr:`model` that :func:`~floatlab.train.model.get_model` takes.
+
+        >>> TrainConfig(model="transformer", layers=2, d_model=64).model_options()
+        {'layers': 2, 'heads': 4, 'd_model': 64}
+        """
+        kind = model_name(self.model)
+        width = {} if self.d_model is None else {"d_model": self.d_model}
+        if kind == "mlp":
+            return {"hidden": self.hidden, "activation": self.activation}
+        if kind == "transformer":
+            return {"layers": self.layers, "heads": self.heads, **width}
+        if kind == "convnet":
+            return {"channels": self.channels}
+        return width
+
+    def total_steps(self, n_batches: int) -> int:
+        """The run's length in steps: :attr:`steps`, or :attr:`epochs` of ``n_batches`` each.
+
+        >>> TrainConfig(epochs=3).total_steps(10), TrainConfig(steps=25).total_steps(10)
+        (30, 25)
+        """
+        return self.steps if self.steps is not None else self.epochs * n_batches
+
     def make_policy(self) -> Policy:
         base = get_policy(self.precision)
         return base.replace(**self.policy) if self.policy else base
@@ -121,6 +163,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["hidden"], d["histogram_steps"] = list(self.hidden), list(self.histogram_steps)
+        d["channels"] = list(self.channels)
         return d
 
     @classmethod
@@ -252,7 +295,17 @@ class Trainer:
         init = model.init(np.random.default_rng([seed, 0]))
         # the weights the optimizer updates: fp32 masters, or the forward format itself
         params = {k: self.backend.asarray(v) for k, v in _as_params(init, self.P.dtype).items()}
-        self.params: Params = {k: self.P.cast(v, self.policy.weight_format) for k, v in params.items()}
+        #: where each parameter is stored (BatchNorm's stay in fp32 under ``batchnorm_fp32``)
+        self.param_formats = {k: self.policy.param_format(k in model.norm_params) for k in params}
+        self.params: Params = {k: self.P.cast(v, self.param_formats[k]) for k, v in params.items()}
+        #: the model's running statistics (BatchNorm's), stored as its parameters are
+        self.buffers: Params = {
+            k: self.P.cast(self.backend.asarray(np.asarray(v, self.P.dtype)), self.policy.param_format(True))
+            for k, v in model.init_buffers().items()
+        }
+        self.eval_every = config.eval_every if config is not None else None
+        #: why the run stopped early (its loss turned inf or NaN with nothing to catch it), or ""
+        self.stopped = ""
         self.step = 0  # iterations, skipped ones included
         self.opt_steps = 0  # optimizer steps taken: what the learning-rate schedule counts
         self.epoch = 0
@@ -284,13 +337,8 @@ class Trainer:
         >>> tr.opt.lr == 0.05 * 2**20   # SGD's lr for the loss weighted by 2^-20
         True
         """
-        data = data if data is not None else get_data(cfg.data, seed=cfg.data_seed)
-        kw: dict[str, Any] = {}
-        if cfg.model == "mlp":
-            kw = {"hidden": cfg.hidden, "activation": cfg.activation}
-        elif cfg.model in ("attention", "attn", "transformer"):
-            kw = {"d_model": cfg.d_model}
-        model = get_model(cfg.model, data.n_features, data.n_classes, **kw)
+        data = data if data is not None else get_data(cfg.data, seed=cfg.data_seed, context=cfg.context)
+        model = get_model(cfg.model, data.n_features, data.n_classes, **cfg.model_options())
         name = cfg.optimizer.strip().lower()
         lr = cfg.lr if cfg.lr is not None else DEFAULT_LR.get(name, 0.05)
         opt: Optimizer
@@ -302,7 +350,7 @@ class Trainer:
         else:
             opt = make_optimizer(name, lr, weight_decay=cfg.weight_decay, eps=1e-8 * data.loss_weight)
         n_batches = math.ceil(len(data.y_train) / cfg.batch_size)
-        total = max(cfg.epochs * n_batches, cfg.warmup + 1)
+        total = max(cfg.total_steps(n_batches), cfg.warmup + 1)
         schedule = Schedule(cfg.schedule, total=total, warmup=cfg.warmup)  # type: ignore[arg-type]
         policy = cfg.make_policy()
         return cls(
@@ -338,9 +386,9 @@ class Trainer:
     def _step(self, x: Array, y: Array) -> StepStats:
         P, scaler = self.P, self.scaler
         # 1. cast: the weights as the compute format sees them
-        w = P.weights(self.params)
+        w = P.weights(self.params, self.model.norm_params)
         # 2. forward in the forward format
-        logits, cache = self.model.forward(w, x, P)
+        logits, cache = self.model.forward(w, x, P, train=True, buffers=self.buffers)
         loss, loss_cache = cross_entropy_forward(logits, y, P, weight=self.data.loss_weight)
         # 3. scale the loss: backward starts from d(S * loss) = S, so every gradient is S times larger
         scale = scaler.scale
@@ -390,7 +438,7 @@ class Trainer:
         self._warn(faults, skipped)
         if self.step in self.histogram_steps:
             self._record_histogram(grads)
-        acc = float(np.mean(np.argmax(logits, axis=1) == y)) if len(y) else 0.0
+        acc = float(np.mean(np.argmax(logits, axis=-1) == y)) if len(y) else 0.0
         return StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm, ",".join(faults))
 
     def _warn(self, faults: list[str], skipped: bool) -> None:
@@ -422,10 +470,10 @@ class Trainer:
         """Add the updates to the weights in the weight format; return the share of the non-zero
         updates that did not change their weight (swallowed: the update underflowed, or it was
         below half an ulp of the weight) and whether every new weight is finite."""
-        fmt = self.policy.weight_format
         mode = self.policy.update_rounding
         intended = changed = nonfinite = 0
         for k, d in deltas.items():
+            fmt = self.param_formats[k]
             old = self.params[k]
             # a pure policy stores the update in the weight format too, then the sum: two roundings
             # (fp32 + fp32 is one rounding by the hardware itself)
@@ -476,17 +524,19 @@ class Trainer:
             return self._evaluate(x, y, batch_size)
 
     def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
-        w = self.P.weights(self.params)
+        w = self.P.weights(self.params, self.model.norm_params)
         total_loss = 0.0
         correct = 0
         for i in range(0, len(y), batch_size):
             xb, yb = self.backend.asarray(x[i : i + batch_size]), self.backend.asarray(y[i : i + batch_size])
-            logits, _ = self.model.forward(w, xb, self.P)
+            logits, _ = self.model.forward(w, xb, self.P, train=False, buffers=self.buffers)
             loss, _ = cross_entropy_forward(logits, yb, self.P)
             total_loss += loss * len(yb)
-            correct += int(np.sum(np.argmax(logits, axis=1) == yb))
+            correct += int(np.sum(np.argmax(logits, axis=-1) == yb))
         n = max(len(y), 1)
-        return total_loss / n, correct / n
+        # (each batch's loss is a mean over its examples' tokens; every example has as many)
+        per_example = int(np.prod(y.shape[1:])) if y.ndim > 1 else 1
+        return total_loss / n, correct / (n * per_example)
 
     @property
     def n_batches(self) -> int:
@@ -501,19 +551,23 @@ class Trainer:
     ) -> History:
         """Train until ``epochs`` epochs are done (counting those already done: a resumed trainer
         continues); ``stop_after`` ends early after that many steps in total. Evaluates on the
-        test set after each epoch.
+        test set after each epoch and every :attr:`eval_every` steps.
+
+        A run whose loss turns inf or NaN on a finite batch with no loss scaler to catch it stops
+        there: :attr:`stopped` says at which step and why (the history keeps every step up to it),
+        because a diverging low-precision run is a result, not an error.
 
         >>> from floatlab.train.data import make_underflow_task
         >>> d = make_underflow_task(n_train=128, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="mixed-bf16", hidden=(16,)), d)
         >>> h = tr.fit(2, stop_after=3)
-        >>> tr.step, tr.epoch, tr.batch_in_epoch, len(h.evals["epoch"])
-        (3, 1, 1, 1)
-        >>> tr.fit(2).n_steps, tr.epoch
-        (4, 2)
+        >>> tr.step, tr.epoch, tr.batch_in_epoch, h.evals["step"]
+        (3, 1, 1, [2])
+        >>> tr.fit(2).n_steps, tr.epoch, h.evals["step"]
+        (4, 2, [2, 4])
         """
         x, y = self.data.x_train, self.data.y_train
-        while self.epoch < epochs:
+        while self.epoch < epochs and not self.stopped:
             if self.perm is None:
                 self.perm = self.order_rng.permutation(len(y))
             while self.batch_in_epoch < self.n_batches:
@@ -526,15 +580,58 @@ class Trainer:
                 self.history.log_step(step=self.step, epoch=self.epoch, **dataclasses.asdict(stats))
                 if callback is not None:
                     callback(self, stats)
+                if self._diverged(stats):
+                    self._eval_if_new()
+                    return self.history
+                if self.eval_every and self.step % self.eval_every == 0:
+                    self._log_eval()
             self.epoch += 1
             self.batch_in_epoch = 0
             self.perm = None
-            self._log_eval()
+            self._eval_if_new()
         return self.history
+
+    def run(self, callback: Callable[[Trainer, StepStats], None] | None = None) -> History:
+        """Train for the length the config asks (:attr:`TrainConfig.steps`, or its epochs) and
+        evaluate at the end; a resumed trainer goes on to the same end.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> cfg = TrainConfig(data="underflow", precision="fp32", hidden=(8,), steps=5, eval_every=2)
+        >>> h = Trainer.from_config(cfg, make_underflow_task(n_train=128, n_test=64)).run()
+        >>> h.n_steps, h.evals["step"]
+        (5, [2, 4, 5])
+        """
+        cfg = self.config if self.config is not None else TrainConfig()
+        total = cfg.total_steps(self.n_batches)
+        epochs = math.ceil(total / self.n_batches) if self.n_batches else 0
+        self.fit(epochs, callback=callback, stop_after=total)
+        if self.step >= total or self.stopped:
+            self._eval_if_new()
+        return self.history
+
+    def _diverged(self, stats: StepStats) -> bool:
+        """Stop when the loss of a finite batch is inf or NaN and no loss scaler is there to back off."""
+        if math.isfinite(stats.loss) or self.scaler.enabled or "nonfinite_batch" in stats.fault:
+            return False
+        self.stopped = (
+            f"step {self.step}: the loss became {stats.loss} and the policy has no loss scaler to catch "
+            "it, so the run stopped here (its history up to this step is kept)"
+        )
+        self.history.meta["stopped"] = self.stopped
+        return True
+
+    def _eval_if_new(self) -> None:
+        """Evaluate unless the last evaluation was at this very step."""
+        steps = self.history.evals["step"]
+        if not steps or steps[-1] != self.step:
+            self._log_eval()
 
     def _log_eval(self) -> None:
         test_loss, test_acc = self.evaluate(self.data.x_test, self.data.y_test)
-        recent = self.history.steps["loss"][-self.n_batches :]
+        # the training loss since the last evaluation (at most an epoch's steps)
+        last = self.history.evals["step"][-1] if self.history.evals["step"] else 0
+        window = max(min(self.step - last, self.n_batches), 1)
+        recent = self.history.steps["loss"][-window:]
         train_loss = float(np.mean(recent)) if recent else math.nan
         self.history.log_eval(
             epoch=self.epoch,
