@@ -37,6 +37,7 @@ class CheckedState:
     """
 
     params: dict[str, np.ndarray]
+    buffers: dict[str, np.ndarray]
     counters: dict[str, int]
     perm: np.ndarray | None
     generator_states: tuple[dict[str, Any], dict[str, Any]]
@@ -81,6 +82,15 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
             raise ValueError(
                 f"checkpoint parameter {k}={shown(v)}: expected {trainer.params[k].shape} floats"
             )
+    # the running statistics (a state written before models had them has none: only then allowed)
+    buffers = want_dict("buffers", state.get("buffers", {}))
+    if set(buffers) != set(trainer.buffers):
+        raise ValueError(
+            f"checkpoint buffers {sorted(buffers)} differ from the model's {sorted(trainer.buffers)}"
+        )
+    for k, v in buffers.items():
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != trainer.buffers[k].shape:
+            raise ValueError(f"checkpoint buffer {k}={shown(v)}: expected {trainer.buffers[k].shape} floats")
     opt = copy.copy(trainer.opt)  # loaded into a twin (it replaces, never mutates, the state)
     opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
     for k, st in opt.state.items():
@@ -120,4 +130,4 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
         gens.append(twin.bit_generator.state)
     history = History.from_dict(state["history"])
     perm_copy = None if perm is None else np.array(perm)
-    return CheckedState(params, counters, perm_copy, (gens[0], gens[1]), history)
+    return CheckedState(params, buffers, counters, perm_copy, (gens[0], gens[1]), history)

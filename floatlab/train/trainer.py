@@ -662,6 +662,7 @@ class Trainer:
             "config": self.config.to_dict() if self.config is not None else None,
             "policy": self.policy.to_dict(),
             "params": {k: np.array(to_numpy(v)) for k, v in self.params.items()},
+            "buffers": {k: np.array(to_numpy(v)) for k, v in self.buffers.items()},
             "optimizer": tree_map_arrays(self.opt.state_dict(), to_numpy)
             if self.backend.is_gpu
             else self.opt.state_dict(),
@@ -695,6 +696,9 @@ class Trainer:
 
         self.params.update(
             {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in params.items()}
+        )
+        self.buffers.update(
+            {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in checked.buffers.items()}
         )
         self.opt.load_state_dict(state["optimizer"])  # (as checked on the twin)
         if self.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
