@@ -655,7 +655,7 @@ class Trainer:
         >>> d = make_underflow_task(n_train=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
         >>> sorted(tr.state_dict())[:4]
-        ['config', 'counters', 'format', 'history']
+        ['buffers', 'config', 'counters', 'format']
         """
         return {
             "format": STATE_FORMAT,
