@@ -1,0 +1,52 @@
+"""Seed sweeps and paired confidence intervals, checked against SciPy's paired t-test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from floatlab.train.history import History
+from floatlab.train.seeds import final_metric, paired_gap, run_seeds, t_quantile
+
+stats = pytest.importorskip("scipy.stats")
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 12])
+def test_paired_gap_matches_scipy_ttest_rel(n: int) -> None:
+    rng = np.random.default_rng(n)
+    a, b = rng.normal(2.0, 0.3, n), rng.normal(1.8, 0.3, n)
+    gap = paired_gap(list(a), list(b), level=0.9)
+    ci = stats.ttest_rel(a, b).confidence_interval(0.9)
+    assert gap.mean == pytest.approx(float(np.mean(a - b)), rel=1e-12)
+    assert (gap.low, gap.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+
+
+def test_t_quantile_matches_scipy() -> None:
+    for df in (1, 2, 4, 30):
+        assert t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
+    with pytest.raises(ValueError, match=r"p=1\.5"):
+        t_quantile(1.5, 3)
+
+
+def test_gap_errors_and_nonfinite() -> None:
+    with pytest.raises(ValueError, match="3 and 2 values"):
+        paired_gap([1, 2, 3], [1, 2])
+    assert math.isnan(paired_gap([math.nan, 1.0], [0.0, 0.0]).mean)
+
+
+def test_final_metric_of_a_stopped_run_is_nan() -> None:
+    h = History("x")
+    h.log_eval(epoch=0, step=3, train_loss=1.0, test_loss=0.7, test_accuracy=0.5)
+    assert final_metric(h) == 0.7
+    h.meta["stopped"] = "step 3: the loss became nan"
+    assert math.isnan(final_metric(h))
+    assert math.isnan(final_metric(History("empty")))
+
+
+def test_run_seeds_repeats_a_seed_exactly_and_separates_seeds() -> None:
+    out = run_seeds(["mixed-bf16"], [4, 4, 5], model="mlp", data="underflow", hidden=(8,), steps=4)
+    a, b, c = (h.steps["loss"] for h in out["mixed-bf16"])
+    assert a == b  # the same seed is the same run, bit for bit
+    assert a != c
