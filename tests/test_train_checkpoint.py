@@ -22,6 +22,9 @@ def _same(a: Trainer, b: Trainer) -> None:
     for k in a.params:
         np.testing.assert_array_equal(a.params[k], b.params[k], err_msg=k)
         assert a.params[k].dtype == b.params[k].dtype
+    assert sorted(a.buffers) == sorted(b.buffers)
+    for k in a.buffers:  # BatchNorm's running statistics
+        np.testing.assert_array_equal(a.buffers[k], b.buffers[k], err_msg=k)
     assert a.scaler.state_dict() == b.scaler.state_dict()
     assert (a.step, a.opt_steps, a.epoch) == (b.step, b.opt_steps, b.epoch)
     ha, hb = a.history.to_dict(), b.history.to_dict()
@@ -58,8 +61,10 @@ def _same(a: Trainer, b: Trainer) -> None:
             d_model=8,
             optimizer="adamw",
         ),
+        # BatchNorm: its running statistics are state, and live in fp16 in a pure fp16 run
+        TrainConfig(data="underflow", model="convnet", precision="fp16", epochs=3, channels=(4,)),
     ],
-    ids=["mixed-fp16-adamw", "bf16-stochastic", "attention"],
+    ids=["mixed-fp16-adamw", "bf16-stochastic", "attention", "convnet-fp16"],
 )
 @pytest.mark.parametrize("stop", [7, 10])  # mid-epoch, and on an epoch boundary (5 batches per epoch)
 def test_resume_is_bit_identical(cfg: TrainConfig, stop: int, tmp_path: Path) -> None:
@@ -282,3 +287,24 @@ def test_resume_from_a_damaged_checkpoint_exits_2_in_one_line(
         assert err.startswith("floatlab: error: "), (name, err)
         assert err.count("\n") == 1, (name, err)
         assert "internal error" not in err, name
+
+
+def test_running_statistics_are_checked_before_loading() -> None:
+    cfg = TrainConfig(data="underflow", model="convnet", precision="mixed-fp16", epochs=1, channels=(4,))
+    a = Trainer.from_config(cfg, _data())
+    a.fit(1, stop_after=2)
+    state = a.state_dict()
+    b = Trainer.from_config(cfg, _data())
+    before = {k: v.copy() for k, v in b.buffers.items()}
+    missing = {k: v for k, v in state.items() if k != "buffers"}
+    with pytest.raises(ValueError, match=r"checkpoint buffers \[\] differ from the model's \['bn0_mean'"):
+        b.load_state_dict(missing)
+    bad = {**state, "buffers": {**state["buffers"], "bn0_var": np.ones(5, np.float32)}}
+    with pytest.raises(ValueError, match=r"checkpoint buffer bn0_var=.*expected \(4,\) floats"):
+        b.load_state_dict(bad)
+    for k, v in before.items():  # nothing was loaded
+        np.testing.assert_array_equal(b.buffers[k], v)
+    b.load_state_dict(state)
+    for k in a.buffers:
+        np.testing.assert_array_equal(b.buffers[k], a.buffers[k])
+        assert not np.array_equal(b.buffers[k], before[k])  # two training steps moved them
