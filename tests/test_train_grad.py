@@ -172,3 +172,16 @@ def test_get_model_errors() -> None:
         M.AttentionNet(64, 10, tokens=5)
     with pytest.raises(ValueError, match="activation='tanh'"):
         M.MLP(4, (3,), 2, activation="tanh")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_backward_selects_exactly_as_where(dtype: type) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(7, 9)).astype(dtype)
+    x[0, :3] = (0.0, -0.0, np.nan)
+    dy = rng.normal(size=(7, 9)).astype(dtype)
+    dy[1, :4] = (np.inf, -np.inf, np.nan, -0.0)
+    want = np.where(x > 0, dy, dtype(0))
+    got = M.relu_backward(dy[:, ::1].T.T, x)  # (also from a view)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))

@@ -106,10 +106,16 @@ def relu_forward(x: Array) -> Array:
 def relu_backward(dy: Array, x: Array) -> Array:
     """``dy`` where ``x > 0``, else 0: exact (an inf where ``x <= 0`` does not leak through).
 
+    A bit mask selects the values (all ones where ``x > 0``, all zeros elsewhere): the same
+    result as ``np.where(x > 0, dy, 0)``, several times faster on float arrays.
+
     >>> relu_backward(np.array([5.0, np.inf]), np.array([1.0, -1.0])).tolist()
     [5.0, 0.0]
     """
-    out: Array = np.where(x > 0, dy, dy.dtype.type(0))
+    xp = get_xp(dy)
+    bits = np.dtype(f"u{dy.dtype.itemsize}")
+    mask = xp.negative((x > 0).astype(bits))  # 0 - 1 wraps to all ones
+    out: Array = (xp.ascontiguousarray(dy).view(bits) & mask).view(dy.dtype)
     return out
 
 
