@@ -1,17 +1,25 @@
-"""``floatlab train`` and ``floatlab compare`` through the real entry point."""
+"""``floatlab train``, ``floatlab compare`` and ``floatlab sample`` through the real entry point.
+
+The text runs use the bigram model of test_train_text.py in the transformer's place (registered
+under its name for the test), so that they exercise the command line in a second.
+"""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_train_text import BigramLM
 
 import floatlab.cli as cli
+import floatlab.train.model as model_mod
 from floatlab.cli import train_cmds
-from floatlab.train import StepStats
+from floatlab.train import History, StepStats
 
 Main = Callable[[list[str]], int]
 
@@ -41,7 +49,9 @@ def test_train_prints_a_summary(main: Main, capsys: pytest.CaptureFixture[str]) 
         "(0 skipped)",
     ):
         assert words in out
-    assert "mixed-fp16 epoch 1/1: test accuracy" in err  # progress, one line per epoch off a terminal
+    # off a terminal, the progress is one line per evaluation (here: the end of the one epoch)
+    assert err.startswith("mixed-fp16 step 32/32 (epoch 1): test accuracy ")
+    assert err.count("\n") == 1
 
 
 def test_train_json(main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -135,14 +145,38 @@ def test_errors_are_one_line(
     assert err.count("\n") == 1
 
 
+class FakeTrainer:
+    def __init__(self) -> None:
+        self.history = History("fp16")
+
+
 def test_progress_bar_on_a_terminal() -> None:
     buf = io.StringIO()
-    p = train_cmds.Progress(buf, total=10, label="fp16", tty=True, width=10)
-    p.step(5, 0, 2, StepStats(1.5, 0.5, 1024.0, True, 0.0, 0.0, 0.1, None))
-    p.epoch_done(1, 2, {"test_accuracy": 0.5, "test_loss": 1.0})
-    assert buf.getvalue() == "\rfp16 [#####.....] 5/10 epoch 1/2 loss 1.5000 scale 1024 skipped   "
-    p.epoch_done(2, 2, {"test_accuracy": 0.75, "test_loss": 0.5})
-    assert buf.getvalue().endswith("fp16 epoch 2/2: test accuracy 75.00 %, test loss 0.5000\n")
+    tr = FakeTrainer()
+    p = train_cmds.Progress(buf, total=10, label="fp16", tty=True, refresh=0.0)
+    for _ in range(5):
+        p.step(tr, StepStats(1.5, 0.5, 1024.0, True, 0.0, 0.0, 0.1, None))  # type: ignore[arg-type]
+    tr.history.log_eval(epoch=1, step=5, train_loss=1.0, test_loss=1.0, test_accuracy=0.5)
+    p.step(tr, StepStats(1.25, 0.5, 2048.0, False, 0.0, 0.0, 0.1, None))  # type: ignore[arg-type]
+    drawn = buf.getvalue()
+    assert "\r" in drawn
+    assert "fp16:  50%|" in drawn
+    assert "5/10" in drawn
+    assert "loss 1.5000 scale 1024 skipped" in drawn
+    assert "6/10" in drawn
+    assert "loss 1.2500 scale 2048]" in drawn
+    assert "fp16 step 5/10 (epoch 1): test accuracy 50.00 %, test loss 1.0000\n" in drawn  # above the bar
+    p.close(tr.history)
+    assert buf.getvalue().count("test accuracy") == 1  # shown once
+
+
+def test_no_progress_bar_off_a_terminal_or_when_quiet(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
+    buf = io.StringIO()
+    p = train_cmds.Progress(buf, total=10, label="fp16")  # (a StringIO is no terminal)
+    p.step(FakeTrainer(), StepStats(1.5, 0.5, 1024.0, True, 0.0, 0.0, 0.1, None))  # type: ignore[arg-type]
+    assert buf.getvalue() == ""
+    assert main(["train", *SMALL, "-q"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_help_lists_the_switches(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,3 +193,170 @@ def test_help_lists_the_switches(main: Main, capsys: pytest.CaptureFixture[str])
         assert opt in out
     assert main(["compare", "--help"]) == 0
     assert "--plot" in capsys.readouterr().out
+
+
+# ---- steps, evaluation, the history as CSV --------------------------------------------------------
+def test_steps_eval_every_and_a_csv_history(
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "h.csv"
+    argv = ["train", "--data", "underflow", "--hidden", "8", "--steps", "10", "--eval-every", "4"]
+    assert main([*argv, "--history", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["summary"]["steps"] == 10
+    assert [ln.split(":")[0] for ln in err.splitlines()] == [
+        "mixed-fp16 step 4/10 (epoch 0)",
+        "mixed-fp16 step 8/10 (epoch 0)",
+        "mixed-fp16 step 10/10 (epoch 0)",
+    ]
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == list(range(1, 11))
+    assert [int(r["step"]) for r in rows if r["test_loss"]] == [4, 8, 10]
+    assert all(float(r["scale"]) == 65536.0 for r in rows)
+    assert main(["train", "--data", "underflow", "--steps", "3", "--epochs", "2"]) == 2
+    assert "argument --epochs: not allowed with argument --steps" in capsys.readouterr().err
+
+
+def test_a_run_that_diverges_stops_keeps_its_history_and_exits_0(
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # pure fp16 (no loss scaler) at a learning rate far too high: the weights overflow, the loss is NaN
+    hist, report = tmp_path / "h.json", tmp_path / "r.json"
+    common = ["--data", "digits", "--hidden", "8", "--lr", "1e6", "--steps", "40", "--no-color", "-q"]
+    argv = ["train", "--precision", "fp16", *common]
+    assert main([*argv, "--history", str(hist), "--json", str(report)]) == 0
+    out, err = capsys.readouterr()
+    stop = [ln for ln in err.splitlines() if "stopped" in ln]
+    assert stop == [
+        "floatlab: warning: step 2: the loss became nan and the policy has no loss scaler to catch it, so "
+        "the run stopped here (its history up to this step is kept)"
+    ]
+    assert "  stopped        step 2: the loss became nan" in out
+    h = History.load(hist)
+    assert h.n_steps == 2
+    assert math.isnan(h.steps["loss"][-1])
+    assert h.meta["stopped"] == stop[0][19:]
+    assert json.loads(report.read_text())["summary"]["stopped"].startswith("step 2: ")
+    assert main(["compare", "fp16", "mixed-fp16", *common]) == 0
+    out, err = capsys.readouterr()
+    assert "floatlab: warning: fp16: step 2: the loss became nan" in err
+    assert "mixed-fp16: step" not in err
+    assert "  fp16 stopped early, step 2: its loss became inf or NaN" in out
+
+
+# ---- text -----------------------------------------------------------------------------------------
+@pytest.fixture
+def bigram_as_transformer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bigram model in the transformer's place (the model registry names where a model lives)."""
+    monkeypatch.setitem(model_mod._MODEL_HOMES, "transformer", f"test_train_text:{BigramLM.__name__}")
+
+
+TEXT = ["--model", "transformer", "--data", "text", "--context", "16", "--optimizer", "adamw", "--lr", "0.05"]
+
+
+def test_train_on_text_and_sample(
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path, bigram_as_transformer: None
+) -> None:
+    ck = tmp_path / "lm.npz"
+    argv = ["train", *TEXT, "--steps", "40", "--eval-every", "20", "--checkpoint", str(ck), "--no-color"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "bigram 72 x 72 on text (" in out
+    assert "training windows, 256 validation, 72 characters" in out
+    assert "40 steps, seed 0" in out
+    bpc = float(out.split("  validation     ")[1].split()[0])
+    assert 3.0 < bpc < 5.5
+    assert [ln.split(" bits/char")[0].split(": ")[0] for ln in err.splitlines()] == [
+        "mixed-fp16 step 20/40",
+        "mixed-fp16 step 40/40",
+    ]
+    assert f"validation {bpc:.3f} bits/char" in err.splitlines()[-1]
+    assert main(["sample", str(ck), "--chars", "50", "--temperature", "0", "--prompt", "And", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["prompt"] == "And"
+    assert len(data["text"]) == 50
+    assert data["temperature"] == 0.0
+    assert main(["sample", str(ck), "--chars", "50", "--temperature", "0", "--prompt", "And"]) == 0
+    assert capsys.readouterr().out == "And" + data["text"] + "\n"
+    assert main(["sample", str(ck), "--chars", "5", "--prompt", "Ǣ"]) == 2
+    assert "characters 'Ǣ' are not in the vocabulary" in capsys.readouterr().err
+
+
+def test_compare_on_text_shows_bits_per_char(
+    main: Main, capsys: pytest.CaptureFixture[str], bigram_as_transformer: None
+) -> None:
+    assert main(["compare", "fp32", "bf16", *TEXT, "--steps", "10", "-q", "--no-color"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["policy", "bits/char", "val", "loss"]
+    assert all(3.0 < float(ln.split()[1]) < 6.5 for ln in lines[1:3])
+
+
+def test_sample_refuses_a_model_not_trained_on_text(
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ck = tmp_path / "mlp.npz"
+    assert main(["train", *SMALL, "-q", "--checkpoint", str(ck)]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(ck)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"floatlab: error: checkpoint '{ck}' holds a model trained on 'underflow', not on text: sample "
+        "needs one trained with --data text\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["train", "--model", "resnet"],
+            "unknown model 'resnet': expected one of mlp, attention, transformer, convnet",
+        ),
+        (["compare", "fp32", "--model", "resnet"], "unknown model 'resnet'"),
+        (
+            ["train", "--data", "imagenet"],
+            "unknown data set 'imagenet': expected one of digits, underflow, text",
+        ),
+        (
+            ["train", "--model", "mlp", "--data", "text"],
+            "data 'text' needs a language model (transformer): mlp",
+        ),
+        (
+            ["train", "--model", "lm", "--data", "digits"],
+            "model 'transformer' is a language model: it reads data 'text', not 'digits'",
+        ),
+        (["train", "--steps", "0"], "steps=0"),
+        (["train", "--eval-every", "0"], "eval_every=0"),
+        (["train", "--channels", "16,0"], "positive layer sizes"),
+        (["train", "--history", "h.txt"], "--history"),
+        (["train", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["sample"], "the following arguments are required: CHECKPOINT.npz"),
+        (["sample", "x.npz", "--chars", "-1"], "expected a number of characters >= 0"),
+        (["sample", "x.npz", "--temperature", "inf"], "expected a finite number >= 0"),
+        (["sample", "/nonexistent/x.npz"], "no such file"),
+    ],
+)
+def test_bad_input_is_one_line(
+    main: Main, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("floatlab: error:")
+    assert err.count("\n") == 1
+    assert words in err
+
+
+def test_help_lists_the_new_options_and_the_sample_command(
+    main: Main, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for opt in ("--steps", "--eval-every", "--layers", "--heads", "--context", "--channels", "--d-model"):
+        assert opt in out
+    assert "mlp, attention, transformer, convnet" in out
+    assert ".csv" in out
+    assert main(["sample", "--help"]) == 0
+    out = capsys.readouterr().out
+    for opt in ("--prompt", "--chars", "--temperature", "--seed"):
+        assert opt in out

@@ -36,6 +36,7 @@ from floatlab.cli import (
     formats,
     histogram_cmd,
     lessons_cmd,
+    sample_cmd,
     simulate_cmds,
     train_cmds,
 )
@@ -60,6 +61,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     simulate_cmds,
     histogram_cmd,
     train_cmds,
+    sample_cmd,
     bench_cmd,
     demo,
     lessons_cmd,

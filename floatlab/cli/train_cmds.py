@@ -2,8 +2,11 @@
 
 ``train`` runs one policy with a progress bar and ends with a summary; ``compare`` runs several
 policies with the same seed and settings, prints them side by side and can plot their curves.
-The trainer (:mod:`floatlab.train`) is imported inside the commands, so that loading the
-command line stays light.
+A run is measured in epochs or in steps (``--steps``) and evaluated after every epoch, every
+``--eval-every`` steps and at its end. A run whose loss turns inf or NaN with no loss scaler to
+catch it stops there: the command says so in one line on stderr, writes what it was asked to
+write, and exits 0 (a diverging run is a result). The trainer (:mod:`floatlab.train`) and tqdm
+are imported inside the commands, so that loading the command line stays light.
 
 >>> parser = argparse.ArgumentParser()
 >>> _ = register(parser.add_subparsers())
@@ -16,6 +19,7 @@ fp16: forward fp16, backward fp16, no master weights, no loss scaling, ...
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -52,6 +56,7 @@ __all__ = [
     "Progress",
     "compare_view",
     "config_from_args",
+    "eval_line",
     "register",
     "run_compare",
     "run_train",
@@ -61,6 +66,10 @@ __all__ = [
 NAMES: tuple[str, ...] = ("train", "compare")
 # this module registers several commands; the command list prints their names together
 NAME = ", ".join(NAMES)
+# how the progress bar looks (tqdm's options): it goes away when the run is done
+_BAR: dict[str, Any] = {"unit": "step", "leave": False, "dynamic_ncols": True}
+#: what ``--history`` writes (see floatlab.train.History.save)
+HISTORY_SUFFIXES: tuple[str, ...] = (".json", ".npz", ".csv")
 
 
 # ---- options ------------------------------------------------------------------------------------
@@ -94,14 +103,44 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         help="print the summary as JSON; with FILE, write the full history there as JSON instead",
     )
     add_color_options(group)
-    group.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress output (the progress bar shows on a terminal only; one line per evaluation "
+        "shows on stderr otherwise)",
+    )
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
+    from floatlab.train.model import MODELS
+
     run = p.add_argument_group("run")
-    run.add_argument("--model", default="mlp", help="mlp or attention (default: mlp)")
-    run.add_argument("--data", default="digits", help="digits or underflow (default: digits)")
-    run.add_argument("--epochs", type=int, default=20, help="epochs (default: 20)")
+    run.add_argument(
+        "--model",
+        default="mlp",
+        metavar="MODEL",
+        help=f"{', '.join(MODELS)} (default: mlp); --data text needs the transformer",
+    )
+    run.add_argument(
+        "--data",
+        default="digits",
+        metavar="DATA",
+        help="digits (8x8 handwritten digits), underflow (a synthetic task whose gradients underflow "
+        "in fp16) or text (the characters of the King James Pentateuch, shipped with floatlab; "
+        "loss in bits per character) (default: digits)",
+    )
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, default=20, help="epochs (default: 20)")
+    length.add_argument(
+        "--steps", type=int, metavar="N", help="train N steps (batches) instead of a number of epochs"
+    )
+    run.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="K",
+        help="evaluate every K steps as well as after each epoch and at the end",
+    )
     run.add_argument(
         "--seed", type=int, default=0, help="seed of the weights, batch order, rounding (default: 0)"
     )
@@ -115,7 +154,17 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     run.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: 0)")
     run.add_argument("--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)")
     run.add_argument("--activation", default="relu", help="MLP activation: relu or gelu (default: relu)")
-    run.add_argument("--d-model", type=int, default=32, help="attention model width (default: 32)")
+    run.add_argument(
+        "--d-model", type=int, metavar="D", help="attention or transformer width (default: the model's own)"
+    )
+    run.add_argument("--layers", type=int, metavar="N", help="transformer blocks (default: 4)")
+    run.add_argument("--heads", type=int, metavar="N", help="transformer attention heads (default: 4)")
+    run.add_argument(
+        "--context", type=int, metavar="N", help="text: characters the model reads at once (default: 64)"
+    )
+    run.add_argument(
+        "--channels", type=_sizes, metavar="C1,C2", help="convnet channels per stage (default: 16,32)"
+    )
     run.add_argument(
         "--backend",
         default="numpy",
@@ -177,8 +226,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 # the run options (see _run_options) that TrainConfig takes under the same names
 _RUN_SETTINGS = (
     "model", "data", "epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "clip",
-    "schedule", "warmup", "seed", "hidden", "activation", "d_model",
+    "schedule", "warmup", "seed", "hidden", "activation", "d_model", "steps", "eval_every",
 )  # fmt: skip
+# ... and those whose absence (None) means TrainConfig's default
+_MODEL_SETTINGS = ("layers", "heads", "context", "channels")
 
 
 def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
@@ -190,62 +241,104 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     >>> cfg = config_from_args(args, "mixed-fp16")
     >>> cfg.epochs, cfg.policy, cfg.make_policy().loss_scaling
     (3, {'loss_scaling': 'none'}, 'none')
+    >>> args = parser.parse_args(["train", "--model", "transformer", "--data", "text", "--layers", "2"])
+    >>> cfg = config_from_args(args, "fp32"); cfg.layers, cfg.heads, cfg.context, cfg.d_model
+    (2, 4, 64, None)
     """
     from floatlab.train import TrainConfig
 
     settings = {name: getattr(args, name) for name in _RUN_SETTINGS}
+    settings.update({k: v for k in _MODEL_SETTINGS if (v := getattr(args, k, None)) is not None})
     return TrainConfig(precision=precision, policy=_overrides(args), **settings)
 
 
 # ---- progress -----------------------------------------------------------------------------------
+def eval_line(label: str, row: dict[str, Any], total: int, *, text: bool = False) -> str:
+    """One evaluation as the progress output shows it (``row``: a row of the history's evaluations).
+
+    >>> row = {"epoch": 1, "step": 32, "test_accuracy": 0.5, "test_loss": 1.25}
+    >>> eval_line("fp16", row, 64)
+    'fp16 step 32/64 (epoch 1): test accuracy 50.00 %, test loss 1.2500'
+    >>> eval_line("fp16", {**row, "test_loss": 2 * math.log(2)}, 64, text=True)
+    'fp16 step 32/64: validation 2.000 bits/char (loss 1.3863)'
+    """
+    from floatlab.train.history import bits_per_char
+
+    head = f"{label} step {row['step']}/{total}"
+    loss = _num(row["test_loss"])
+    if text:
+        return f"{head}: validation {_num(bits_per_char(row['test_loss']), '.3f')} bits/char (loss {loss})"
+    return f"{head} (epoch {row['epoch']}): test accuracy {_pct(row['test_accuracy'])}, test loss {loss}"
+
+
 class Progress:
-    """A progress bar on a terminal (redrawn in place), one line per epoch elsewhere.
+    """What a run shows while it trains, on ``stream`` (the command's stderr): on a terminal a tqdm
+    bar (steps done, and the last step's loss and loss scale), and one line per evaluation (see
+    :func:`eval_line`) whether a terminal or not. ``refresh`` is tqdm's ``mininterval``, the
+    least time between two redraws of the bar.
 
     >>> import io
+    >>> from floatlab.train import History
+    >>> h = History("fp16")
+    >>> h.log_eval(epoch=1, step=2, train_loss=1.0, test_loss=1.25, test_accuracy=0.5)
     >>> buf = io.StringIO()
     >>> p = Progress(buf, total=4, label="fp16", tty=False)
-    >>> p.epoch_done(1, 3, {"test_accuracy": 0.5, "test_loss": 1.25})
+    >>> p.close(h)
     >>> buf.getvalue()
-    'fp16 epoch 1/3: test accuracy 50.00 %, test loss 1.2500\\n'
+    'fp16 step 2/4 (epoch 1): test accuracy 50.00 %, test loss 1.2500\\n'
     """
 
     def __init__(
-        self, stream: TextIO, total: int, label: str, tty: bool | None = None, width: int = 30
+        self,
+        stream: TextIO,
+        total: int,
+        label: str,
+        *,
+        initial: int = 0,
+        seen: int = 0,
+        text: bool = False,
+        tty: bool | None = None,
+        refresh: float = 0.1,
     ) -> None:
         self.stream = stream
-        self.total = max(total, 1)
+        self.total = total
         self.label = label
-        self.width = width
+        self.text = text
+        self.seen = seen  # the evaluations shown (or there before this run: a resumed one's)
         if tty is None:
-            try:
-                tty = stream.isatty()
-            except (AttributeError, ValueError):
-                tty = False
-        self.tty = tty
+            tty = not getattr(stream, "closed", False) and bool(getattr(stream, "isatty", lambda: False)())
+        self.bar: Any = None
+        if tty:
+            from tqdm import tqdm
 
-    def step(self, done: int, epoch: int, epochs: int, stats: StepStats) -> None:
-        if not self.tty:
-            return
-        filled = round(self.width * min(done, self.total) / self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        skip = " skipped" if stats.skipped else ""
-        self.stream.write(
-            f"\r{self.label} [{bar}] {done}/{self.total} epoch {epoch + 1}/{epochs} "
-            f"loss {stats.loss:.4f} scale {stats.scale:g}{skip}   "
-        )
-        self.stream.flush()
+            self.bar = tqdm(
+                total=total, initial=initial, desc=label, file=stream, mininterval=refresh, **_BAR
+            )
 
-    def epoch_done(self, epoch: int, epochs: int, final: dict[str, Any]) -> None:
-        line = (
-            f"{self.label} epoch {epoch}/{epochs}: test accuracy {_pct(final['test_accuracy'])}, "
-            f"test loss {final['test_loss']:.4f}"
-        )
-        if self.tty:
-            if epoch < epochs:
-                return
-            self.stream.write("\r" + " " * (self.width + 70) + "\r")
-        self.stream.write(line + "\n")
-        self.stream.flush()
+    def step(self, trainer: Trainer, stats: StepStats) -> None:
+        """The trainer's callback: after each step."""
+        self._new_evals(trainer.history)
+        if self.bar is not None:
+            skip = " skipped" if stats.skipped else ""
+            self.bar.set_postfix_str(f"loss {stats.loss:.4f} scale {stats.scale:g}{skip}", refresh=False)
+            self.bar.update(1)
+
+    def close(self, history: History) -> None:
+        """After the run: the evaluations not shown yet, and the bar taken down."""
+        self._new_evals(history)
+        if self.bar is not None:
+            self.bar.close()
+
+    def _new_evals(self, history: History) -> None:
+        rows = history.evals
+        for j in range(self.seen, len(rows["step"])):
+            line = eval_line(self.label, {k: v[j] for k, v in rows.items()}, self.total, text=self.text)
+            if self.bar is not None:
+                self.bar.write(line, file=self.stream)
+            else:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+        self.seen = len(rows["step"])
 
 
 def _backend(args: argparse.Namespace) -> Any:
@@ -258,26 +351,47 @@ def _backend(args: argparse.Namespace) -> Any:
 def _fit(
     cfg: TrainConfig, quiet: bool, label: str | None = None, resume: str | None = None, backend: Any = None
 ) -> Trainer:
+    """Build (or resume) the trainer and run it to the length ``cfg`` asks, with progress unless
+    ``quiet``. A resumed run keeps its checkpoint's settings but the command line's length
+    (``--epochs``/``--steps``) and evaluation schedule (``--eval-every``)."""
     from floatlab.train import Trainer
 
-    trainer = Trainer.resume(resume, backend=backend) if resume else Trainer.from_config(cfg, backend=backend)
+    if resume:
+        trainer = Trainer.resume(resume, backend=backend)
+        base = trainer.config if trainer.config is not None else cfg
+        trainer.config = dataclasses.replace(
+            base, epochs=cfg.epochs, steps=cfg.steps, eval_every=cfg.eval_every
+        )
+        trainer.eval_every = cfg.eval_every
+    else:
+        trainer = Trainer.from_config(cfg, backend=backend)
     if label:
         trainer.history.label = label
-    total = cfg.epochs * trainer.n_batches
-    progress = None if quiet else Progress(sys.stderr, total, trainer.history.label)
-    epochs_seen = [trainer.epoch]
-
-    def callback(tr: Trainer, stats: StepStats) -> None:
-        if progress is None:
-            return
-        progress.step(tr.step, tr.epoch, cfg.epochs, stats)
-
-    while trainer.epoch < cfg.epochs:
-        trainer.fit(trainer.epoch + 1, callback=callback)
-        if progress is not None and trainer.epoch != epochs_seen[-1]:
-            progress.epoch_done(trainer.epoch, cfg.epochs, trainer.history.final)
-            epochs_seen.append(trainer.epoch)
+    config = trainer.config if trainer.config is not None else cfg
+    progress = None
+    if not quiet:
+        progress = Progress(
+            sys.stderr,
+            config.total_steps(trainer.n_batches),
+            trainer.history.label,
+            initial=trainer.step,
+            seen=len(trainer.history.evals["step"]),
+            text=trainer.data.kind == "text",
+        )
+    try:
+        trainer.run(progress.step if progress is not None else None)
+    finally:
+        if progress is not None:
+            progress.close(trainer.history)
     return trainer
+
+
+def _report_stop(trainer: Trainer, label: str | None = None) -> None:
+    """A run that stopped early (its loss turned inf or NaN with no scaler): one line on stderr."""
+    if trainer.stopped and sys.stderr is not None:
+        who = f"{label}: " if label else ""
+        sys.stderr.write(f"floatlab: warning: {who}{trainer.stopped}\n")
+        sys.stderr.flush()
 
 
 # ---- train --------------------------------------------------------------------------------------
@@ -297,7 +411,8 @@ def _num(v: float | None, fmt: str = ".4f") -> str:
 
 
 def train_view(trainer: Trainer, *, color: bool = False) -> View:
-    """The summary of a finished run.
+    """The summary of a finished run; for a character model, its validation loss in bits per
+    character.
 
     >>> from floatlab.train import TrainConfig, Trainer
     >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", epochs=0))
@@ -309,12 +424,18 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
     m = trainer.model.config()
     d = trainer.data.info()
     hyper = trainer.opt.hyper()
+    text = trainer.data.kind == "text"
+    if text:
+        seen = f"{d['n_train']:,} training windows, {d['n_test']} validation, {d['vocab_size']} characters"
+    else:
+        seen = f"{d['n_train']} train, {d['n_test']} test"
+    by_steps = trainer.config is not None and trainer.config.steps is not None
+    length = f"{trainer.step} steps" if by_steps else f"{trainer.epoch} epochs"
     lines = [
         bold(trainer.policy.describe(), color),
         dim(
-            f"{trainer.model.describe()} on {d['name']} ({d['n_train']} train, {d['n_test']} test), "
-            f"{hyper['name']} "
-            f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {trainer.epoch} epochs, seed {trainer.seed}",
+            f"{trainer.model.describe()} on {d['name']} ({seen}), {hyper['name']} "
+            f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {length}, seed {trainer.seed}",
             color,
         ),
         "",
@@ -322,19 +443,41 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
     scales = h.column("scale")
     start = f"{scales[0]:g}" if len(scales) else "-"
     acc = s["test_accuracy"]
-    acc_text = _pct(acc)
-    rows = [
-        [
-            "test accuracy",
-            style(acc_text, "green", color=color) if acc is not None and acc > 0.9 else acc_text,
-        ],
-        ["test loss", _num(s["test_loss"])],
-        ["train loss", _num(s["train_loss"]) + dim("  (last tenth of the steps)", color)],
+    rows: list[list[str]] = []
+    if text:
+        from floatlab.train.history import bits_per_char
+
+        bpc = s["bits_per_char"]
+        rows += [
+            [
+                "validation",
+                f"{_num(bpc, '.3f')} bits/char"
+                + dim(f"  (loss {_num(s['test_loss'])}; next character right {_pct(acc)})", color),
+            ],
+            [
+                "train loss",
+                f"{_num(bits_per_char(s['train_loss']), '.3f')} bits/char"
+                + dim(f"  (loss {_num(s['train_loss'])}, last tenth of the steps)", color),
+            ],
+        ]
+    else:
+        acc_text = _pct(acc)
+        rows += [
+            [
+                "test accuracy",
+                style(acc_text, "green", color=color) if acc is not None and acc > 0.9 else acc_text,
+            ],
+            ["test loss", _num(s["test_loss"])],
+            ["train loss", _num(s["train_loss"]) + dim("  (last tenth of the steps)", color)],
+        ]
+    rows += [
         ["steps", f"{s['steps']} ({s['skipped_steps']} skipped)"],
         ["loss scale", f"{trainer.scaler.scale:g} (start {start})" if trainer.scaler.enabled else "none"],
         ["flushed", _pct(s["mean_flushed"]) + dim("  of the non-zero gradients, per step", color)],
         ["swallowed", _pct(s["mean_swallowed"]) + dim("  of the non-zero updates, per step", color)],
     ]
+    if s["stopped"]:
+        rows.append(["stopped", style(s["stopped"], "red", color=color)])
     lines += ["  " + f"{k:<15}{v}" for k, v in rows]
     data = {"policy": trainer.policy.to_dict(), "summary": s, "model": m, "data": d, "optimizer": hyper}
     return View("\n".join(lines), data)
@@ -345,20 +488,26 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
 
     See the module docstring for an example.
     """
+    from floatlab.train.text import check_model_and_data
+
     cfg = config_from_args(args, args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
+    if args.resume is None:  # (a resumed run keeps its checkpoint's model and data)
+        check_model_and_data(cfg.model, cfg.data)
     json_file = _json_file(args)
     # every output can be written, and none is the checkpoint read or another output: checked
     # before the first step, so that a long run never ends in an error or overwrites its input
     check_outputs(
         [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file)],
         [("--resume", args.resume)],
-        suffixes={"--checkpoint": (".npz",), "--history": (".json", ".npz")},
+        suffixes={"--checkpoint": (".npz",), "--history": HISTORY_SUFFIXES},
     )
     if args.resume is not None:
         # a FIFO, a device or a folder is refused by name, and a zip bomb before it inflates
         check_archive(args.resume, args.max_bytes)
     trainer = _fit(cfg, args.quiet, resume=args.resume, backend=_backend(args))
+    # a run that stopped early is a result: said in one line, and written like any other
+    _report_stop(trainer)
     if args.checkpoint:
         with atomic_output(args.checkpoint) as tmp:
             trainer.save(tmp)
@@ -388,21 +537,24 @@ def _write_json(path: str, data: Any) -> None:
 
 # ---- compare ------------------------------------------------------------------------------------
 def compare_view(histories: list[History], *, color: bool = False) -> View:
-    """The runs side by side.
+    """The runs side by side (character models: validation bits per character and loss); a
+    run that stopped early is named under the table.
 
     >>> from floatlab.train import History
     >>> print(compare_view([History("fp32")]).text)  # doctest: +NORMALIZE_WHITESPACE
       policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale
       fp32    -         -          -           0        -        -          -
     """
+    text = bool(histories) and all(h.is_text for h in histories)
     rows = []
+    notes = []
     for h in histories:
         s = h.summary()
         scale = s["final_scale"]
         rows.append(
             [
                 h.label,
-                _pct(s["test_accuracy"]),
+                _num(s["bits_per_char"], ".3f") if text else _pct(s["test_accuracy"]),
                 _num(s["test_loss"]),
                 _num(s["train_loss"]),
                 str(s["skipped_steps"]),
@@ -411,18 +563,15 @@ def compare_view(histories: list[History], *, color: bool = False) -> View:
                 "-" if scale is None else f"{scale:g}",
             ]
         )
-    header = [
-        "policy",
-        "test acc",
-        "test loss",
-        "train loss",
-        "skipped",
-        "flushed",
-        "swallowed",
-        "final scale",
-    ]
-    text = table(header, rows, align="<>>>>>>>", color=color)
-    return View(text, {"runs": [h.summary() for h in histories]})
+        if s["stopped"]:
+            at = s["stopped"].split(":")[0]  # "step 12"
+            notes.append(f"  {h.label} stopped early, {at}: its loss became inf or NaN")
+    first = ["bits/char", "val loss"] if text else ["test acc", "test loss"]
+    header = ["policy", *first, "train loss", "skipped", "flushed", "swallowed", "final scale"]
+    out = table(header, rows, align="<>>>>>>>", color=color)
+    if notes:
+        out += "\n" + dim("\n".join(notes), color)
+    return View(out, {"runs": [h.summary() for h in histories]})
 
 
 def run_compare(args: argparse.Namespace, ui: UI) -> int:
@@ -438,11 +587,14 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
       fp16 ...  100.0 % ...
     0
     """
+    from floatlab.train.text import check_model_and_data
+
     if not args.policies:
         raise ValueError("compare needs at least one policy, e.g. fp32 fp16 bf16 mixed-fp16")
     configs = [config_from_args(args, p) for p in args.policies]
     for c in configs:
         c.make_policy()
+    check_model_and_data(args.model, args.data)
     json_file = _json_file(args)
     plot = None if args.plot is None else figure_name(args.plot)
     check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
@@ -450,6 +602,7 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     histories = []
     for c in configs:
         trainer = _fit(c, args.quiet, label=c.precision, backend=backend)
+        _report_stop(trainer, c.precision)
         histories.append(trainer.history)
     view = compare_view(histories, color=ui.color)
     if plot is not None:
@@ -496,7 +649,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab train --model mlp --data digits --precision mixed-fp16 --epochs 20 --seed 0\n"
         "  floatlab train --data underflow --precision fp16\n"
         "  floatlab train --precision mixed-fp16 --loss-scaling none --json run.json\n"
-        "  floatlab train --precision fp16 --lr 0.005 --momentum 0 --update-rounding stochastic\n",
+        "  floatlab train --precision fp16 --lr 0.005 --momentum 0 --update-rounding stochastic\n"
+        "  floatlab train --model transformer --data text --steps 2000 --checkpoint lm.npz\n"
+        "  floatlab train --model transformer --data text --layers 2 --steps 500 --eval-every 100 "
+        "--history run.csv\n"
+        "  floatlab train --model convnet --data digits --precision bf16 --epochs 5\n",
     )
     p.add_argument(
         "--precision", default="mixed-fp16", metavar="POLICY", help=f"{names} (default: mixed-fp16)"
@@ -506,7 +663,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     files = p.add_argument_group("files")
     files.add_argument("--checkpoint", metavar="FILE.npz", help="write a checkpoint at the end")
     files.add_argument("--resume", metavar="FILE.npz", help="continue from a checkpoint (its settings win)")
-    files.add_argument("--history", metavar="FILE", help="save the history (.json or .npz)")
+    files.add_argument(
+        "--history",
+        metavar="FILE",
+        help="save the history: .json or .npz (everything), or .csv (a tidy table, one row per step)",
+    )
     add_max_bytes_option(files)
     _output_options(p)
     p.set_defaults(run=run_train)
@@ -519,7 +680,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "loss, skipped steps, flushed gradients and swallowed updates side by side; --plot draws the curves.",
         epilog="examples:\n"
         "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
-        "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n",
+        "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n"
+        "  floatlab compare fp32 mixed-fp16 bf16 fp16 --model transformer --data text --steps 500 "
+        "--plot lm.png\n",
     )
     p.add_argument("policies", nargs="*", metavar="POLICY", help=names)
     p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")

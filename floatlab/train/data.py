@@ -1,5 +1,6 @@
-"""Data sets that need no download: scikit-learn's handwritten digits, and a synthetic task tuned
-so that pure fp16 training fails through gradient underflow.
+"""Data sets that need no download: scikit-learn's handwritten digits, a synthetic task tuned
+so that pure fp16 training fails through gradient underflow, and character-level text (a corpus
+shipped with the package: see :mod:`floatlab.train.text`).
 
 >>> d = make_underflow_task(n_train=200, n_test=100, seed=0)
 >>> d.x_train.shape, d.x_train.dtype, d.n_classes, d.loss_weight == 2.0**-20
@@ -8,6 +9,7 @@ so that pure fp16 training fails through gradient underflow.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,16 +17,21 @@ import numpy as np
 
 from floatlab.train.precision import Array
 
-__all__ = ["DATASETS", "Dataset", "get_data", "load_digits", "make_underflow_task"]
+__all__ = ["DATASETS", "Dataset", "data_name", "get_data", "load_digits", "make_underflow_task"]
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Inputs (float32, one row per example), integer labels, and how to train on them.
+    """Inputs (one row per example), integer labels, and how to train on them.
 
     ``loss_weight`` multiplies the loss the gradients see; ``lr_scale`` is the factor the
     learning rate needs for the weighted loss to train at the pace of the unweighted one (an
     SGD step moves by ``lr * weight * gradient``).
+
+    A text data set has token ids for inputs, ``(n, context)`` integers, and the next token at
+    every position for labels, also ``(n, context)``; ``vocab`` holds its characters (the id of
+    a character is its index) and ``n_classes`` is their number. Other data sets have float32
+    features and one label per example, and an empty ``vocab``.
 
     >>> x = np.zeros((4, 2), np.float32)
     >>> Dataset("toy", x, np.zeros(4, np.int64), x, np.zeros(4, np.int64), 2).info()["n_train"]
@@ -39,10 +46,17 @@ class Dataset:
     n_classes: int
     description: str = ""
     loss_weight: float = 1.0
+    vocab: str = ""
 
     @property
     def n_features(self) -> int:
+        """Features per example (a text data set: its context, the tokens per example)."""
         return int(self.x_train.shape[1])
+
+    @property
+    def kind(self) -> str:
+        """``"text"`` (token ids, one label per token) or ``"classes"`` (one label per example)."""
+        return "text" if self.vocab else "classes"
 
     @property
     def lr_scale(self) -> float:
@@ -56,6 +70,8 @@ class Dataset:
             "n_features": self.n_features,
             "n_classes": self.n_classes,
             "loss_weight": self.loss_weight,
+            "kind": self.kind,
+            "vocab_size": len(self.vocab) if self.vocab else None,
         }
 
 
@@ -135,19 +151,44 @@ def make_underflow_task(
     )
 
 
-DATASETS: tuple[str, ...] = ("digits", "underflow")
+DATASETS: tuple[str, ...] = ("digits", "underflow", "text")
+#: data sets that live in their own modules, imported when first asked for (as the larger models are)
+_DATA_HOMES: dict[str, str] = {"text": "floatlab.train.text:load_text"}
+_DATA_ALIASES = {"synthetic": "underflow", "chars": "text"}
+
+
+def data_name(name: str) -> str:
+    """The canonical name of a data set (``"synthetic"`` -> ``"underflow"``), checked.
+
+    >>> data_name(" Text ")
+    'text'
+    >>> data_name("mnist")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown data set 'mnist': expected one of digits, underflow, text
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"data set {name!r}: expected a name, one of {', '.join(DATASETS)}")
+    key = name.strip().lower()
+    key = _DATA_ALIASES.get(key, key)
+    if key not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}: expected one of {', '.join(DATASETS)}")
+    return key
 
 
 def get_data(name: str, *, seed: int = 0, context: int = 64) -> Dataset:
-    """``"digits"`` or ``"underflow"`` (the synthetic task) with its default size; ``context`` is
-    the length of a text data set's examples (the others ignore it).
+    """``"digits"``, ``"underflow"`` (the synthetic task) or ``"text"`` (the characters of the
+    corpus that ships with floatlab, see :func:`floatlab.train.text.load_text`) with its default
+    size; ``context`` is the length of a text data set's examples (the others ignore it).
 
-    >>> get_data("underflow").name
-    'underflow'
+    >>> get_data("underflow").name, get_data("text", context=32).x_train.shape[1]
+    ('underflow', 32)
     """
-    key = name.strip().lower()
+    key = data_name(name)
     if key == "digits":
         return load_digits(seed=seed)
-    if key in ("underflow", "synthetic"):
+    if key == "underflow":
         return make_underflow_task(seed=seed)
-    raise ValueError(f"unknown data set {name!r}: expected one of {', '.join(DATASETS)}")
+    module, func = _DATA_HOMES[key].split(":")
+    found: Dataset = getattr(importlib.import_module(module), func)(context=context, seed=seed)
+    return found

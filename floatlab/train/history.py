@@ -4,8 +4,9 @@ A :class:`History` holds columns (one value per step): ``loss``, ``accuracy`` (o
 ``scale`` (the loss scale the step used), ``skipped``, ``flushed`` (share of the non-zero
 gradients stored as zero: underflow), ``swallowed`` (share of the non-zero updates that left
 the weight unchanged), ``lr``, ``grad_norm`` and ``fault`` (the faults the step met, comma-separated,
-"" for none: see :data:`FAULTS`); and one row per evaluation. It saves as JSON or npz, and
-:func:`compare` plots several runs side by side.
+"" for none: see :data:`FAULTS`); and one row per evaluation. It saves as JSON or npz (everything),
+or as a tidy CSV of one row per step (:meth:`History.to_csv`); :meth:`History.to_pandas` gives the
+same table as a DataFrame, and :func:`compare` plots several runs side by side.
 
 >>> h = History("demo")
 >>> h.log_step(step=1, epoch=0, loss=2.3, accuracy=0.1, scale=1.0, skipped=False, flushed=0.0,
@@ -17,6 +18,8 @@ the weight unchanged), ``lr``, ``grad_norm`` and ``fault`` (the faults the step 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -33,7 +36,16 @@ from floatlab.train._checks import shown, want_dict, want_str
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["EVAL_FIELDS", "FAULTS", "STEP_FIELDS", "History", "TrainingFaultWarning", "compare"]
+__all__ = [
+    "CSV_FIELDS",
+    "EVAL_FIELDS",
+    "FAULTS",
+    "STEP_FIELDS",
+    "History",
+    "TrainingFaultWarning",
+    "bits_per_char",
+    "compare",
+]
 
 STEP_FIELDS: tuple[str, ...] = (
     "step",
@@ -61,6 +73,20 @@ FAULTS: dict[str, str] = {
     "scale_at_limit": "the loss scale was due to grow but stuck at fp32's limit",
 }
 EVAL_FIELDS: tuple[str, ...] = ("epoch", "step", "train_loss", "test_loss", "test_accuracy")
+#: the columns of :meth:`History.to_csv` and :meth:`History.to_pandas`: the step fields, then the
+#: evaluation's (empty where no evaluation happened at that step; ``eval_epoch`` is the evaluation's
+#: ``epoch``, the epochs done by then, where the step's ``epoch`` counts from 0 the one in progress)
+CSV_FIELDS: tuple[str, ...] = (*STEP_FIELDS, "eval_epoch", "train_loss", "test_loss", "test_accuracy")
+
+
+def bits_per_char(loss: float | None) -> float | None:
+    """A character model's loss (mean cross-entropy, in nats per character) in bits per character:
+    ``loss / ln 2`` (None stays None).
+
+    >>> bits_per_char(math.log(72))   # a uniform guess over 72 characters: log2(72)
+    6.169925001442312
+    """
+    return None if loss is None else float(loss) / math.log(2.0)
 
 
 class TrainingFaultWarning(RuntimeWarning):
@@ -189,12 +215,20 @@ class History:
             return {}
         return {k: v[-1] for k, v in self.evals.items()}
 
+    @property
+    def is_text(self) -> bool:
+        """Whether the run trained a character model (its data set's ``kind`` is ``"text"``)."""
+        data = self.meta.get("data")
+        return isinstance(data, dict) and data.get("kind") == "text"
+
     def summary(self) -> dict[str, Any]:
         """Final test accuracy and loss, last training loss, skipped steps, mean flushed and
-        swallowed shares.
+        swallowed shares; for a character model the final test (validation) loss in bits per
+        character (else None); why the run stopped early ("" when it did not).
 
-        >>> History("x").summary()["steps"]
-        0
+        >>> s = History("x").summary()
+        >>> s["steps"], s["bits_per_char"], s["stopped"]
+        (0, None, '')
         """
         n = self.n_steps
         f = self.final
@@ -215,6 +249,8 @@ class History:
             "mean_flushed": mean("flushed"),
             "mean_swallowed": mean("swallowed"),
             "faults": {k: len(v) for k, v in self.faults().items()},
+            "bits_per_char": bits_per_char(f.get("test_loss")) if self.is_text else None,
+            "stopped": str(self.meta.get("stopped", "")),
         }
 
     # ---- saving ---------------------------------------------------------------------------------
@@ -266,8 +302,97 @@ class History:
             hist[int(s)] = dict(want_dict(f"history histogram {s}", h))
         return cls(label, dict(meta), steps, evals, hist)
 
+    def table(self) -> dict[str, list[Any]]:
+        """The tidy table of :meth:`to_csv` and :meth:`to_pandas`: the columns :data:`CSV_FIELDS`,
+        one row per step, each evaluation on the row of its step (an evaluation at a step that
+        has no row, such as one before the first step, gets a row of its own, in step order);
+        None where there is no value.
+
+        >>> h = History("x")
+        >>> h.log_step(step=1, epoch=0, loss=2.0, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
+        ...            swallowed=0.0, lr=0.1, grad_norm=None)
+        >>> h.log_eval(epoch=0, step=0, train_loss=None, test_loss=2.5, test_accuracy=0.1)
+        >>> t = h.table(); t["step"], t["loss"], t["test_loss"]
+        ([0, 1], [None, 2.0], [2.5, None])
+        """
+        rows: list[dict[str, Any]] = [{k: self.steps[k][i] for k in STEP_FIELDS} for i in range(self.n_steps)]
+        first_row: dict[int, int] = {}
+        for i, row in enumerate(rows):
+            first_row.setdefault(int(row["step"]), i)
+        alone: list[dict[str, Any]] = []
+        taken: set[int] = set()
+        for j in range(len(self.evals["step"])):
+            step = int(self.evals["step"][j])
+            values = {
+                "eval_epoch": self.evals["epoch"][j],
+                **{k: self.evals[k][j] for k in ("train_loss", "test_loss", "test_accuracy")},
+            }
+            at = first_row.get(step)
+            if at is not None and at not in taken:
+                taken.add(at)
+                rows[at].update(values)
+            else:  # no step row to sit on (or its row has an evaluation already)
+                alone.append({"step": step, "epoch": values["eval_epoch"], **values})
+        for extra in alone:  # before the first row of a later step: the table stays in step order
+            at = next((i for i, r in enumerate(rows) if int(r["step"]) > extra["step"]), len(rows))
+            rows.insert(at, extra)
+        return {k: [r.get(k) for r in rows] for k in CSV_FIELDS}
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The tidy table (:meth:`table`) as CSV: a header line, then one line per step; an empty
+        field where there is no value, floats written exactly (Python's shortest repr: ``nan``,
+        ``inf`` for the non-finite), booleans as ``True``/``False``. Written atomically to
+        ``path`` when given; the text is returned either way.
+
+        >>> h = History("x")
+        >>> h.log_step(step=1, epoch=0, loss=0.1, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
+        ...            swallowed=0.0, lr=0.1, grad_norm=None, fault="nonfinite_batch,nonfinite_loss")
+        >>> print(h.to_csv(), end="")
+        step,epoch,loss,accuracy,scale,skipped,flushed,swallowed,lr,grad_norm,fault,eval_epoch,train_loss,test_loss,test_accuracy
+        1,0,0.1,0.5,1.0,False,0.0,0.0,0.1,,"nonfinite_batch,nonfinite_loss",,,,
+        """
+        t = self.table()
+        buf = io.StringIO()
+        out = csv.writer(buf, lineterminator="\n")
+        out.writerow(CSV_FIELDS)
+        for i in range(len(t["step"])):
+            out.writerow([_csv_value(t[k][i]) for k in CSV_FIELDS])
+        text = buf.getvalue()
+        if path is not None:
+            write_atomic(path, text)
+        return text
+
+    def to_pandas(self) -> Any:
+        """The tidy table (:meth:`table`) as a pandas DataFrame, one row per step: numbers as
+        float64 (NaN where there is no value; ``step`` as int64), ``skipped`` as bool (False on a
+        row of an evaluation alone), ``fault`` as text.
+
+        >>> h = History("x")
+        >>> h.log_step(step=1, epoch=0, loss=0.5, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
+        ...            swallowed=0.0, lr=0.1, grad_norm=None)
+        >>> df = h.to_pandas(); df.shape, float(df["loss"].iloc[0]), bool(df["test_loss"].isna().all())
+        ((1, 15), 0.5, True)
+        """
+        try:
+            import pandas as pd  # type: ignore[import-untyped,unused-ignore]
+        except ImportError as e:
+            raise ImportError("History.to_pandas needs pandas: pip install pandas") from e
+        t = self.table()
+        columns: dict[str, Any] = {}
+        for k in CSV_FIELDS:
+            if k == "fault":
+                columns[k] = [("" if v is None else str(v)) for v in t[k]]
+            elif k == "skipped":
+                columns[k] = np.array([bool(v) for v in t[k]], dtype=bool)
+            elif k == "step":
+                columns[k] = np.array([int(v) for v in t[k]], dtype=np.int64)
+            else:
+                columns[k] = _floats(t[k])
+        return pd.DataFrame(columns, columns=list(CSV_FIELDS))
+
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write to ``path``: ``.json`` (everything) or ``.npz`` (columns as arrays, the rest as JSON).
+        """Write to ``path``: ``.json`` (everything), ``.npz`` (columns as arrays, the rest as JSON)
+        or ``.csv`` (the per-step table only: see :meth:`to_csv`).
 
         >>> import tempfile, os
         >>> with tempfile.TemporaryDirectory() as d:
@@ -286,8 +411,10 @@ class History:
             rest = {"label": d["label"], "meta": d["meta"], "histograms": d["histograms"]}
             arrays = {"json": np.array(json.dumps(rest, allow_nan=False)), **arrays}
             write_atomic(p, lambda fh: np.savez(fh, **arrays))
+        elif p.suffix == ".csv":
+            self.to_csv(p)
         else:
-            raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
+            raise ValueError(f"history file {str(p)!r}: expected a .json, .npz or .csv name")
         return p
 
     @classmethod
@@ -296,6 +423,11 @@ class History:
         foreign file is one ValueError naming it, and so is anything but a regular file and an
         .npz whose members would inflate past :data:`floatlab.io.MAX_BYTES`."""
         p = Path(path)
+        if p.suffix == ".csv":
+            raise ValueError(
+                f"history file {str(p)!r}: a CSV holds the per-step table only; load the run's .json "
+                "or .npz (or read the CSV with pandas.read_csv)"
+            )
         if p.suffix not in (".json", ".npz"):
             raise ValueError(f"history file {str(p)!r}: expected a .json or .npz name")
         if not p.is_file():
@@ -339,6 +471,19 @@ def _column_length(columns: dict[str, Any], what: str) -> int:
     return next(iter(lengths.values()), 0)
 
 
+def _csv_value(v: Any) -> str:
+    """One CSV field: "" for None, exact floats (shortest repr), ``True``/``False``, text as is."""
+    if v is None:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)
+
+
 def _floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
@@ -361,8 +506,9 @@ def compare(
     *,
     title: str | None = None,
 ) -> Figure:
-    """Plot the runs side by side: training loss, test accuracy, loss scale, and the shares of
-    flushed gradients and swallowed updates; save to ``path`` when given.
+    """Plot the runs side by side: training loss, test accuracy (for character models: validation
+    bits per character), loss scale, and the shares of flushed gradients and swallowed updates;
+    save to ``path`` when given.
 
     >>> import tempfile, os
     >>> h = History("a"); h.log_step(step=1, epoch=0, loss=1.0, accuracy=0.5, scale=1.0, skipped=False,
@@ -379,6 +525,7 @@ def compare(
         matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure as _Figure
 
+    text = all(h.is_text for h in histories)
     fig = _Figure(figsize=(16, 4.2), layout="constrained")
     axes = fig.subplots(1, 4)
     for i, h in enumerate(histories):
@@ -388,7 +535,7 @@ def compare(
         if h.evals["epoch"]:
             axes[1].plot(
                 h.eval_column("step"),
-                100 * h.eval_column("test_accuracy"),
+                h.eval_column("test_loss") / math.log(2.0) if text else 100 * h.eval_column("test_accuracy"),
                 marker="o",
                 ms=3,
                 color=color,
@@ -398,7 +545,7 @@ def compare(
         axes[3].plot(steps, h.column("flushed"), color=color, label=f"{h.label} flushed", lw=1)
         axes[3].plot(steps, h.column("swallowed"), color=color, label=f"{h.label} swallowed", lw=1, ls="--")
     axes[0].set(title="training loss", xlabel="step")
-    axes[1].set(title="test accuracy (%)", xlabel="step")
+    axes[1].set(title="validation bits per character" if text else "test accuracy (%)", xlabel="step")
     axes[2].set(title="loss scale", xlabel="step", yscale="log")
     axes[3].set(title="gradients flushed / updates swallowed", xlabel="step", ylim=(-0.02, 1.02))
     for ax in axes:
