@@ -183,8 +183,8 @@ def test_history_save_and_load(tmp_path: Path) -> None:
         assert back.label == h.label
         assert back.histograms.keys() == h.histograms.keys()
         assert back.meta == h.meta
-    with pytest.raises(ValueError, match=r"expected a \.json or \.npz name"):
-        h.save(tmp_path / "h.csv")
+    with pytest.raises(ValueError, match=r"expected a \.json, \.npz or \.csv name"):
+        h.save(tmp_path / "h.txt")
     with pytest.raises(ValueError, match="log_step: missing"):
         h.log_step(step=1)
     with pytest.raises(ValueError, match="unknown history column"):

@@ -20,7 +20,10 @@ from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
 from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
 from floatlab.train.precision import Precision
+from floatlab.train.sample import sample
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
+from floatlab.train.seeds import paired_gap, run_seeds
+from floatlab.train.text import load_text
 from floatlab.train.trainer import StepStats, TrainConfig, Trainer, make_scaler, train
 
 __all__ = [
@@ -54,9 +57,13 @@ __all__ = [
     "global_norm",
     "load_checkpoint",
     "load_digits",
+    "load_text",
     "make_scaler",
     "make_underflow_task",
+    "paired_gap",
     "policy_names",
+    "run_seeds",
+    "sample",
     "save_checkpoint",
     "train",
 ]
