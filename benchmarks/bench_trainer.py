@@ -1,29 +1,43 @@
 """Training-step throughput: floatlab's NumPy trainer against PyTorch on the CPU, in one run.
 
-The model is the 784-256-256-10 ReLU MLP with softmax cross-entropy, batch 128, SGD with
-momentum, on random 784-dim inputs (the shape of MNIST; the digits that ship with
-scikit-learn are 8x8). One step is forward, loss, backward and the optimizer update:
+Two models, each timed as one step = forward, loss, backward and the optimizer update (SGD with
+momentum 0.9):
 
-* floatlab fp32 and mixed-fp16 (fp16 tensor-core GEMMs simulated with float32 BLAS, fp32 master
-  weights, dynamic loss scaling), plus mixed-bf16 and pure fp16 for reference;
-* torch fp32, and torch with bf16 autocast (``torch.autocast("cpu", dtype=torch.bfloat16)``).
+* the 784-256-256-10 ReLU MLP with softmax cross-entropy, batch 128, on random 784-dim inputs
+  (the shape of MNIST; the digits that ship with scikit-learn are 8x8): floatlab fp32,
+  mixed-fp16 (fp16 tensor-core GEMMs simulated with float32 BLAS, fp32 master weights, dynamic
+  loss scaling), mixed-bf16 and pure fp16, against torch fp32 and torch with bf16 autocast
+  (``torch.autocast("cpu", dtype=torch.bfloat16)``); writes ``benchmarks/results/trainer.md``;
+* the decoder-only transformer language model at its default size (4 layers, width 128, 4 heads,
+  context 64, vocabulary 65, batch 32 sequences of 64 tokens): floatlab fp32, mixed-fp16,
+  mixed-bf16, pure fp16 and pure bf16, against the same model in torch fp32 (written with
+  ``torch.nn.functional``: causal ``scaled_dot_product_attention``, and once more with the
+  attention spelled out as a masked softmax, as floatlab computes it); torch runs on as many
+  threads as numpy's BLAS (found with threadpoolctl when it is installed; ``--threads`` sets
+  both). A cProfile run of floatlab's fp32 and mixed-fp16 steps says where the time goes.
+  Writes ``benchmarks/results/trainer-transformer.md``.
 
 Each variant runs in a process of its own (so that no two sets of thread pools compete), in
 rounds that interleave the variants in time, so that the noise of shared cores hits them alike;
 the tables give steps per second at the best and the median block, and the ratios the issue
-asks for. Writes ``benchmarks/results/trainer.md``.
+asks for (of the median times).
 
-    python benchmarks/bench_trainer.py
+    python benchmarks/bench_trainer.py                        # both models
+    python benchmarks/bench_trainer.py --model transformer --threads 1
+    python benchmarks/bench_trainer.py --quick                # a short run that writes nothing
     python benchmarks/bench_trainer.py --rounds 2 --blocks 3 --steps 10
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import importlib.util
 import itertools
 import json
+import os
+import pstats
 import subprocess
 import sys
 import time
@@ -34,12 +48,43 @@ import numpy as np
 from _common import Table, write_results
 
 import floatlab.train as ft
+from floatlab.train.seq_layers import BLOCK_PARAMS
+from floatlab.train.transformer import TransformerLM
 
 SIZES = (784, 256, 256, 10)
 BATCH = 128
+# the transformer's default size, and its batch of sequences
+LM = {"context": 64, "vocab": 65, "layers": 4, "d_model": 128, "heads": 4}
+LM_BATCH = 32
+LM_RESULTS = "trainer-transformer"  # benchmarks/results/trainer-transformer.md
+
+Step = Callable[[], object]
+_LIMITS: list[Any] = []
 
 
-def floatlab_step(policy: str, x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> Callable[[], object]:
+def blas_threads() -> int | None:
+    """The thread count of numpy's BLAS (threadpoolctl), or None when that cannot be found."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    counts = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
+    return max(counts) if counts else None
+
+
+def set_threads(n: int | None) -> int | None:
+    """Limit numpy's BLAS to ``n`` threads (when threadpoolctl is there); return the count in use."""
+    if n is not None:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return None
+        # kept for the whole process: the limit holds while the object lives
+        _LIMITS.append(threadpool_limits(limits=n, user_api="blas"))
+    return blas_threads()
+
+
+def floatlab_step(policy: str, x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> Step:
     """One trainer step of ``policy`` on the batch ``(x, y)``."""
     model = ft.MLP(SIZES[0], SIZES[1:-1], SIZES[-1])
     data = ft.Dataset("random", x, y, x, y, SIZES[-1])
@@ -47,7 +92,7 @@ def floatlab_step(policy: str, x: np.ndarray[Any, Any], y: np.ndarray[Any, Any])
     return lambda: tr.train_step(x, y)
 
 
-def torch_step(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], autocast: bool) -> Callable[[], object]:
+def torch_step(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], autocast: bool) -> Step:
     import torch
 
     torch.manual_seed(0)
@@ -75,7 +120,70 @@ def torch_step(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], autocast: bool)
     return step
 
 
-VARIANTS: dict[str, Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], Callable[[], object]]] = {
+def lm_floatlab_step(policy: str, x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> Step:
+    """One trainer step of the default transformer under ``policy`` on the tokens ``(x, y)``."""
+    data = ft.Dataset("random", x, y, x, y, LM["vocab"])
+    tr = ft.Trainer(TransformerLM(**LM), data, policy, optimizer=ft.SGD(lr=0.01, momentum=0.9), seed=0)
+    return lambda: tr.train_step(x, y)
+
+
+def lm_torch_step(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], sdpa: bool) -> Step:
+    """The same transformer in torch fp32: the weights floatlab starts from (transposed where
+    torch's linear layers keep ``(out, in)``), the same ops, SGD with momentum."""
+    import torch
+
+    F = torch.nn.functional
+    m = TransformerLM(**LM)
+    init = m.init(np.random.default_rng([0, 0]))
+    # torch's linear layers keep their weights as (out, in): the transposes of floatlab's
+    linear = {"Wqkv", "Wo", "W1", "W2"}
+    w = {
+        k: torch.nn.Parameter(
+            torch.from_numpy(np.ascontiguousarray(v.T) if k.split(".")[-1] in linear else v)
+        )
+        for k, v in init.items()
+    }
+    opt = torch.optim.SGD(w.values(), lr=0.01, momentum=0.9)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    n, t = x.shape
+    d, nh = m.d_model, m.heads
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        if sdpa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = (q @ k.transpose(-1, -2)) * (d // nh) ** -0.5
+        return torch.softmax(s.masked_fill(~causal, float("-inf")), -1) @ v
+
+    def loss_fn() -> Any:
+        h = F.embedding(tx, w["tok"]) + w["pos"][:t]
+        for i in range(m.layers):
+            p = {k: w[f"h{i}.{k}"] for k in BLOCK_PARAMS}
+            a = F.layer_norm(h, (d,), p["ln1_g"], p["ln1_b"])
+            q, k, v = (
+                z.view(n, t, nh, d // nh).transpose(1, 2)
+                for z in F.linear(a, p["Wqkv"], p["bqkv"]).split(d, -1)
+            )
+            h = h + F.linear(attend(q, k, v).transpose(1, 2).reshape(n, t, d), p["Wo"], p["bo"])
+            b = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"])
+            h = h + F.linear(F.gelu(F.linear(b, p["W1"], p["b1"]), approximate="tanh"), p["W2"], p["b2"])
+        hf = F.layer_norm(h, (d,), w["lnf_g"], w["lnf_b"])
+        return F.cross_entropy(F.linear(hf, w["tok"]).view(-1, m.vocab), ty.view(-1))  # tied output
+
+    def step() -> object:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+Data = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
+Maker = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], Step]
+
+VARIANTS: dict[str, Maker] = {
     "floatlab fp32": lambda x, y: floatlab_step("fp32", x, y),
     "floatlab mixed-fp16": lambda x, y: floatlab_step("mixed-fp16", x, y),
     "floatlab mixed-bf16": lambda x, y: floatlab_step("mixed-bf16", x, y),
@@ -83,15 +191,40 @@ VARIANTS: dict[str, Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], Calla
     "torch fp32": lambda x, y: torch_step(x, y, autocast=False),
     "torch bf16 autocast": lambda x, y: torch_step(x, y, autocast=True),
 }
+LM_VARIANTS: dict[str, Maker] = {
+    "floatlab fp32": lambda x, y: lm_floatlab_step("fp32", x, y),
+    "floatlab mixed-fp16": lambda x, y: lm_floatlab_step("mixed-fp16", x, y),
+    "floatlab mixed-bf16": lambda x, y: lm_floatlab_step("mixed-bf16", x, y),
+    "floatlab fp16 (pure)": lambda x, y: lm_floatlab_step("fp16", x, y),
+    "floatlab bf16 (pure)": lambda x, y: lm_floatlab_step("bf16", x, y),
+    "torch fp32": lambda x, y: lm_torch_step(x, y, sdpa=True),
+    "torch fp32, attention spelled out": lambda x, y: lm_torch_step(x, y, sdpa=False),
+}
 
 
-def measure(name: str, blocks: int, steps: int) -> list[float]:
-    """Seconds per step of one variant: ``blocks`` timed blocks of ``steps`` steps after a warm-up."""
+def batch(model: str) -> Data:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((BATCH, SIZES[0]), dtype=np.float32)
-    y = rng.integers(0, SIZES[-1], BATCH)
-    fn = VARIANTS[name](x, y)
-    for _ in range(5):  # warm-up: compilation, BLAS buffers, allocator
+    if model == "transformer":
+        tokens = rng.integers(0, LM["vocab"], (LM_BATCH, LM["context"] + 1))
+        return np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])  # next tokens
+    return rng.standard_normal((BATCH, SIZES[0]), dtype=np.float32), rng.integers(0, SIZES[-1], BATCH)
+
+
+def make_step(model: str, name: str, threads: int | None) -> Step:
+    """The step of variant ``name``; torch gets as many threads as numpy's BLAS has."""
+    used = set_threads(threads)
+    if name.startswith("torch"):
+        import torch
+
+        torch.set_num_threads(used or threads or torch.get_num_threads())
+    x, y = batch(model)
+    return (LM_VARIANTS if model == "transformer" else VARIANTS)[name](x, y)
+
+
+def measure(model: str, name: str, blocks: int, steps: int, threads: int | None) -> dict[str, Any]:
+    """Seconds per step of one variant: ``blocks`` timed blocks of ``steps`` steps after a warm-up."""
+    fn = make_step(model, name, threads)
+    for _ in range(3 if model == "transformer" else 5):  # warm-up: compilation, BLAS buffers, allocator
         fn()
     out = []
     gc.disable()
@@ -101,40 +234,126 @@ def measure(name: str, blocks: int, steps: int) -> list[float]:
             fn()
         out.append((time.perf_counter() - t0) / steps)
     gc.enable()
-    return out
+    info: dict[str, Any] = {"times": out, "blas_threads": blas_threads()}
+    if name.startswith("torch"):
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    return info
+
+
+#: where a function's time goes in the breakdown (by its file and name; cumulative times, which
+#: do not nest: none of these calls another)
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("GEMMs (BLAS, epilogue, output rounding)", "precision.py", "matmul"),
+    ("GELU forward + backward", "model.py", "gelu_"),
+    ("LayerNorm forward + backward", "model.py", "layer_norm_"),
+    ("softmax forward + backward", "model.py", "softmax_"),
+    ("cross-entropy", "model.py", "cross_entropy_"),
+    ("weight casts", "precision.py", "weights"),
+    ("optimizer and update", "optim.py", "propose"),
+    ("optimizer and update", "trainer.py", "_apply"),
+)
+
+
+def breakdown(policy: str, steps: int, threads: int | None) -> dict[str, float]:
+    """Milliseconds per step of the transformer's parts under ``policy`` (cProfile)."""
+    fn = make_step("transformer", f"floatlab {policy}", threads)
+    for _ in range(3):
+        fn()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(steps):
+        fn()
+    prof.disable()
+    total = (time.perf_counter() - t0) / steps
+    stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    parts: dict[str, float] = {}
+    for (file, _, func), (_, _, _, cum, _) in stats.items():
+        for part, f, prefix in PARTS:
+            if file.endswith(os.sep + f) and func.startswith(prefix):
+                parts[part] = parts.get(part, 0.0) + cum / steps
+    parts["everything else (embedding, attention plumbing, residual adds, bias gradients, checks)"] = (
+        total - sum(parts.values())
+    )
+    return {"total": total, **parts}
+
+
+def run_variant(args: argparse.Namespace, *extra: str) -> Any:
+    """Run this script on one variant in a fresh process and return what it printed (JSON)."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--model",
+        args.model,
+        "--blocks",
+        str(args.blocks),
+        "--steps",
+        str(args.steps),
+    ]
+    if args.threads is not None:
+        cmd += ["--threads", str(args.threads)]
+    res = subprocess.run([*cmd, *extra], capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("all", "mlp", "transformer"), default="all", help="default: both")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all variants (default: 3)")
-    ap.add_argument("--blocks", type=int, default=4, help="timed blocks per variant and round (default: 4)")
-    ap.add_argument("--steps", type=int, default=20, help="steps per timed block (default: 20)")
+    ap.add_argument(
+        "--blocks", type=int, help="timed blocks per variant and round (default: 4 MLP, 3 transformer)"
+    )
+    ap.add_argument("--steps", type=int, help="steps per timed block (default: 20 MLP, 3 transformer)")
+    ap.add_argument("--threads", type=int, help="BLAS and torch threads (default: numpy's BLAS count)")
+    ap.add_argument(
+        "--quick", action="store_true", help="1 round of 2 short blocks, no profile; writes nothing"
+    )
     ap.add_argument("--variant", help=argparse.SUPPRESS)  # internal: measure one variant, print JSON
+    ap.add_argument("--breakdown", help=argparse.SUPPRESS)  # internal: profile one policy, print JSON
     args = ap.parse_args()
-    if args.variant:
-        print(json.dumps(measure(args.variant, args.blocks, args.steps)))
+    if args.model == "all" and not (args.variant or args.breakdown):
+        for model in ("mlp", "transformer"):
+            run_model(args, model)
         return
+    set_defaults(args)
+    if args.variant:
+        print(json.dumps(measure(args.model, args.variant, args.blocks, args.steps, args.threads)))
+    elif args.breakdown:
+        print(json.dumps(breakdown(args.breakdown, args.steps, args.threads)))
+    else:
+        run_model(args, args.model)
 
+
+def set_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill in the blocks and steps the model's default (or ``--quick``) run takes."""
+    lm = args.model == "transformer"
+    if args.blocks is None:
+        args.blocks = 2 if args.quick else (3 if lm else 4)
+    if args.steps is None:
+        args.steps = (1 if lm else 5) if args.quick else (3 if lm else 20)
+    return args
+
+
+def run_model(args: argparse.Namespace, model: str) -> None:
+    args = set_defaults(argparse.Namespace(**{**vars(args), "model": model}))
+    lm = model == "transformer"
+    rounds = 1 if args.quick else args.rounds
     have_torch = importlib.util.find_spec("torch") is not None
-    names = [n for n in VARIANTS if have_torch or not n.startswith("torch")]
+    variants = LM_VARIANTS if lm else VARIANTS
+    names = [n for n in variants if have_torch or not n.startswith("torch")]
     times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(args.rounds):
+    threads: dict[str, Any] = {}
+    for r in range(rounds):
         for n in names:
             # a fresh process per variant: thread pools (OpenBLAS, numba's, torch's) of one
             # variant never compete with another's; the rounds interleave the variants in time
-            cmd = [
-                sys.executable,
-                __file__,
-                "--variant",
-                n,
-                "--blocks",
-                str(args.blocks),
-                "--steps",
-                str(args.steps),
-            ]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            times[n] += json.loads(res.stdout.strip().splitlines()[-1])
-            print(f"round {r + 1}/{args.rounds}: {n}: {1 / min(times[n]):.0f} steps/s", file=sys.stderr)
+            info = run_variant(args, "--variant", n)
+            times[n] += info["times"]
+            threads["blas"] = info["blas_threads"]
+            threads.setdefault("torch", info.get("torch_threads"))
+            print(f"{model} round {r + 1}/{rounds}: {n}: {1 / min(times[n]):.1f} steps/s", file=sys.stderr)
 
     best = {k: min(v) for k, v in times.items()}
     med = {k: float(np.median(v)) for k, v in times.items()}
@@ -148,41 +367,101 @@ def main() -> None:
         if a in best and b in best:
             ratios.add(f"{a} / {b}", f"{best[a] / best[b]:.2f}", f"{med[a] / med[b]:.2f}", aim)
 
-    ratio("floatlab fp32", "torch fp32", "<= 1.5")
-    ratio("floatlab mixed-fp16", "floatlab fp32", "<= 1.5")
-    ratio("floatlab mixed-fp16", "torch bf16 autocast", "")
-    ratio("floatlab mixed-bf16", "floatlab fp32", "")
-    ratio("floatlab fp16 (pure)", "floatlab fp32", "")
-
     import numba
-    import torch
 
-    torch_note = (
-        f"torch {torch.__version__} on {torch.get_num_threads()} threads" if have_torch else "no torch"
+    numba_note = (
+        f"numba threads {numba.get_num_threads()} "
+        f"(threading layer: {getattr(numba.config, 'THREADING_LAYER', '?')})"
     )
-    sections = [
-        f"784-256-256-10 ReLU MLP, batch {BATCH}, SGD momentum 0.9, one step = forward + loss + backward + "
-        f"update. Each variant runs in its own process ({args.rounds} rounds over the variants, "
-        f"{args.blocks} blocks of {args.steps} steps each per round); {torch_note}; numba threads "
-        f"{numba.get_num_threads()} (threading layer: {getattr(numba.config, 'THREADING_LAYER', '?')}).",
-        table.markdown(),
-        ratios.markdown(),
-        "mixed-fp16 per step: 6 weight casts to fp16, 4 activation and 7 gradient casts (each a "
-        "`round_array` call, about 0.75 million values in all), the same float32 BLAS GEMMs as fp32, "
-        "loss scaling, the finite check and the counts of flushed gradients and swallowed updates. "
-        "Arrays under 2^18 elements are rounded on one thread (waking the other core costs more than "
-        "it saves, and between GEMMs OpenBLAS's threads and the loop threads would take turns on the "
-        "same cores); float32 -> fp16 round-to-nearest-even uses the CPU's own conversion (F16C), "
-        "float32 -> bf16 round-to-nearest-even one integer add per value; tests check both bit for "
-        "bit against the generic loops.",
-    ]
-    path = write_results(
-        "trainer", "Training-step throughput: floatlab vs PyTorch (CPU)", sections, ["torch"]
-    )
+    torch_version = "no torch"
+    if have_torch:
+        import torch
+
+        torch_version = f"torch {torch.__version__}"
+    if not lm:
+        ratio("floatlab fp32", "torch fp32", "<= 1.5")
+        ratio("floatlab mixed-fp16", "floatlab fp32", "<= 1.5")
+        ratio("floatlab mixed-fp16", "torch bf16 autocast", "")
+        ratio("floatlab mixed-bf16", "floatlab fp32", "")
+        ratio("floatlab fp16 (pure)", "floatlab fp32", "")
+        sections = [
+            f"784-256-256-10 ReLU MLP, batch {BATCH}, SGD momentum 0.9, one step = forward + loss + "
+            f"backward + update. Each variant runs in its own process ({rounds} rounds over the variants, "
+            f"{args.blocks} blocks of {args.steps} steps each per round); {torch_version} on "
+            f"{threads.get('torch')} threads; {numba_note}.",
+            table.markdown(),
+            ratios.markdown(),
+            MLP_NOTE,
+        ]
+        name, title = "trainer", "Training-step throughput: floatlab vs PyTorch (CPU)"
+    else:
+        ratio("floatlab fp32", "torch fp32", "<= 1.3")
+        ratio("floatlab fp32", "torch fp32, attention spelled out", "")
+        ratio("floatlab mixed-fp16", "floatlab fp32", "<= 1.6")
+        ratio("floatlab mixed-bf16", "floatlab fp32", "<= 1.6")
+        ratio("floatlab fp16 (pure)", "floatlab fp32", "")
+        ratio("floatlab bf16 (pure)", "floatlab fp32", "")
+        sections = [
+            f"Decoder-only transformer, {LM['layers']} layers x {LM['d_model']}, {LM['heads']} heads, "
+            f"context {LM['context']}, vocabulary {LM['vocab']} (tied output), batch {LM_BATCH} sequences; "
+            "one step = forward + loss + backward + SGD (momentum 0.9) update. torch runs the same model "
+            "from the same weights (causal `scaled_dot_product_attention`, and once with the attention "
+            f"spelled out as a masked softmax). Each variant runs in its own process ({rounds} rounds "
+            f"over the variants, {args.blocks} blocks of {args.steps} steps each per round); numpy's BLAS "
+            f"on {threads.get('blas')} threads, {torch_version} on {threads.get('torch')} threads; "
+            f"{numba_note}. The cores are shared with other users: the rounds interleave the variants "
+            "so that noise hits them alike, and the ratios are of medians.",
+            table.markdown(),
+            ratios.markdown(),
+        ]
+        if not args.quick:
+            sections.append(breakdown_section(args))
+        name, title = LM_RESULTS, "Training-step throughput: the transformer, floatlab vs PyTorch (CPU)"
     print(table.markdown())
     print()
     print(ratios.markdown())
+    if args.quick:
+        print("\n(--quick: nothing written)")
+        return
+    for extra in sections[3:]:
+        print()
+        print(extra)
+    path = write_results(name, title, sections, ["torch"])
     print(f"\nwritten to {path}")
+
+
+def breakdown_section(args: argparse.Namespace) -> str:
+    """Where floatlab's transformer step spends its time, fp32 and mixed-fp16 (one cProfile run each)."""
+    policies = ("fp32", "mixed-fp16")
+    got = {
+        p: run_variant(argparse.Namespace(**{**vars(args), "steps": 5}), "--breakdown", p) for p in policies
+    }
+    table = Table(["part of the step", *(f"{p} ms" for p in policies), *(f"{p} share" for p in policies)])
+    parts = [k for k in got["fp32"] if k != "total"]
+    for part in parts:
+        ms = [got[p].get(part, 0.0) * 1e3 for p in policies]
+        shares = [got[p].get(part, 0.0) / got[p]["total"] for p in policies]
+        table.add(part, *(f"{v:.1f}" for v in ms), *(f"{v:.0%}" for v in shares))
+    table.add(
+        "whole step (under cProfile)", *(f"{got[p]['total'] * 1e3:.1f}" for p in policies), "100%", "100%"
+    )
+    return (
+        "Where floatlab's step goes (cProfile, 5 steps, cumulative time of each part's functions; the "
+        "GEMM row is `Precision.matmul`: BLAS, the alpha and bias epilogue and the rounding of the "
+        "output):\n\n" + table.markdown()
+    )
+
+
+MLP_NOTE = (
+    "mixed-fp16 per step: 6 weight casts to fp16, 4 activation and 7 gradient casts (each a "
+    "`round_array` call, about 0.75 million values in all), the same float32 BLAS GEMMs as fp32, "
+    "loss scaling, the finite check and the counts of flushed gradients and swallowed updates. "
+    "Arrays under 2^18 elements are rounded on one thread (waking the other core costs more than "
+    "it saves, and between GEMMs OpenBLAS's threads and the loop threads would take turns on the "
+    "same cores); float32 -> fp16 round-to-nearest-even uses the CPU's own conversion (F16C), "
+    "float32 -> bf16 round-to-nearest-even one integer add per value; tests check both bit for "
+    "bit against the generic loops."
+)
 
 
 if __name__ == "__main__":
