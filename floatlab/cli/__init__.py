@@ -36,6 +36,7 @@ from floatlab.cli import (
     formats,
     histogram_cmd,
     lessons_cmd,
+    presets_cmd,
     simulate_cmds,
     train_cmds,
 )
@@ -60,6 +61,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     simulate_cmds,
     histogram_cmd,
     train_cmds,
+    presets_cmd,
     bench_cmd,
     demo,
     lessons_cmd,
