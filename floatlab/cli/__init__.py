@@ -37,6 +37,7 @@ from floatlab.cli import (
     histogram_cmd,
     lessons_cmd,
     sample_cmd,
+    presets_cmd,
     simulate_cmds,
     train_cmds,
 )
@@ -62,6 +63,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     histogram_cmd,
     train_cmds,
     sample_cmd,
+    presets_cmd,
     bench_cmd,
     demo,
     lessons_cmd,

@@ -11,7 +11,10 @@ technique of mixed-precision training:
 * ``fp32_reductions``: accumulate sums (softmax denominators, norm statistics, bias gradients,
   the loss) in fp32 instead of in the working format.
 * ``fp32_ops``: the operations computed in fp32 with one rounding at their output, as
-  autocast's fp32 list: ``"softmax"``, ``"log"``, ``"exp"``, ``"sum"``, ``"norm"``.
+  autocast's fp32 list: ``"softmax"``, ``"log"``, ``"exp"``, ``"sum"``, ``"norm"``, and ``"loss"``,
+  the loss alone (its softmax and log), as frameworks that cast the model's output to fp32
+  before the loss do (Apex O2, fastai, MindSpore O2/O3, Keras); ``"softmax"`` covers the loss's
+  softmax too (see :attr:`Policy.loss_op`).
 * ``batchnorm_fp32``: keep BatchNorm's affine parameters and running statistics in fp32 and
   compute it in fp32 ("all parameters except batchnorm are converted to fp16", the rule of Apex
   O2 and fastai); off, BatchNorm lives in the forward format like every other layer.
@@ -22,7 +25,7 @@ The named policies are the ones users know:
 ['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp64']
 >>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
 mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
-fp32 reductions, fp32 ops exp, log, norm, softmax, sum, BatchNorm in fp32
+fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32
 >>> get_policy("mixed-fp16").replace(loss_scaling="none").name
 'mixed-fp16*'
 """
@@ -45,8 +48,9 @@ __all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get
 
 LossScaling = Literal["none", "static", "dynamic"]
 LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")
-# the ops a policy may keep in fp32 (autocast's fp32 list, as far as these models have them)
-FP32_OPS: frozenset[str] = frozenset({"softmax", "log", "exp", "sum", "norm"})
+# the ops a policy may keep in fp32 (autocast's fp32 list, as far as these models have them);
+# "loss" is the loss's softmax and log alone (a model output cast to fp32 before the loss)
+FP32_OPS: frozenset[str] = frozenset({"softmax", "log", "exp", "sum", "norm", "loss"})
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,17 @@ class Policy:
         """Whether ``op`` is computed in fp32 with one rounding at its output."""
         return op in self.fp32_ops
 
+    @property
+    def loss_op(self) -> str:
+        """The op whose fp32 switch the loss (softmax cross-entropy) follows: ``"loss"`` when it is
+        listed, else ``"softmax"`` (which covers every softmax, the loss's included, as it did
+        before ``"loss"`` existed).
+
+        >>> get_policy("fp16").replace(fp32_ops=frozenset({"loss"})).loss_op, get_policy("fp16").loss_op
+        ('loss', 'softmax')
+        """
+        return "loss" if "loss" in self.fp32_ops else "softmax"
+
     def replace(self, **changes: Any) -> Policy:
         """A copy with ``changes``; its name gets a ``*`` unless a new ``name`` is given.
 
@@ -168,7 +183,9 @@ class Policy:
         if self.loss_scaling == "dynamic":
             parts.append(f"dynamic loss scaling ({self.scaler})")
         elif self.loss_scaling == "static":
-            parts.append(f"static loss scale {self.static_scale:g}")
+            # a static scale follows the overflow rule of the scaler preset it names (skip or take)
+            rule = "" if self.scaler == "torch" else f" ({self.scaler})"
+            parts.append(f"static loss scale {self.static_scale:g}{rule}")
         else:
             parts.append("no loss scaling")
         if not self.is_wide:
@@ -293,7 +310,7 @@ def get_policy(policy: str | Policy) -> Policy:
 
 
 def parse_fp32_ops(text: str | Iterable[str]) -> frozenset[str]:
-    """``"softmax,log"`` or ``"all"`` or ``"none"`` -> a set of op names.
+    """``"softmax,log"`` or ``"all"`` or ``"none"`` -> a set of op names (from :data:`FP32_OPS`).
 
     >>> sorted(parse_fp32_ops("softmax, norm"))
     ['norm', 'softmax']

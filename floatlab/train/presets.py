@@ -1,0 +1,422 @@
+"""The frameworks' mixed-precision recipes as presets: a precision policy and a loss scaler each.
+
+A :class:`Preset` is data: a name, the source it follows (a framework's file, or the talk), and the
+:class:`~floatlab.train.policy.Policy` that says which formats the step uses, whether there are
+fp32 master weights, which ops and BatchNorm stay in fp32 and which loss scaler runs. The policy
+names its scaler through ``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.scaler.SCALER_PRESETS`
+entry) and ``static_scale``, so a preset *is* a policy: ``Trainer(..., policy=preset.make_policy())``
+trains the way the framework does, as far as floatlab's op set can say it (the docs page
+"Framework presets" lists what is simulated and what is not).
+
+>>> [p.name for p in presets()][:4]
+['torch-amp', 'keras', 'tf2-keras', 'tf1-static-128']
+>>> p = get_preset("apex-O2")
+>>> p.make_policy().master_weights, p.make_policy().batchnorm_fp32, p.make_scaler().max_scale == 2.0**24
+(True, True, True)
+>>> preset_overrides(p, p.make_policy().replace(master_weights=False))
+['master weights off (apex-O2: on)']
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from floatlab.formats import FP16, FP32
+from floatlab.train._checks import shown
+from floatlab.train.policy import FP32_OPS, LossScaling, Policy
+from floatlab.train.scaler import LossScaler
+
+__all__ = ["Preset", "PresetScaler", "get_preset", "preset_names", "preset_overrides", "presets"]
+
+
+class PresetScaler(NamedTuple):
+    """A preset's loss scaler in numbers: ``kind`` ``"none"``, ``"static"`` or ``"dynamic"``;
+    ``min_scale`` and ``max_scale`` are None where there is no floor or no cap, and
+    ``growth_interval`` None where the scale never grows; ``skips_overflow`` says whether a step
+    whose gradients overflow is skipped.
+
+    >>> get_preset("torch-amp").scaler.growth_interval
+    2000
+    """
+
+    kind: str
+    name: str
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int | None
+    min_scale: float | None
+    max_scale: float | None
+    skips_overflow: bool
+    fp32_scale: bool
+    limit_rule: str
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One framework's recipe: ``policy`` holds all of it (formats, master weights, fp32 ops,
+    BatchNorm, loss scaler); ``source`` cites what it follows; ``notes`` says what floatlab
+    simulates of it and what it does not.
+
+    >>> get_preset("mindspore-O3").make_policy().describe()  # doctest: +ELLIPSIS
+    'mindspore-O3: forward fp16, backward fp16, fp32 master weights, no loss scaling, ...'
+    """
+
+    name: str
+    title: str
+    source: str
+    policy: Policy
+    notes: str = ""
+
+    def make_policy(self) -> Policy:
+        """The precision policy (named after the preset) to train with.
+
+        >>> get_preset("fastai").make_policy().name
+        'fastai'
+        """
+        return self.policy
+
+    def make_scaler(self) -> LossScaler:
+        """A fresh loss scaler with the framework's rules (what the policy's scaler fields ask for).
+
+        >>> s = get_preset("mindspore-fixed-128-nodrop").make_scaler()
+        >>> s.scale, s.is_dynamic, s.skips_nonfinite
+        (128.0, False, False)
+        """
+        p = self.policy
+        return LossScaler.for_policy(p.loss_scaling, p.scaler, p.static_scale)
+
+    @property
+    def scaler(self) -> PresetScaler:
+        """The loss scaler's settings in numbers (see :class:`PresetScaler`).
+
+        >>> get_preset("apex-O3").scaler.kind
+        'none'
+        """
+        s = self.make_scaler()
+        if not s.enabled:
+            return PresetScaler("none", "none", 1.0, 1.0, 1.0, None, None, None, False, True, "clamp")
+        if not s.is_dynamic:
+            return PresetScaler(
+                "static",
+                s.name,
+                s.scale,
+                1.0,
+                1.0,
+                None,
+                None,
+                None,
+                s.skips_nonfinite,
+                s.fp32_scale,
+                "clamp",
+            )
+        return PresetScaler(
+            "dynamic",
+            s.name,
+            s.scale,
+            s.growth_factor,
+            s.backoff_factor,
+            s.growth_interval,
+            s.min_scale if s.min_scale > 0 else None,
+            s.max_scale if math.isfinite(s.max_scale) else None,
+            s.skips_nonfinite,
+            s.fp32_scale,
+            s.limit_rule,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data: the formats, master weights, BatchNorm, fp32 reductions and ops,
+        the scaler's settings (None for no floor, no cap, no growth) and the whole policy.
+
+        >>> d = get_preset("apex-O2").to_dict()
+        >>> d["forward"], d["scaler"]["kind"], d["scaler"]["max_scale"], d["scaler"]["min_scale"]
+        ('fp16', 'dynamic', 16777216.0, None)
+        """
+        p = self.policy
+        return {
+            "name": self.name,
+            "title": self.title,
+            "source": self.source,
+            "forward": p.forward.name,
+            "backward": p.backward.name,
+            "master_weights": p.master_weights,
+            "batchnorm_fp32": p.batchnorm_fp32,
+            "fp32_reductions": p.fp32_reductions,
+            "fp32_ops": sorted(p.fp32_ops),
+            "scaler": self.scaler._asdict(),
+            "notes": self.notes,
+            "policy": p.to_dict(),
+        }
+
+
+# ---- the presets ----------------------------------------------------------------------------------
+_ALL_OPS = FP32_OPS
+
+
+def _fp16(
+    name: str,
+    *,
+    master: bool = True,
+    ops: frozenset[str] | set[str] = _ALL_OPS,
+    batchnorm_fp32: bool = True,
+    scaling: LossScaling = "none",
+    scaler: str = "torch",
+    static_scale: float = 2.0**10,
+) -> Policy:
+    """An fp16 policy. fp32 reductions are on in every preset: the frameworks' fp16 kernels
+    (softmax, norms, sums, GEMMs) accumulate in fp32 and round once at their output."""
+    return Policy(
+        name,
+        forward=FP16,
+        backward=FP16,
+        master_weights=master,
+        loss_scaling=scaling,
+        scaler=scaler,
+        static_scale=static_scale,
+        fp32_reductions=True,
+        fp32_ops=frozenset(ops),
+        batchnorm_fp32=batchnorm_fp32,
+    )
+
+
+def _fp32(name: str) -> Policy:
+    # O0: nothing is cast, the model's own weights are updated (no separate master copy)
+    return Policy(name, forward=FP32, backward=FP32, master_weights=False)
+
+
+_APEX = "NVIDIA/apex apex/amp/frontend.py class {0}; apex/amp/scaler.py LossScaler"
+_MS = "mindspore/python/mindspore/train/amp.py _config_level['{0}']"
+_LOSS_IN_FP32 = {"loss"}
+
+_PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "torch-amp",
+        "PyTorch autocast + GradScaler",
+        "torch autocast op lists (docs: amp, 'CUDA Ops that can autocast to float32'); "
+        "torch/amp/grad_scaler.py GradScaler",
+        _fp16("torch-amp", scaling="dynamic", scaler="torch"),
+        "GEMMs in fp16 with fp32 accumulation; autocast's fp32 list (softmax, log_softmax, layer_norm, "
+        "exp, log, pow, sum, losses) in fp32; fp32 weights cast per op. floatlab stores every activation "
+        "in fp16 where autocast keeps an fp32-list op's output (and the residual stream) in fp32.",
+    ),
+    Preset(
+        "keras",
+        "Keras 3 mixed_float16 + LossScaleOptimizer",
+        "keras/src/optimizers/loss_scale_optimizer.py; keras/src/layers/normalization/*.py; "
+        "TensorFlow mixed precision guide (final softmax with dtype='float32')",
+        _fp16("keras", ops={"norm", "loss"}, scaling="dynamic", scaler="keras"),
+        "Layers compute in fp16 on fp32 variables; LayerNormalization and BatchNormalization compute in "
+        "fp32; the final softmax and the loss in fp32; attention's softmax in fp16. Keras 3's scale has "
+        "no floor and may grow to inf in fp32 (floatlab stops it at 2^127).",
+    ),
+    Preset(
+        "tf2-keras",
+        "TensorFlow 2 tf.keras mixed_float16 + LossScaleOptimizer",
+        "keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.15) _DynamicLossScaleState",
+        _fp16("tf2-keras", ops={"norm", "loss"}, scaling="dynamic", scaler="tf2"),
+        "As keras, with tf.keras's scaler: 2^15, x2 after 2000 clean steps, /2 on overflow, never below 1.",
+    ),
+    Preset(
+        "tf1-static-128",
+        "NVIDIA 2018 recipe in TensorFlow 1, static loss scale 128",
+        "NVIDIA GTC 2018 S81012 'Training Neural Networks with Mixed Precision: Real Examples'; "
+        "NVIDIA Mixed Precision Training guide (float32_variable_storage_getter, loss * loss_scale)",
+        _fp16("tf1-static-128", scaling="static", scaler="tf1-static", static_scale=128.0),
+        "fp16 compute on fp32 variables (a custom getter), reductions and softmax in fp32, the loss "
+        "multiplied by 128 and the gradients divided by 128 with no overflow check: an overflowing step "
+        "reaches the weights.",
+    ),
+    Preset(
+        "apex-O0",
+        "NVIDIA Apex amp O0: pure fp32",
+        _APEX.format("O0"),
+        _fp32("apex-O0"),
+        "fp32 throughout; loss_scale 1.0 is a static scale whose overflow is never checked: no scaling.",
+    ),
+    Preset(
+        "apex-O1",
+        "NVIDIA Apex amp O1: patched function lists",
+        _APEX.format("O1") + "; apex/amp/lists/{functional,torch}_overrides.py",
+        _fp16("apex-O1", scaling="dynamic", scaler="apex"),
+        "FP16_FUNCS (linear, conv, matmul) in fp16, FP32_FUNCS (softmax, log_softmax, layer_norm, exp, "
+        "log, pow, sum, norm, losses) in fp32, fp32 model weights; floatlab's op set stands for the "
+        "full lists and, unlike O1, stores every op output in fp16.",
+    ),
+    Preset(
+        "apex-O2",
+        "NVIDIA Apex amp O2: fp16 model, fp32 BatchNorm and master weights",
+        _APEX.format("O2") + "; apex/amp/_initialize.py (output cast to fp32)",
+        _fp16("apex-O2", ops=_LOSS_IN_FP32, scaling="dynamic", scaler="apex"),
+        "model.half() except BatchNorm; fp32 master weights; the model's output is cast to fp32, so the "
+        "loss is fp32; softmax and layer norm inside the model in fp16.",
+    ),
+    Preset(
+        "apex-O3",
+        "NVIDIA Apex amp O3: pure fp16",
+        _APEX.format("O3") + "; apex/amp/_initialize.py (output cast to fp32)",
+        _fp16("apex-O3", master=False, ops=_LOSS_IN_FP32, batchnorm_fp32=False),
+        "model.half() with BatchNorm; no master weights; loss_scale 1.0 (unchecked: no scaling); the "
+        "output is cast to fp32 before the loss.",
+    ),
+    Preset(
+        "fastai",
+        "fastai v1 to_fp16 (MixedPrecision callback)",
+        "fastai v1 fastai/callbacks/fp16.py MixedPrecision; fastai/train.py to_fp16; "
+        "fastai/torch_core.py model2half",
+        _fp16("fastai", ops=_LOSS_IN_FP32, scaling="dynamic", scaler="fastai"),
+        "model2half: every parameter fp16 except BatchNorm's; fp32 master copies; output to fp32 before "
+        "the loss (loss_fp32). Scale 2^16, /2 on overflow while above 1, x2 after 1000 clean steps "
+        "while below 2^24; at scale 1 an overflowing step is applied. fastai still calls the optimizer "
+        "on an overflowing step with zero gradients (momentum and weight decay act); floatlab skips it.",
+    ),
+    Preset(
+        "mindspore-O0",
+        "MindSpore amp O0: fp32",
+        _MS.format("O0"),
+        _fp32("mindspore-O0"),
+        "No cast, no loss scale manager.",
+    ),
+    Preset(
+        "mindspore-O1",
+        "MindSpore amp O1: white-list ops in fp16",
+        _MS.format("O1") + "; AMP_WHITE_LIST",
+        _fp16("mindspore-O1"),
+        "Dense, MatMul, BatchMatMul, Conv and ReLU cells in fp16 (outputs cast back to fp32), the rest in "
+        "fp32; parameters fp32; no loss scale manager. floatlab stores every activation in fp16.",
+    ),
+    Preset(
+        "mindspore-O2",
+        "MindSpore amp O2: fp16 network, BatchNorm and LayerNorm fp32, dynamic loss scale",
+        _MS.format("O2") + "; AMP_BLACK_LIST; train/loss_scale_manager.py DynamicLossScaleManager",
+        _fp16("mindspore-O2", ops={"norm", "loss"}, scaling="dynamic", scaler="mindspore"),
+        "network.to_float(fp16) except the black list (BatchNorm1d/2d/3d, LayerNorm); parameters stay "
+        "fp32 (cast at use); the loss in fp32 (WithLossCell casts the output). The scale is not capped: "
+        "in MindSpore it could grow to inf in fp32, floatlab stops it at 2^127.",
+    ),
+    Preset(
+        "mindspore-O3",
+        "MindSpore amp O3: fp16 network, BatchNorm too",
+        _MS.format("O3"),
+        _fp16("mindspore-O3", ops=_LOSS_IN_FP32, batchnorm_fp32=False),
+        "network.to_float(fp16) with keep_batchnorm_fp32=False; parameters stay fp32 (MindSpore casts "
+        "them at use: fp32 master weights); the loss in fp32; no loss scale manager.",
+    ),
+    Preset(
+        "mindspore-fixed-128",
+        "MindSpore O2 with FixedLossScaleManager(128)",
+        "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager "
+        "(drop_overflow_update=True); nn.FixedLossScaleUpdateCell",
+        _fp16(
+            "mindspore-fixed-128",
+            ops={"norm", "loss"},
+            scaling="static",
+            scaler="mindspore-fixed",
+            static_scale=128.0,
+        ),
+        "O2's policy with a fixed scale of 128: an overflowing step is dropped, the scale never changes.",
+    ),
+    Preset(
+        "mindspore-fixed-128-nodrop",
+        "MindSpore O2 with FixedLossScaleManager(128, drop_overflow_update=False)",
+        "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager.get_update_cell "
+        "(None); amp.build_train_network (TrainOneStepCell with sens=128)",
+        _fp16(
+            "mindspore-fixed-128-nodrop",
+            ops={"norm", "loss"},
+            scaling="static",
+            scaler="mindspore-fixed-nodrop",
+            static_scale=128.0,
+        ),
+        "O2's policy with a fixed scale of 128 and no overflow check: an overflowing step is applied.",
+    ),
+)
+_BY_KEY = {p.name.lower(): p for p in _PRESETS}
+
+
+def presets() -> list[Preset]:
+    """Every preset, PyTorch first, then Keras/TensorFlow, Apex, fastai, MindSpore.
+
+    >>> len(presets()), presets()[0].name
+    (15, 'torch-amp')
+    """
+    return list(_PRESETS)
+
+
+def preset_names() -> list[str]:
+    """The presets' names, in :func:`presets` order.
+
+    >>> preset_names()[-1]
+    'mindspore-fixed-128-nodrop'
+    """
+    return [p.name for p in _PRESETS]
+
+
+def get_preset(name: str | Preset) -> Preset:
+    """Look a preset up by name (any case: ``"apex-o2"`` is ``"apex-O2"``); a :class:`Preset` is
+    returned as is.
+
+    >>> get_preset("APEX-o2").name
+    'apex-O2'
+    >>> get_preset("apex-O4")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown preset 'apex-O4': did you mean apex-O3? (known: torch-amp, keras, ...)
+    """
+    if isinstance(name, Preset):
+        return name
+    if not isinstance(name, str):
+        raise ValueError(f"preset {shown(name)}: expected a preset name such as 'apex-O2'")
+    key = name.strip().lower().replace("_", "-")
+    if key in _BY_KEY:
+        return _BY_KEY[key]
+    close = difflib.get_close_matches(key, list(_BY_KEY), n=1, cutoff=0.6)
+    hint = f"did you mean {_BY_KEY[close[0]].name}? " if close else ""
+    raise ValueError(f"unknown preset {shown(name)}: {hint}(known: {', '.join(preset_names())})")
+
+
+def _onoff(v: bool) -> str:
+    return "on" if v else "off"
+
+
+def _ops(ops: frozenset[str]) -> str:
+    return ", ".join(sorted(ops)) if ops else "none"
+
+
+def _scaling(p: Policy) -> str:
+    if p.loss_scaling == "dynamic":
+        return f"dynamic ({p.scaler})"
+    if p.loss_scaling == "static":
+        return f"static {p.static_scale:g} ({p.scaler})"
+    return "none"
+
+
+def preset_overrides(preset: Preset | str, policy: Policy) -> list[str]:
+    """What ``policy`` changes of ``preset``'s policy, one phrase per changed setting (empty when
+    nothing changed): the words a run's description shows after the preset's name, so that an
+    override (``--preset apex-O3 --master-weights on``) is reported, never silently dropped.
+
+    >>> p = get_preset("apex-O3")
+    >>> preset_overrides(p, p.make_policy().replace(master_weights=True, loss_scaling="dynamic"))
+    ['master weights on (apex-O3: off)', 'loss scaling dynamic (torch) (apex-O3: none)']
+    >>> preset_overrides(p, p.make_policy())
+    []
+    """
+    pre = get_preset(preset)
+    a, b = pre.policy, policy
+    words: list[tuple[str, str, str]] = [
+        ("forward", a.forward.name, b.forward.name),
+        ("backward", a.backward.name, b.backward.name),
+        ("master weights", _onoff(a.master_weights), _onoff(b.master_weights)),
+        ("loss scaling", _scaling(a), _scaling(b)),
+        ("fp32 reductions", _onoff(a.fp32_reductions), _onoff(b.fp32_reductions)),
+        ("fp32 ops", _ops(a.fp32_ops), _ops(b.fp32_ops)),
+        ("BatchNorm in fp32", _onoff(a.batchnorm_fp32), _onoff(b.batchnorm_fp32)),
+        ("rounding", a.rounding, b.rounding),
+        ("update rounding", a.update_rounding, b.update_rounding),
+        ("saturating casts", _onoff(a.saturate), _onoff(b.saturate)),
+        ("subnormals", _onoff(a.subnormals), _onoff(b.subnormals)),
+    ]
+    return [f"{label} {new} ({pre.name}: {old})" for label, old, new in words if old != new]
