@@ -21,6 +21,7 @@ LESSONS = (
     "06-mixed-precision-training",
     "07-tensor-cores",
     "08-checking-the-claims",
+    "09-precision-in-a-language-model",
 )
 STRIP_HINT = "strip it with: jupyter nbconvert --clear-output --inplace"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

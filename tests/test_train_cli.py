@@ -126,7 +126,7 @@ def test_checkpoint_and_resume(main: Main, capsys: pytest.CaptureFixture[str], t
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["train", "--precision", "fp61"], "unknown precision policy 'fp61'"),
+        (["train", "--precision", "fp61"], "unknown precision policy or preset 'fp61'"),
         (["train", "--forward", "fp64"], "fp64 for both"),
         (["train", "--master-weights", "maybe"], "expected on or off"),
         (["train", "--fp32-ops", "gemm"], "fp32 ops ['gemm']"),
@@ -360,3 +360,26 @@ def test_help_lists_the_new_options_and_the_sample_command(
     out = capsys.readouterr().out
     for opt in ("--prompt", "--chars", "--temperature", "--seed"):
         assert opt in out
+
+
+def test_a_preset_trains_and_an_override_is_reported(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
+    from floatlab.train.presets import get_preset
+
+    assert main(["train", *SMALL, "--preset", "apex-O3", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(get_preset("apex-O3").make_policy().describe())
+    assert "overrides" not in out
+    assert main(["train", *SMALL, "--preset", "apex-O3", "--master-weights", "on", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("apex-O3*: ")
+    assert "overrides of apex-O3: master weights on (apex-O3: off)" in out
+
+
+def test_compare_takes_presets_beside_policies(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "fp32", "--preset", "apex-O2", "--preset", "mindspore-O3", *SMALL, "-q"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == ["fp32", "apex-O2", "mindspore-O3"]
+    assert main(["compare", "--preset", "apex-O9", *SMALL, "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown precision policy or preset 'apex-O9': did you mean apex-O3?" in err
+    assert err.count("\n") == 1

@@ -36,8 +36,8 @@ from floatlab.cli import (
     formats,
     histogram_cmd,
     lessons_cmd,
-    sample_cmd,
     presets_cmd,
+    sample_cmd,
     simulate_cmds,
     train_cmds,
 )

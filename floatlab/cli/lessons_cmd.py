@@ -17,7 +17,7 @@ own command line shows it), and an empty token is refused.
   lesson                                         title
   01-anatomy-of-a-float.ipynb                    Lesson 1: The anatomy of a float
   ...
-  08-checking-the-claims.ipynb                   Lesson 8: Checking the claims
+  09-precision-in-a-language-model.ipynb         Lesson 9: Precision in a language model
 0
 """
 

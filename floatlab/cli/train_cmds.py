@@ -21,9 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import (
     UI,
@@ -36,6 +35,9 @@ from floatlab.cli._common import (
     style,
     table,
 )
+from floatlab.cli.progress import Progress, eval_line
+from floatlab.cli.progress import num as _num
+from floatlab.cli.progress import pct as _pct
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -48,7 +50,7 @@ from floatlab.text import parse_scale, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
-    from floatlab.train import History, StepStats, TrainConfig, Trainer
+    from floatlab.train import History, TrainConfig, Trainer
 
 __all__ = [
     "NAME",
@@ -67,7 +69,6 @@ NAMES: tuple[str, ...] = ("train", "compare")
 # this module registers several commands; the command list prints their names together
 NAME = ", ".join(NAMES)
 # how the progress bar looks (tqdm's options): it goes away when the run is done
-_BAR: dict[str, Any] = {"unit": "step", "leave": False, "dynamic_ncols": True}
 #: what ``--history`` writes (see floatlab.train.History.save)
 HISTORY_SUFFIXES: tuple[str, ...] = (".json", ".npz", ".csv")
 
@@ -252,95 +253,6 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     return TrainConfig(precision=precision, policy=_overrides(args), **settings)
 
 
-# ---- progress -----------------------------------------------------------------------------------
-def eval_line(label: str, row: dict[str, Any], total: int, *, text: bool = False) -> str:
-    """One evaluation as the progress output shows it (``row``: a row of the history's evaluations).
-
-    >>> row = {"epoch": 1, "step": 32, "test_accuracy": 0.5, "test_loss": 1.25}
-    >>> eval_line("fp16", row, 64)
-    'fp16 step 32/64 (epoch 1): test accuracy 50.00 %, test loss 1.2500'
-    >>> eval_line("fp16", {**row, "test_loss": 2 * math.log(2)}, 64, text=True)
-    'fp16 step 32/64: validation 2.000 bits/char (loss 1.3863)'
-    """
-    from floatlab.train.history import bits_per_char
-
-    head = f"{label} step {row['step']}/{total}"
-    loss = _num(row["test_loss"])
-    if text:
-        return f"{head}: validation {_num(bits_per_char(row['test_loss']), '.3f')} bits/char (loss {loss})"
-    return f"{head} (epoch {row['epoch']}): test accuracy {_pct(row['test_accuracy'])}, test loss {loss}"
-
-
-class Progress:
-    """What a run shows while it trains, on ``stream`` (the command's stderr): on a terminal a tqdm
-    bar (steps done, and the last step's loss and loss scale), and one line per evaluation (see
-    :func:`eval_line`) whether a terminal or not. ``refresh`` is tqdm's ``mininterval``, the
-    least time between two redraws of the bar.
-
-    >>> import io
-    >>> from floatlab.train import History
-    >>> h = History("fp16")
-    >>> h.log_eval(epoch=1, step=2, train_loss=1.0, test_loss=1.25, test_accuracy=0.5)
-    >>> buf = io.StringIO()
-    >>> p = Progress(buf, total=4, label="fp16", tty=False)
-    >>> p.close(h)
-    >>> buf.getvalue()
-    'fp16 step 2/4 (epoch 1): test accuracy 50.00 %, test loss 1.2500\\n'
-    """
-
-    def __init__(
-        self,
-        stream: TextIO,
-        total: int,
-        label: str,
-        *,
-        initial: int = 0,
-        seen: int = 0,
-        text: bool = False,
-        tty: bool | None = None,
-        refresh: float = 0.1,
-    ) -> None:
-        self.stream = stream
-        self.total = total
-        self.label = label
-        self.text = text
-        self.seen = seen  # the evaluations shown (or there before this run: a resumed one's)
-        if tty is None:
-            tty = not getattr(stream, "closed", False) and bool(getattr(stream, "isatty", lambda: False)())
-        self.bar: Any = None
-        if tty:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=total, initial=initial, desc=label, file=stream, mininterval=refresh, **_BAR
-            )
-
-    def step(self, trainer: Trainer, stats: StepStats) -> None:
-        """The trainer's callback: after each step."""
-        self._new_evals(trainer.history)
-        if self.bar is not None:
-            skip = " skipped" if stats.skipped else ""
-            self.bar.set_postfix_str(f"loss {stats.loss:.4f} scale {stats.scale:g}{skip}", refresh=False)
-            self.bar.update(1)
-
-    def close(self, history: History) -> None:
-        """After the run: the evaluations not shown yet, and the bar taken down."""
-        self._new_evals(history)
-        if self.bar is not None:
-            self.bar.close()
-
-    def _new_evals(self, history: History) -> None:
-        rows = history.evals
-        for j in range(self.seen, len(rows["step"])):
-            line = eval_line(self.label, {k: v[j] for k, v in rows.items()}, self.total, text=self.text)
-            if self.bar is not None:
-                self.bar.write(line, file=self.stream)
-            else:
-                self.stream.write(line + "\n")
-                self.stream.flush()
-        self.seen = len(rows["step"])
-
-
 def _backend(args: argparse.Namespace) -> Any:
     """The backend the options ask for; a missing GPU fails here, in one line, before any work."""
     from floatlab.backend import get_backend
@@ -395,19 +307,19 @@ def _report_stop(trainer: Trainer, label: str | None = None) -> None:
 
 
 # ---- train --------------------------------------------------------------------------------------
-def _pct(v: float | None, digits: int = 2) -> str:
-    """A share with a fixed number of decimals, so that the columns of the training tables line
-    up ("-" for none). The one percent formatter of the training commands; the other commands use
-    :func:`floatlab.text.percent` (three significant digits).
+def _override_lines(trainer: Trainer, color: bool) -> list[str]:
+    """A line naming what the switches changed of a framework preset's recipe (none otherwise)."""
+    from floatlab.train.presets import get_preset, preset_overrides
 
-    >>> _pct(0.5), _pct(0.0123, 1), _pct(None)
-    ('50.00 %', '1.2 %', '-')
-    """
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f} %"
-
-
-def _num(v: float | None, fmt: str = ".4f") -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+    cfg = trainer.config
+    if cfg is None or not cfg.policy:
+        return []
+    try:
+        preset = get_preset(cfg.precision)
+    except ValueError:  # a named policy, not a preset
+        return []
+    changed = preset_overrides(preset, trainer.policy)
+    return [dim(f"overrides of {preset.name}: {'; '.join(changed)}", color)] if changed else []
 
 
 def train_view(trainer: Trainer, *, color: bool = False) -> View:
@@ -433,6 +345,7 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
     length = f"{trainer.step} steps" if by_steps else f"{trainer.epoch} epochs"
     lines = [
         bold(trainer.policy.describe(), color),
+        *_override_lines(trainer, color),
         dim(
             f"{trainer.model.describe()} on {d['name']} ({seen}), {hyper['name']} "
             f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {length}, seed {trainer.seed}",
@@ -490,7 +403,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     """
     from floatlab.train.text import check_model_and_data
 
-    cfg = config_from_args(args, args.precision)
+    cfg = config_from_args(args, args.preset or args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
     if args.resume is None:  # (a resumed run keeps its checkpoint's model and data)
         check_model_and_data(cfg.model, cfg.data)
@@ -589,9 +502,10 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     """
     from floatlab.train.text import check_model_and_data
 
-    if not args.policies:
-        raise ValueError("compare needs at least one policy, e.g. fp32 fp16 bf16 mixed-fp16")
-    configs = [config_from_args(args, p) for p in args.policies]
+    names = [*args.policies, *args.preset]
+    if not names:
+        raise ValueError("compare needs at least one policy or --preset, e.g. fp32 fp16 bf16 mixed-fp16")
+    configs = [config_from_args(args, p) for p in names]
     for c in configs:
         c.make_policy()
     check_model_and_data(args.model, args.data)
@@ -658,6 +572,12 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--precision", default="mixed-fp16", metavar="POLICY", help=f"{names} (default: mixed-fp16)"
     )
+    p.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="train as a framework does (apex-O2, keras, mindspore-O3, ...: "
+        "floatlab presets lists them); the switches below override its settings, and say so",
+    )
     _run_options(p)
     _switch_options(p)
     files = p.add_argument_group("files")
@@ -684,7 +604,15 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "  floatlab compare fp32 mixed-fp16 bf16 fp16 --model transformer --data text --steps 500 "
         "--plot lm.png\n",
     )
-    p.add_argument("policies", nargs="*", metavar="POLICY", help=names)
+    p.add_argument("policies", nargs="*", metavar="POLICY", help=f"{names}, or a framework preset")
+    p.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="add a framework's recipe "
+        "(floatlab presets lists them; repeat for several); the switches below override its settings",
+    )
     p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")
     _run_options(p)
     _switch_options(p)

@@ -21,7 +21,7 @@ from floatlab.train._checks import (
     want_str,
 )
 from floatlab.train.model import model_name
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.policy import Policy
 
 __all__ = ["DEFAULT_LR", "TrainConfig"]
 
@@ -116,7 +116,15 @@ class TrainConfig:
         return self.steps if self.steps is not None else self.epochs * n_batches
 
     def make_policy(self) -> Policy:
-        base = get_policy(self.precision)
+        """The run's policy: :attr:`precision` names a policy or a framework preset (``"apex-O2"``),
+        and :attr:`policy` overrides its fields.
+
+        >>> TrainConfig(precision="apex-O3", policy={"master_weights": True}).make_policy().name
+        'apex-O3*'
+        """
+        from floatlab.train.presets import resolve_policy
+
+        base = resolve_policy(self.precision)
         return base.replace(**self.policy) if self.policy else base
 
     def to_dict(self) -> dict[str, Any]:

@@ -195,7 +195,7 @@ def cross_entropy_forward(
     logits = logits.reshape(-1, shape[-1])
     y = y.reshape(-1)
     n = logits.shape[0]
-    r = P.rounder(P.fwd, "softmax")
+    r = P.rounder(P.fwd, P.policy.loss_op)
     zs = r(logits - logits.max(axis=1, keepdims=True))
     e = r(np.exp(zs), "exp")
     s = r.sum(e, 1, keepdims=True)
@@ -218,7 +218,7 @@ def cross_entropy_backward(cache: Cache, P: Precision, seed: float = 1.0) -> Arr
     """
     p, y = cache["p"], cache["y"]
     n = p.shape[0]
-    r = P.rounder(P.bwd, "softmax")
+    r = P.rounder(P.bwd, P.policy.loss_op)
     diff = p.copy()
     diff[get_xp(p).arange(n), y] -= p.dtype.type(1.0)
     # the seed gradient S * weight / n is formed in the wide precision, as a float32 loss does

@@ -377,6 +377,36 @@ def get_preset(name: str | Preset) -> Preset:
     raise ValueError(f"unknown preset {shown(name)}: {hint}(known: {', '.join(preset_names())})")
 
 
+def resolve_policy(name: str | Policy) -> Policy:
+    """The policy a run names: a named policy (``"mixed-fp16"``), or a framework preset's
+    (``"apex-O2"``); an unknown name is one line listing both.
+
+    >>> resolve_policy("apex-O2").batchnorm_fp32, resolve_policy("bf16").name
+    (True, 'bf16')
+    >>> resolve_policy("apex-02")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown precision policy or preset 'apex-02': did you mean apex-O2? (policies: fp32, ...
+    """
+    from floatlab.train.policy import POLICIES, get_policy
+
+    if isinstance(name, Policy):
+        return name
+    try:
+        return get_policy(name)
+    except ValueError:
+        pass
+    if isinstance(name, str) and name.strip().lower().replace("_", "-") in _BY_KEY:
+        return get_preset(name).make_policy()
+    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else ""
+    close = difflib.get_close_matches(key, [*POLICIES, *_BY_KEY], n=1, cutoff=0.6)
+    hint = f"did you mean {_BY_KEY[close[0]].name if close[0] in _BY_KEY else close[0]}? " if close else ""
+    raise ValueError(
+        f"unknown precision policy or preset {shown(name)}: {hint}(policies: {', '.join(POLICIES)}; "
+        f"presets: {', '.join(preset_names())})"
+    )
+
+
 def _onoff(v: bool) -> str:
     return "on" if v else "off"
 

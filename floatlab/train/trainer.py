@@ -88,11 +88,7 @@ def make_scaler(policy: Policy) -> LossScaler:
     >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
     (65536.0, False)
     """
-    if policy.loss_scaling == "dynamic":
-        return LossScaler.preset(policy.scaler)
-    if policy.loss_scaling == "static":
-        return LossScaler.static(policy.static_scale)
-    return LossScaler.disabled()
+    return LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
 
 
 _allocator_settled = False
@@ -202,6 +198,31 @@ class Trainer:
             meta["config"] = config.to_dict()
         self.history = History(label or self.policy.name, meta)
 
+    def start_from(self, params: Params) -> None:
+        """Take the weights ``params`` (another run's, trained in any policy), each stored in this
+        trainer's format for it: a run in one policy can go on in another from the same point.
+        The optimizer's state, the counters and the history stay as they are.
+
+        >>> from floatlab.train.data import make_underflow_task
+        >>> d = make_underflow_task(n_train=64, n_test=64)
+        >>> a = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", hidden=(4,)), d)
+        >>> b = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(4,), seed=1), d)
+        >>> b.start_from(a.params)
+        >>> bool((b.params["W0"] == a.P.cast(a.params["W0"], b.policy.forward)).all())
+        True
+        """
+        if set(params) != set(self.params):
+            raise ValueError(f"weights {sorted(params)}: expected the model's {sorted(self.params)}")
+        for k, v in params.items():
+            if np.shape(v) != self.params[k].shape:
+                raise ValueError(f"weight {k} of shape {np.shape(v)}: expected {self.params[k].shape}")
+        self.params = {
+            k: self.P.cast(
+                self.backend.asarray(np.array(to_numpy(v), dtype=self.P.dtype)), self.param_formats[k]
+            )
+            for k, v in params.items()
+        }
+
     # ---- construction from a config -------------------------------------------------------------
     @classmethod
     def from_config(
@@ -292,7 +313,13 @@ class Trainer:
         #    the weights are guarded (a loss scaler, master weights or wide weights) and the batch,
         #    the loss, a gradient or the updated weights are not finite. Only a pure low-precision
         #    run without a scaler lets a non-finite value into its weights (and says so)
-        guarded = scaler.skips_nonfinite or self.policy.master_weights or P.is_wide(self.policy.weight_format)
+        # (a scaler that never skips, as the 2018 TF1 recipe's or MindSpore's Fixed(drop_overflow_update=
+        # False), lets a non-finite update through even to fp32 master weights: the frameworks do)
+        guarded = (
+            scaler.catches_overflow
+            if scaler.enabled
+            else (self.policy.master_weights or P.is_wide(self.policy.weight_format))
+        )
         skipped = guarded and bool(faults)
         lr = self.schedule(self.opt_steps, self.opt.lr)
         swallowed = 0.0
@@ -492,7 +519,7 @@ class Trainer:
 
     def _diverged(self, stats: StepStats) -> bool:
         """Stop when the loss of a finite batch is inf or NaN and no loss scaler is there to back off."""
-        if math.isfinite(stats.loss) or self.scaler.enabled or "nonfinite_batch" in stats.fault:
+        if math.isfinite(stats.loss) or self.scaler.catches_overflow or "nonfinite_batch" in stats.fault:
             return False
         self.stopped = (
             f"step {self.step}: the loss became {stats.loss} and the policy has no loss scaler to catch "
@@ -655,4 +682,4 @@ def train(
     trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None, backend=backend)
     if label is not None:
         trainer.history.label = label
-    return trainer.fit(epochs, callback=callback)
+    return trainer.run(callback=callback)
