@@ -65,7 +65,7 @@ _LIMITS: list[Any] = []
 def blas_threads() -> int | None:
     """The thread count of numpy's BLAS (threadpoolctl), or None when that cannot be found."""
     try:
-        from threadpoolctl import threadpool_info
+        from threadpoolctl import threadpool_info  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     counts = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
@@ -162,7 +162,7 @@ def lm_torch_step(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], sdpa: bool) 
             a = F.layer_norm(h, (d,), p["ln1_g"], p["ln1_b"])
             q, k, v = (
                 z.view(n, t, nh, d // nh).transpose(1, 2)
-                for z in F.linear(a, p["Wqkv"], p["bqkv"]).split(d, -1)
+                for z in F.linear(a, p["Wqkv"], p["bqkv"]).split(d, -1)  # type: ignore[no-untyped-call]
             )
             h = h + F.linear(attend(q, k, v).transpose(1, 2).reshape(n, t, d), p["Wo"], p["bo"])
             b = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"])

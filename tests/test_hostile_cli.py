@@ -72,7 +72,7 @@ BAD = [
     (["train", "--hidden", "0"], "expected positive layer sizes"),
     (["train", "--momentum", "2"], "momentum=2.0"),
     (["train", "--clip", "nan"], "clip=nan"),
-    (["compare", "nope"], "unknown precision policy 'nope'"),
+    (["compare", "nope"], "unknown precision policy or preset 'nope'"),
     (["nonsense"], "invalid choice: 'nonsense'"),
     ([], "missing command"),
     (["--json"], "missing command"),

@@ -177,9 +177,9 @@ def test_get_model_errors() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_relu_backward_selects_exactly_as_where(dtype: type) -> None:
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(7, 9)).astype(dtype)
+    x: np.ndarray = rng.normal(size=(7, 9)).astype(dtype)
     x[0, :3] = (0.0, -0.0, np.nan)
-    dy = rng.normal(size=(7, 9)).astype(dtype)
+    dy: np.ndarray = rng.normal(size=(7, 9)).astype(dtype)
     dy[1, :4] = (np.inf, -np.inf, np.nan, -0.0)
     want = np.where(x > 0, dy, dtype(0))
     got = M.relu_backward(dy[:, ::1].T.T, x)  # (also from a view)

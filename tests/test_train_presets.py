@@ -79,7 +79,8 @@ def test_every_preset_follows_its_source(name: str) -> None:
     assert d["fp32_ops"] == sorted(ops)
     assert d["fp32_reductions"] is True  # the frameworks' kernels accumulate in fp32
     s = d["scaler"]
-    got = (s["kind"], s["init_scale"], s["growth_factor"], s["backoff_factor"], s["growth_interval"])
+    got: tuple[Any, ...] = (s["kind"], s["init_scale"], s["growth_factor"], s["backoff_factor"])
+    got += (s["growth_interval"],)
     got += (s["min_scale"], s["max_scale"], s["skips_overflow"])
     assert got == scaler
     assert d["source"]

@@ -26,7 +26,7 @@ from floatlab.train.history import CSV_FIELDS, bits_per_char
 from floatlab.train.model import Model, Params
 from floatlab.train.optim import make_optimizer
 from floatlab.train.precision import Array, Precision
-from floatlab.train.sample import sample
+from floatlab.train.sampling import sample
 
 CORPUS_FILE = Path(floatlab.__file__).parent / "data" / tx.CORPUS
 

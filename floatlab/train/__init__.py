@@ -20,7 +20,7 @@ from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
 from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
 from floatlab.train.precision import Precision
-from floatlab.train.sample import sample
+from floatlab.train.sampling import sample
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
 from floatlab.train.seeds import paired_gap, run_seeds
 from floatlab.train.text import load_text
