@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_notebooks import LESSONS
 
 from floatlab.cli import main
 from floatlab.cli.lessons_cmd import (
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_lessons_are_found_in_a_source_checkout() -> None:
     assert lessons_dir() == ROOT / "notebooks"
     assert [p.name for p in lesson_files()] == sorted(p.name for p in (ROOT / "notebooks").glob("0*.ipynb"))
-    assert len(lesson_files()) == 8
+    assert len(lesson_files()) == len(LESSONS)
 
 
 def test_the_lessons_are_found_in_a_wheel_layout(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_copy_only_copies_every_lesson(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_a_second_copy_keeps_the_learners_work_unless_forced(tmp_path: Path) -> None:
     first = copy_lessons(tmp_path)
-    assert len(first.copied) == 8
+    assert len(first.copied) == len(LESSONS)
     assert first.kept == ()
     mine = tmp_path / first.copied[0]
     mine.write_text("my notes", encoding="utf-8")
@@ -77,7 +78,7 @@ def test_a_second_copy_keeps_the_learners_work_unless_forced(tmp_path: Path) -> 
     assert again.copied == ()
     assert mine.read_text(encoding="utf-8") == "my notes"
     forced = copy_lessons(tmp_path, force=True)
-    assert len(forced.copied) == 8
+    assert len(forced.copied) == len(LESSONS)
     assert mine.read_bytes() == lesson_files()[0].read_bytes()
 
 
