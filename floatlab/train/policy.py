@@ -18,6 +18,11 @@ technique of mixed-precision training:
 * ``batchnorm_fp32``: keep BatchNorm's affine parameters and running statistics in fp32 and
   compute it in fp32 ("all parameters except batchnorm are converted to fp16", the rule of Apex
   O2 and fastai); off, BatchNorm lives in the forward format like every other layer.
+* ``update_compensation``: add each update to the weights with Kahan's compensated summation,
+  carrying what the rounding of the sum lost in a buffer stored in the weight format (Zamirai
+  et al., "Revisiting BFloat16 Training", 2020; see :mod:`floatlab.train.update`). Only weights
+  stored below the holding precision have anything to compensate: with fp32 master weights
+  (and for BatchNorm's parameters under ``batchnorm_fp32``) it does nothing.
 
 The named policies are the ones users know:
 
@@ -82,11 +87,19 @@ class Policy:
     update_rounding: str = ""
     saturate: bool = False
     subnormals: bool = True
+    update_compensation: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         want_str("policy name", self.name)
-        for name in ("master_weights", "fp32_reductions", "batchnorm_fp32", "saturate", "subnormals"):
+        for name in (
+            "master_weights",
+            "fp32_reductions",
+            "batchnorm_fp32",
+            "saturate",
+            "subnormals",
+            "update_compensation",
+        ):
             set_(self, name, want_bool(name, getattr(self, name)))
         for name in ("scaler", "rounding", "update_rounding"):
             want_str(name, getattr(self, name))
@@ -177,7 +190,13 @@ class Policy:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        """One line: formats and switches, in words."""
+        """One line: formats and switches, in words.
+
+        >>> kahan = get_policy("bf16").replace(update_compensation=True)
+        >>> print(kahan.describe())  # doctest: +NORMALIZE_WHITESPACE
+        bf16*: forward bf16, backward bf16, no master weights, no loss scaling, low-precision reductions,
+        no fp32 ops, BatchNorm in bf16, compensated updates (Kahan, buffer in bf16)
+        """
         parts = [f"forward {self.forward.name}", f"backward {self.backward.name}"]
         parts.append(f"{self.wide.name} master weights" if self.master_weights else "no master weights")
         if self.loss_scaling == "dynamic":
@@ -194,12 +213,21 @@ class Policy:
             parts.append("BatchNorm in fp32" if self.batchnorm_fp32 else f"BatchNorm in {self.forward.name}")
             if self.rounding != "rne" or self.update_rounding != "rne":
                 parts.append(f"rounding {self.rounding}, updates {self.update_rounding}")
+        if self.update_compensation:
+            parts.append(
+                f"compensated updates (Kahan, buffer in {self.weight_format.name})"
+                if self.weight_format != self.wide
+                else f"compensated updates (nothing to compensate: {self.wide.name} weights)"
+            )
         return f"{self.name}: {', '.join(parts)}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); :meth:`from_dict` inverts it.
 
         >>> Policy.from_dict(get_policy("mixed-bf16").to_dict()) == get_policy("mixed-bf16")
+        True
+        >>> kahan = get_policy("bf16").replace(update_compensation=True)
+        >>> Policy.from_dict(kahan.to_dict()).update_compensation
         True
         """
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -209,7 +237,8 @@ class Policy:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Policy:
-        """The policy :meth:`to_dict` wrote."""
+        """The policy :meth:`to_dict` wrote. A dict written before a switch existed gets its
+        default (``update_compensation`` off: such runs added their updates uncompensated)."""
         want_dict("policy", d)
         if "name" not in d:
             raise ValueError("policy lacks its name")

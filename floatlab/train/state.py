@@ -2,8 +2,9 @@
 
 :func:`check_state` reads every part of a :meth:`~floatlab.train.trainer.Trainer.state_dict`
 and checks it against the trainer it is to be loaded into: the format, the policy, the shapes
-and values of the weights, the optimizer's and the loss scaler's state, the counters, the data
-order and the random generators. A bad state is one ValueError saying what is wrong, and the
+and values of the weights, BatchNorm's running statistics, the compensation buffers of
+compensated updates, the optimizer's and the loss scaler's state, the counters, the data order
+and the random generators. A bad state is one ValueError saying what is wrong, and the
 trainer is left as it was: :meth:`~floatlab.train.trainer.Trainer.load_state_dict` assigns only
 what this returns.
 """
@@ -11,7 +12,7 @@ what this returns.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ class CheckedState:
     perm: np.ndarray | None
     generator_states: tuple[dict[str, Any], dict[str, Any]]
     history: History
+    compensation: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
@@ -91,6 +93,19 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
     for k, v in buffers.items():
         if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != trainer.buffers[k].shape:
             raise ValueError(f"checkpoint buffer {k}={shown(v)}: expected {trainer.buffers[k].shape} floats")
+    # the compensation buffers of compensated updates: one per low-precision parameter when the
+    # policy (checked equal above) asks for them, none otherwise (a state written before they
+    # existed has none, and its policy has them off)
+    compensation = want_dict("compensation", state.get("compensation", {}))
+    if set(compensation) != set(trainer.compensation):
+        raise ValueError(
+            f"checkpoint compensation buffers {sorted(compensation)} differ from the trainer's "
+            f"{sorted(trainer.compensation)}"
+        )
+    for k, v in compensation.items():
+        want = trainer.compensation[k].shape
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != want:
+            raise ValueError(f"checkpoint compensation buffer {k}={shown(v)}: expected {want} floats")
     opt = copy.copy(trainer.opt)  # loaded into a twin (it replaces, never mutates, the state)
     opt.load_state_dict(want_dict("optimizer", state["optimizer"]))
     for k, st in opt.state.items():
@@ -130,4 +145,4 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
         gens.append(twin.bit_generator.state)
     history = History.from_dict(state["history"])
     perm_copy = None if perm is None else np.array(perm)
-    return CheckedState(params, buffers, counters, perm_copy, (gens[0], gens[1]), history)
+    return CheckedState(params, buffers, counters, perm_copy, (gens[0], gens[1]), history, compensation)

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
-from floatlab.rounding import add_count
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data import Dataset, get_data
@@ -54,6 +53,7 @@ from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Array, Precision
 from floatlab.train.scaler import LossScaler
 from floatlab.train.state import STATE_FORMAT, check_state
+from floatlab.train.update import apply_updates
 
 __all__ = ["StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
 
@@ -176,6 +176,9 @@ class Trainer:
             k: self.P.cast(self.backend.asarray(np.asarray(v, self.P.dtype)), self.policy.param_format(True))
             for k, v in model.init_buffers().items()
         }
+        #: the compensation buffers of compensated updates (``policy.update_compensation``), zeros in
+        #: each low-precision parameter's format; empty when the switch is off or the weights are wide
+        self.compensation: Params = self._zero_compensation()
         self.eval_every = config.eval_every if config is not None else None
         #: why the run stopped early (its loss turned inf or NaN with nothing to catch it), or ""
         self.stopped = ""
@@ -198,10 +201,20 @@ class Trainer:
             meta["config"] = config.to_dict()
         self.history = History(label or self.policy.name, meta)
 
+    def _zero_compensation(self) -> Params:
+        if not self.policy.update_compensation:
+            return {}
+        return {
+            k: self.backend.asarray(np.zeros(v.shape, self.P.dtype))
+            for k, v in self.params.items()
+            if not self.P.is_wide(self.param_formats[k])
+        }
+
     def start_from(self, params: Params) -> None:
         """Take the weights ``params`` (another run's, trained in any policy), each stored in this
         trainer's format for it: a run in one policy can go on in another from the same point.
-        The optimizer's state, the counters and the history stay as they are.
+        The optimizer's state, the counters and the history stay as they are; the compensation
+        buffers of compensated updates start from zero (they belonged to the old weights).
 
         >>> from floatlab.train.data import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
@@ -222,6 +235,7 @@ class Trainer:
             )
             for k, v in params.items()
         }
+        self.compensation = self._zero_compensation()
 
     # ---- construction from a config -------------------------------------------------------------
     @classmethod
@@ -324,13 +338,15 @@ class Trainer:
         lr = self.schedule(self.opt_steps, self.opt.lr)
         swallowed = 0.0
         if not skipped:
-            before = dict(self.params)  # (_apply replaces the arrays, so this keeps the old ones)
+            # (_apply replaces the arrays, so these keep the old ones)
+            before, before_c = dict(self.params), dict(self.compensation)
             proposal = self.opt.propose(self.params, grads, lr)
             swallowed, finite = self._apply(proposal.deltas)
             if not finite:
                 faults.append("nonfinite_update" if guarded else "nonfinite_weights")
                 if guarded:  # undo: the weights and the optimizer's state stay as they were
                     self.params.update(before)
+                    self.compensation.update(before_c)
                     skipped, swallowed = True, 0.0
             if not skipped:
                 self.opt.commit(proposal)
@@ -375,35 +391,16 @@ class Trainer:
         return {k: self.P.cast(g * t(inv), self.policy.backward) for k, g in grads.items()}
 
     def _apply(self, deltas: dict[str, Array]) -> tuple[float, bool]:
-        """Add the updates to the weights in the weight format; return the share of the non-zero
-        updates that did not change their weight (swallowed: the update underflowed, or it was
-        below half an ulp of the weight) and whether every new weight is finite."""
-        mode = self.policy.update_rounding
-        intended = changed = nonfinite = 0
-        for k, d in deltas.items():
-            fmt = self.param_formats[k]
-            old = self.params[k]
-            # a pure policy stores the update in the weight format too, then the sum: two roundings
-            # (fp32 + fp32 is one rounding by the hardware itself)
-            wide = self.P.is_wide(fmt)
-            if (
-                wide
-                and isinstance(old, np.ndarray)
-                and isinstance(d, np.ndarray)
-                and d.dtype == old.dtype
-                and d.shape == old.shape
-            ):
-                new, n_intended, n_changed, n_bad = add_count(old, d)  # one pass instead of four
-            else:
-                new = old + d if wide else self.P.cast(old + self.P.cast(d, fmt, mode), fmt, mode)
-                n_intended = int(np.count_nonzero(d != 0))
-                n_changed = int(np.count_nonzero(new != old))
-                n_bad = 0 if bool(np.isfinite(new).all()) else 1
-            intended += n_intended
-            changed += n_changed
-            nonfinite += n_bad
-            self.params[k] = new
-        return ((intended - changed) / intended if intended else 0.0), nonfinite == 0
+        """Add the updates to the weights in the weight format (compensated where the policy asks,
+        see :mod:`floatlab.train.update`); return the share of the non-zero updates that did not
+        change their weight (swallowed: the update underflowed, or it was below half an ulp of the
+        weight; with compensation it is carried, not lost) and whether every new weight is finite."""
+        done = apply_updates(
+            self.P, self.params, deltas, self.param_formats, self.policy.update_rounding, self.compensation
+        )
+        self.params.update(done.params)
+        self.compensation.update(done.compensation)
+        return done.swallowed, done.finite
 
     def _record_histogram(self, grads: Params) -> None:
         """Histogram of the unscaled gradients (the values the optimizer sees), with what the
@@ -556,14 +553,15 @@ class Trainer:
 
     # ---- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Weights, optimizer and scaler state, counters, random-generator states and history:
-        all that resuming needs to continue bit for bit.
+        """Weights, BatchNorm's running statistics, the compensation buffers of compensated
+        updates (empty unless the policy asks for them), optimizer and scaler state, counters,
+        random-generator states and history: all that resuming needs to continue bit for bit.
 
         >>> from floatlab.train.data import make_underflow_task
         >>> d = make_underflow_task(n_train=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
-        >>> sorted(tr.state_dict())[:4]
-        ['buffers', 'config', 'counters', 'format']
+        >>> sorted(tr.state_dict())[:5]
+        ['buffers', 'compensation', 'config', 'counters', 'format']
         """
         return {
             "format": STATE_FORMAT,
@@ -571,6 +569,7 @@ class Trainer:
             "policy": self.policy.to_dict(),
             "params": {k: np.array(to_numpy(v)) for k, v in self.params.items()},
             "buffers": {k: np.array(to_numpy(v)) for k, v in self.buffers.items()},
+            "compensation": {k: np.array(to_numpy(v)) for k, v in self.compensation.items()},
             "optimizer": tree_map_arrays(self.opt.state_dict(), to_numpy)
             if self.backend.is_gpu
             else self.opt.state_dict(),
@@ -607,6 +606,12 @@ class Trainer:
         )
         self.buffers.update(
             {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in checked.buffers.items()}
+        )
+        self.compensation.update(
+            {
+                k: self.backend.asarray(np.array(v, dtype=self.P.dtype))
+                for k, v in checked.compensation.items()
+            }
         )
         self.opt.load_state_dict(state["optimizer"])  # (as checked on the twin)
         if self.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
