@@ -451,19 +451,29 @@ def _write_json(path: str, data: Any) -> None:
 # ---- compare ------------------------------------------------------------------------------------
 def compare_view(histories: list[History], *, color: bool = False) -> View:
     """The runs side by side (character models: validation bits per character and loss); a
-    run that stopped early is named under the table.
+    run that stopped early is named under the table. The memory column is the step's total from
+    :func:`floatlab.train.memory.ledger_for` (model, policy, optimizer and batch size of the run;
+    "-" for a history that does not record them).
 
     >>> from floatlab.train import History
     >>> print(compare_view([History("fp32")]).text)  # doctest: +NORMALIZE_WHITESPACE
-      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale
-      fp32    -         -          -           0        -        -          -
+      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale  memory
+      fp32    -         -          -           0        -        -          -            -
     """
+    from floatlab.train.memory import ledger_for, mib_text
+
     text = bool(histories) and all(h.is_text for h in histories)
     rows = []
     notes = []
+    ledgers = []
     for h in histories:
         s = h.summary()
         scale = s["final_scale"]
+        try:
+            led = ledger_for(h)
+        except ValueError:  # a history that does not record its model, policy or batch size
+            led = None
+        ledgers.append(None if led is None else led.to_dict())
         rows.append(
             [
                 h.label,
@@ -474,17 +484,18 @@ def compare_view(histories: list[History], *, color: bool = False) -> View:
                 _pct(s["mean_flushed"], 1),
                 _pct(s["mean_swallowed"], 1),
                 "-" if scale is None else f"{scale:g}",
+                "-" if led is None else mib_text(led.total),
             ]
         )
         if s["stopped"]:
             at = s["stopped"].split(":")[0]  # "step 12"
             notes.append(f"  {h.label} stopped early, {at}: its loss became inf or NaN")
     first = ["bits/char", "val loss"] if text else ["test acc", "test loss"]
-    header = ["policy", *first, "train loss", "skipped", "flushed", "swallowed", "final scale"]
-    out = table(header, rows, align="<>>>>>>>", color=color)
+    header = ["policy", *first, "train loss", "skipped", "flushed", "swallowed", "final scale", "memory"]
+    out = table(header, rows, align="<>>>>>>>>", color=color)
     if notes:
         out += "\n" + dim("\n".join(notes), color)
-    return View(out, {"runs": [h.summary() for h in histories]})
+    return View(out, {"runs": [h.summary() for h in histories], "memory": ledgers})
 
 
 def run_compare(args: argparse.Namespace, ui: UI) -> int:
@@ -495,9 +506,9 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     >>> args = parser.parse_args(["compare", "fp32", "fp16", "--data", "underflow", "--epochs", "1",
     ...                           "--hidden", "8", "-q"])
     >>> run_compare(args, UI())  # doctest: +ELLIPSIS
-      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale
+      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale ...memory
       fp32 ...
-      fp16 ...  100.0 % ...
+      fp16 ...  100.0 % ... MiB
     0
     """
     from floatlab.train.text import check_model_and_data
