@@ -197,6 +197,12 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     )
     sw.add_argument("--rounding", metavar="MODE", help="rounding mode of every cast (default: rne)")
     sw.add_argument("--update-rounding", metavar="MODE", help="rounding of low-precision weight updates")
+    sw.add_argument(
+        "--update-compensation",
+        type=_on_off,
+        metavar="on|off",
+        help="Kahan-compensated updates of low-precision weights (a compensation buffer in their format)",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -213,6 +219,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "fp32_reductions",
         "rounding",
         "update_rounding",
+        "update_compensation",
     ):
         v = getattr(args, name, None)
         if v is not None:

@@ -16,10 +16,12 @@ from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
 from floatlab.train.history import History, compare
 from floatlab.train.matmul import gemm
+from floatlab.train.memory import Ledger, ledger, ledger_for
 from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
 from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
 from floatlab.train.precision import Precision
+from floatlab.train.presets import Preset, get_preset, preset_overrides, presets
 from floatlab.train.sampling import sample
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
 from floatlab.train.seeds import paired_gap, run_seeds
@@ -38,11 +40,13 @@ __all__ = [
     "AttentionNet",
     "Dataset",
     "History",
+    "Ledger",
     "LossScaler",
     "Model",
     "Optimizer",
     "Policy",
     "Precision",
+    "Preset",
     "Proposal",
     "Schedule",
     "StepStats",
@@ -54,7 +58,10 @@ __all__ = [
     "get_data",
     "get_model",
     "get_policy",
+    "get_preset",
     "global_norm",
+    "ledger",
+    "ledger_for",
     "load_checkpoint",
     "load_digits",
     "load_text",
@@ -62,6 +69,8 @@ __all__ = [
     "make_underflow_task",
     "paired_gap",
     "policy_names",
+    "preset_overrides",
+    "presets",
     "run_seeds",
     "sample",
     "save_checkpoint",

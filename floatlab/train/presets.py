@@ -446,6 +446,7 @@ def preset_overrides(preset: Preset | str, policy: Policy) -> list[str]:
         ("BatchNorm in fp32", _onoff(a.batchnorm_fp32), _onoff(b.batchnorm_fp32)),
         ("rounding", a.rounding, b.rounding),
         ("update rounding", a.update_rounding, b.update_rounding),
+        ("update compensation", _onoff(a.update_compensation), _onoff(b.update_compensation)),
         ("saturating casts", _onoff(a.saturate), _onoff(b.saturate)),
         ("subnormals", _onoff(a.subnormals), _onoff(b.subnormals)),
     ]
