@@ -1,10 +1,12 @@
 """What the tests share: the independent oracles they compare floatlab with (numpy and ml_dtypes types
-holding each format's bits, gfloat's description of a format) and the benchmark scripts they sample."""
+holding each format's bits, gfloat's description of a format, central finite differences in float64)
+and the benchmark scripts they sample."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -62,3 +64,24 @@ def benchmark_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # (dataclasses look their module up by name)
     spec.loader.exec_module(module)
     return module
+
+
+def numeric_grad(
+    f: Callable[[], float], x: np.ndarray[Any, Any], n_max: int = 40, seed: int = 0, h: float = 1e-6
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Central differences ``(f(x + h) - f(x - h)) / 2h`` of ``f`` with respect to (a seeded sample of at
+    most ``n_max``) entries of the float64 array ``x``, perturbed in place and restored; returns the flat
+    indices and the differences: the oracle for the trainer's hand-written backward passes."""
+    flat = x.reshape(-1)
+    rng = np.random.default_rng(seed)
+    idx = np.arange(flat.size) if flat.size <= n_max else rng.choice(flat.size, n_max, replace=False)
+    out = np.empty(len(idx))
+    for j, i in enumerate(idx):
+        old = flat[i]
+        flat[i] = old + h
+        up = f()
+        flat[i] = old - h
+        down = f()
+        flat[i] = old
+        out[j] = (up - down) / (2 * h)
+    return idx, out

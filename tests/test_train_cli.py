@@ -388,6 +388,7 @@ def test_compare_takes_presets_beside_policies(main: Main, capsys: pytest.Captur
 def test_update_compensation_switch(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", *SMALL, "--precision", "bf16", "--update-compensation", "on", "-q"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("bf16*: ") and "compensated updates (Kahan, buffer in bf16)" in first
+    assert first.startswith("bf16*: ")
+    assert "compensated updates (Kahan, buffer in bf16)" in first
     assert main(["train", *SMALL, "--preset", "mindspore-O3", "--update-compensation", "on", "-q"]) == 0
     assert "update compensation on (mindspore-O3: off)" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from oracles import numeric_grad
 
 from floatlab.train import TrainConfig, Trainer, get_data
 from floatlab.train import convnet as C
@@ -23,25 +24,7 @@ from floatlab.train.policy import get_policy
 from floatlab.train.precision import Precision
 
 F64 = Precision("fp64")
-H = 1e-6
 Arr = np.ndarray[Any, np.dtype[Any]]
-
-
-def numeric_grad(f: Callable[[], float], x: Arr, n_max: int = 40, seed: int = 0) -> tuple[Arr, Arr]:
-    """Central differences of f with respect to (a sample of) the entries of x, perturbed in place."""
-    flat = x.reshape(-1)
-    rng = np.random.default_rng(seed)
-    idx = np.arange(flat.size) if flat.size <= n_max else rng.choice(flat.size, n_max, replace=False)
-    out = np.empty(len(idx))
-    for j, i in enumerate(idx):
-        old = flat[i]
-        flat[i] = old + H
-        up = f()
-        flat[i] = old - H
-        down = f()
-        flat[i] = old
-        out[j] = (up - down) / (2 * H)
-    return idx, out
 
 
 def assert_grad(analytic: Arr | None, f: Callable[[], float], x: Arr) -> None:

@@ -11,36 +11,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from oracles import numeric_grad
 
 from floatlab.train import model as M
 from floatlab.train.precision import Precision
 
 F64 = Precision("fp64")
-H = 1e-6
 Arr = np.ndarray[Any, np.dtype[np.float64]]
 
 
-def numeric_grad(
-    f: Callable[[], float], x: Arr, n_max: int = 60, seed: int = 0
-) -> tuple[np.ndarray[Any, Any], Arr]:
-    """Central differences of f with respect to (a sample of) the entries of x, perturbed in place."""
-    flat = x.reshape(-1)
-    rng = np.random.default_rng(seed)
-    idx = np.arange(flat.size) if flat.size <= n_max else rng.choice(flat.size, n_max, replace=False)
-    out = np.empty(len(idx))
-    for j, i in enumerate(idx):
-        old = flat[i]
-        flat[i] = old + H
-        up = f()
-        flat[i] = old - H
-        down = f()
-        flat[i] = old
-        out[j] = (up - down) / (2 * H)
-    return idx, out
-
-
 def assert_grad(analytic: Arr, f: Callable[[], float], x: Arr) -> None:
-    idx, num = numeric_grad(f, x)
+    idx, num = numeric_grad(f, x, n_max=60)
     got = analytic.reshape(-1)[idx]
     np.testing.assert_allclose(got, num, rtol=1e-5, atol=1e-8)
 
@@ -101,7 +82,7 @@ def test_cross_entropy(weight: float, seed: float) -> None:
     def f() -> float:
         return seed * weight * M.cross_entropy_forward(z, y, F64)[0]
 
-    idx, num = numeric_grad(f, z)
+    idx, num = numeric_grad(f, z, n_max=60)
     got = M.cross_entropy_backward(cache, F64, seed=seed).reshape(-1)[idx]
     np.testing.assert_allclose(got, num, rtol=1e-5, atol=1e-9 * seed * weight)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from oracles import numeric_grad
 
 import floatlab.train as ft
 from floatlab.train import model as M
@@ -19,25 +20,7 @@ from floatlab.train.precision import Precision
 from floatlab.train.transformer import TransformerLM
 
 F64 = Precision("fp64")
-H = 1e-6
 Arr = np.ndarray[Any, Any]
-
-
-def numeric_grad(f: Callable[[], float], x: Arr, n_max: int = 40, seed: int = 0) -> tuple[Arr, Arr]:
-    """Central differences of f with respect to (a sample of) the entries of x, perturbed in place."""
-    flat = x.reshape(-1)
-    rng = np.random.default_rng(seed)
-    idx = np.arange(flat.size) if flat.size <= n_max else rng.choice(flat.size, n_max, replace=False)
-    out = np.empty(len(idx))
-    for j, i in enumerate(idx):
-        old = flat[i]
-        flat[i] = old + H
-        up = f()
-        flat[i] = old - H
-        down = f()
-        flat[i] = old
-        out[j] = (up - down) / (2 * H)
-    return idx, out
 
 
 def assert_grad(analytic: Arr, f: Callable[[], float], x: Arr) -> None:
