@@ -36,7 +36,7 @@ from typing import Any
 from _common import Table, write_results
 
 import floatlab.train as ft
-from floatlab.train.seeds import paired_gap
+from floatlab.train.seeds import LatePhase, late_phase, paired_gap
 
 # label -> (precision, policy overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -116,40 +116,34 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = ft.load_text(context=args.context)
     started = time.perf_counter()
-    seeds = list(range(args.seeds))
-    phase1: list[float] = []
-    final: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    in_fp32: dict[str, list[float]] = {v: [] for v in VARIANTS}  # the weights evaluated in fp32
-    swallowed: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for seed in seeds:
-        # (evaluations read the weights and change nothing: eval_every as in lesson 09)
-        cfg = ft.TrainConfig(
-            precision="fp32", seed=seed, lr=args.lr, steps=args.steps, eval_every=100, **settings
-        )
-        first = ft.Trainer.from_config(cfg, text)
-        first.run()
-        phase1.append(bits(first))
-        for label, (precision, policy) in VARIANTS.items():
-            late = ft.TrainConfig(
-                precision=precision,
-                seed=100 + seed,
-                lr=args.late_lr,
-                steps=args.late_steps,
-                eval_every=args.late_steps,
-                policy=policy,
-                **settings,
-            )
-            t = ft.Trainer.from_config(late, text)
-            t.start_from(first.params)
-            t.run()
-            final[label].append(bits(t))
-            judge = ft.Trainer.from_config(dataclasses.replace(late, precision="fp32", policy={}), text)
-            judge.start_from(t.params)
-            in_fp32[label].append(judge.evaluate(text.x_test, text.y_test)[0] / math.log(2))
-            swallowed[label].append(t.history.summary()["mean_swallowed"])
+
+    def progress(seed: int, lp: LatePhase) -> None:
+        row = ", ".join(f"{v} {bits(lp.runs[v][-1]):.4f}" for v in VARIANTS)
         elapsed = time.perf_counter() - started
-        row = ", ".join(f"{v} {final[v][-1]:.4f}" for v in VARIANTS)
-        print(f"seed {seed}: phase 1 {phase1[-1]:.4f}; phase 2 {row} ({elapsed:.0f} s)", file=sys.stderr)
+        first = bits(lp.phase1[-1])
+        print(f"seed {seed}: phase 1 {first:.4f}; phase 2 {row} ({elapsed:.0f} s)", file=sys.stderr)
+
+    # (evaluations read the weights and change nothing: eval_every as in lesson 09)
+    lp = late_phase(
+        VARIANTS,
+        range(args.seeds),
+        first={"lr": args.lr, "steps": args.steps, "eval_every": 100},
+        late={"lr": args.late_lr, "steps": args.late_steps, "eval_every": args.late_steps},
+        dataset=text,
+        callback=progress,
+        **settings,
+    )
+    seeds = lp.seeds
+    phase1 = [bits(t) for t in lp.phase1]
+    final = {v: [bits(t) for t in lp.runs[v]] for v in VARIANTS}
+    swallowed = {v: [t.history.summary()["mean_swallowed"] for t in lp.runs[v]] for v in VARIANTS}
+    in_fp32: dict[str, list[float]] = {v: [] for v in VARIANTS}  # the weights evaluated in fp32
+    for v in VARIANTS:
+        for t in lp.runs[v]:
+            assert t.config is not None
+            judge = ft.Trainer.from_config(dataclasses.replace(t.config, precision="fp32", policy={}), text)
+            judge.start_from(t.params)
+            in_fp32[v].append(judge.evaluate(text.x_test, text.y_test)[0] / math.log(2))
     wall = time.perf_counter() - started
 
     runs32, gaps32 = _tables(seeds, in_fp32, swallowed, None)

@@ -27,7 +27,7 @@ from typing import Any
 from _common import RESULTS, Table, write_results
 
 import floatlab.train as ft
-from floatlab.train.seeds import paired_gap
+from floatlab.train.seeds import LatePhase, late_phase, paired_gap
 
 POLICIES = ("fp32", "mixed-fp16", "mixed-bf16", "bf16", "fp16")
 
@@ -67,30 +67,29 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = ft.load_text(context=args.context)
     started = time.perf_counter()
-    seeds = list(range(args.seeds))
-    phase1: list[float] = []
-    final: dict[str, list[float]] = {p: [] for p in policies}
-    swallowed: dict[str, list[float]] = {p: [] for p in policies}
-    flushed: dict[str, list[float]] = {p: [] for p in policies}
-    for seed in seeds:
-        cfg = ft.TrainConfig(precision="fp32", seed=seed, lr=args.lr, steps=args.steps, **settings)
-        first = ft.Trainer.from_config(cfg, text)
-        first.run()
-        phase1.append(bits(first))
-        for p in policies:
-            late = ft.TrainConfig(
-                precision=p, seed=100 + seed, lr=args.late_lr, steps=args.late_steps, **settings
-            )
-            t = ft.Trainer.from_config(late, text)
-            t.start_from(first.params)
-            t.run()
-            s = t.history.summary()
-            final[p].append(bits(t))
-            swallowed[p].append(s["mean_swallowed"])
-            flushed[p].append(s["mean_flushed"])
+
+    def progress(seed: int, lp: LatePhase) -> None:
+        row = ", ".join(f"{p} {bits(lp.runs[p][-1]):.4f}" for p in policies)
         elapsed = time.perf_counter() - started
-        row = ", ".join(f"{p} {final[p][-1]:.4f}" for p in policies)
-        print(f"seed {seed}: phase 1 {phase1[-1]:.4f}; phase 2 {row} ({elapsed:.0f} s)", file=sys.stderr)
+        print(
+            f"seed {seed}: phase 1 {bits(lp.phase1[-1]):.4f}; phase 2 {row} ({elapsed:.0f} s)",
+            file=sys.stderr,
+        )
+
+    lp = late_phase(
+        policies,
+        range(args.seeds),
+        first={"lr": args.lr, "steps": args.steps},
+        late={"lr": args.late_lr, "steps": args.late_steps},
+        dataset=text,
+        callback=progress,
+        **settings,
+    )
+    seeds = lp.seeds
+    phase1 = [bits(t) for t in lp.phase1]
+    final = {p: [bits(t) for t in lp.runs[p]] for p in policies}
+    swallowed = {p: [t.history.summary()["mean_swallowed"] for t in lp.runs[p]] for p in policies}
+    flushed = {p: [t.history.summary()["mean_flushed"] for t in lp.runs[p]] for p in policies}
     wall = time.perf_counter() - started
 
     per_run = Table(["policy", *(f"seed {s}" for s in seeds), "mean", "updates swallowed", "grads flushed"])

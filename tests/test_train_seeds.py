@@ -50,3 +50,26 @@ def test_run_seeds_repeats_a_seed_exactly_and_separates_seeds() -> None:
     a, b, c = (h.steps["loss"] for h in out["mixed-bf16"])
     assert a == b  # the same seed is the same run, bit for bit
     assert a != c
+
+
+def test_late_phase_starts_every_variant_from_the_same_weights() -> None:
+    from floatlab.train.seeds import late_phase
+
+    lp = late_phase(
+        {"fp32": ("fp32", {}), "bf16 stochastic": ("bf16", {"update_rounding": "stochastic"})},
+        [3],
+        first={"steps": 5},
+        late={"steps": 1, "lr": 0.0},
+        model="mlp",
+        data="underflow",
+        hidden=(8,),
+    )
+    start = lp.phase1[0].params
+    # a phase 2 at learning rate 0: each variant holds phase 1's weights, stored in its own format
+    for k, v in lp.runs["fp32"][0].params.items():
+        np.testing.assert_array_equal(v, start[k])
+    bf = lp.runs["bf16 stochastic"][0]
+    for k, v in bf.params.items():
+        np.testing.assert_array_equal(v, bf.P.cast(start[k], bf.policy.forward))
+    assert bf.config is not None
+    assert bf.config.seed == 103

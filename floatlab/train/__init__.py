@@ -24,7 +24,7 @@ from floatlab.train.precision import Precision
 from floatlab.train.presets import Preset, get_preset, preset_overrides, presets
 from floatlab.train.sampling import sample
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
-from floatlab.train.seeds import paired_gap, run_seeds
+from floatlab.train.seeds import late_phase, paired_gap, run_seeds
 from floatlab.train.text import load_text
 from floatlab.train.trainer import StepStats, TrainConfig, Trainer, make_scaler, train
 
@@ -60,6 +60,7 @@ __all__ = [
     "get_policy",
     "get_preset",
     "global_norm",
+    "late_phase",
     "ledger",
     "ledger_for",
     "load_checkpoint",

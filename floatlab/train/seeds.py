@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from floatlab.train.data import Dataset, get_data
 from floatlab.train.history import History
 
-__all__ = ["Gap", "final_metric", "paired_gap", "run_seeds", "t_quantile"]
+__all__ = ["Gap", "LatePhase", "final_metric", "late_phase", "paired_gap", "run_seeds", "t_quantile"]
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -150,4 +150,71 @@ def run_seeds(
             out[policy].append(history)
             if callback is not None:
                 callback(policy, seed, history)
+    return out
+
+
+@dataclass
+class LatePhase:
+    """What :func:`late_phase` measured: per seed, the fp32 run of phase 1, and per variant the runs of
+    phase 2 that started from its weights (in the order of the seeds).
+
+    >>> lp = LatePhase([0], [], {"fp32": []})
+    >>> lp.final("fp32")
+    []
+    """
+
+    seeds: list[int]
+    phase1: list[Any]
+    runs: dict[str, list[Any]]
+
+    def final(self, variant: str, name: str = "test_loss") -> list[float]:
+        """The last evaluation's ``name`` of each seed's phase-2 run of ``variant``."""
+        return [final_metric(t.history, name) for t in self.runs[variant]]
+
+
+def late_phase(
+    variants: Mapping[str, tuple[str, dict[str, Any]]] | Sequence[str],
+    seeds: Sequence[int],
+    *,
+    first: Mapping[str, Any],
+    late: Mapping[str, Any],
+    dataset: Dataset | None = None,
+    callback: Callable[[int, LatePhase], None] | None = None,
+    **config: Any,
+) -> LatePhase:
+    """The late phase of training, where a format's resolution shows, measured over seeds: for each
+    seed, train in fp32 with the settings ``config`` and ``first`` (phase 1), then go on from those
+    same weights with ``config`` and ``late`` (phase 2: typically a tenth of the learning rate) once
+    per variant. Every variant starts phase 2 from the same point, so the seed's luck cancels and
+    what is left is the format. ``variants`` are policy names, or labels mapped to ``(precision,
+    policy overrides)``; phase 2 of seed ``s`` uses seed ``100 + s`` (a fresh batch order).
+    ``callback(seed, so_far)`` is called after each seed.
+
+    >>> lp = late_phase(["fp32", "bf16"], [0, 1], first={"steps": 4}, late={"steps": 2},
+    ...                 model="mlp", data="underflow", hidden=(8,))
+    >>> [h.history.n_steps for h in lp.phase1], [t.history.n_steps for t in lp.runs["bf16"]]
+    ([4, 4], [2, 2])
+    """
+    from floatlab.train.trainer import TrainConfig, Trainer
+
+    plan = {v: (v, {}) for v in variants} if not isinstance(variants, Mapping) else dict(variants)
+    base = TrainConfig(**{**config, **first})
+    shared = (
+        dataset if dataset is not None else get_data(base.data, seed=base.data_seed, context=base.context)
+    )
+    out = LatePhase(list(seeds), [], {label: [] for label in plan})
+    for seed in seeds:
+        start = Trainer.from_config(dataclasses.replace(base, precision="fp32", seed=seed), shared)
+        start.run()
+        out.phase1.append(start)
+        for label, (precision, policy) in plan.items():
+            cfg = TrainConfig(
+                **{**config, **late, "precision": precision, "seed": 100 + seed, "policy": policy}
+            )
+            trainer = Trainer.from_config(cfg, shared)
+            trainer.start_from(start.params)
+            trainer.run()
+            out.runs[label].append(trainer)
+        if callback is not None:
+            callback(seed, out)
     return out
