@@ -400,6 +400,7 @@ def run_model(args: argparse.Namespace, model: str) -> None:
     args = set_defaults(argparse.Namespace(**{**vars(args), "model": model}))
     lm = model == "transformer"
     rounds = 1 if args.quick else args.rounds
+    load_before = os.getloadavg()[0]  # (the cores are shared: say how busy they were)
     have_torch = importlib.util.find_spec("torch") is not None
     variants = LM_VARIANTS if lm else VARIANTS
     names = [n for n in variants if have_torch or not n.startswith("torch")]
@@ -469,8 +470,9 @@ def run_model(args: argparse.Namespace, model: str) -> None:
             f"spelled out as a masked softmax). Each variant runs in its own process ({rounds} rounds "
             f"over the variants, {args.blocks} blocks of {args.steps} steps each per round); numpy's BLAS "
             f"on {threads.get('blas')} threads, {torch_version} on {threads.get('torch')} threads; "
-            f"{numba_note}. The cores are shared with other users: the rounds interleave the variants "
-            "so that noise hits them alike, and the ratios are of medians.",
+            f"{numba_note}. The cores are shared with other users (1-minute load average "
+            f"{load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after it): the rounds interleave "
+            "the variants so that noise hits them alike, and the ratios are of medians.",
             table.markdown(),
             ratios.markdown(),
         ]
