@@ -17,6 +17,9 @@ momentum 0.9):
   both). A cProfile run of floatlab's fp32 and mixed-fp16 steps says where the time goes.
   Writes ``benchmarks/results/trainer-transformer.md``.
 
+With ``--threads N`` the files get the thread count in their names (``trainer-Nthread.md``,
+``trainer-transformer-Nthread.md``, such as ``trainer-transformer-1thread.md``).
+
 Each variant runs in a process of its own (so that no two sets of thread pools compete), in
 rounds that interleave the variants in time, so that the noise of shared cores hits them alike;
 the tables give steps per second at the best and the median block, and the ratios the issue
@@ -73,8 +76,12 @@ def blas_threads() -> int | None:
 
 
 def set_threads(n: int | None) -> int | None:
-    """Limit numpy's BLAS to ``n`` threads (when threadpoolctl is there); return the count in use."""
+    """Limit numpy's BLAS (when threadpoolctl is there) and numba's loops to ``n`` threads;
+    return the BLAS thread count in use."""
     if n is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
         try:
             from threadpoolctl import threadpool_limits
         except ImportError:
@@ -234,7 +241,13 @@ def measure(model: str, name: str, blocks: int, steps: int, threads: int | None)
             fn()
         out.append((time.perf_counter() - t0) / steps)
     gc.enable()
-    info: dict[str, Any] = {"times": out, "blas_threads": blas_threads()}
+    import numba
+
+    info: dict[str, Any] = {
+        "times": out,
+        "blas_threads": blas_threads(),
+        "numba_threads": numba.get_num_threads(),
+    }
     if name.startswith("torch"):
         import torch
 
@@ -242,22 +255,46 @@ def measure(model: str, name: str, blocks: int, steps: int, threads: int | None)
     return info
 
 
-#: where a function's time goes in the breakdown (by its file and name; cumulative times, which
-#: do not nest: none of these calls another)
-PARTS: tuple[tuple[str, str, str], ...] = (
-    ("GEMMs (BLAS, epilogue, output rounding)", "precision.py", "matmul"),
-    ("GELU forward + backward", "model.py", "gelu_"),
-    ("LayerNorm forward + backward", "model.py", "layer_norm_"),
-    ("softmax forward + backward", "model.py", "softmax_"),
-    ("cross-entropy", "model.py", "cross_entropy_"),
-    ("weight casts", "precision.py", "weights"),
-    ("optimizer and update", "optim.py", "propose"),
-    ("optimizer and update", "trainer.py", "_apply"),
+GEMM_ROW = "GEMMs of the linear layers and the logits (BLAS, epilogue, rounding)"
+ATTENTION_ROW = "attention core: batched GEMMs and softmax"
+REST_ROW = "the rest: embedding, mask, heads, residual adds, bias gradients, checks"
+#: floatlab's parts of a step: (row, file, function-name prefix, caller's file or ""), measured as
+#: cumulative times, which do not nest (none of these functions calls another); the GEMMs are
+#: told apart by their caller: the linear layers and the logits, or the attention's batched ones
+PARTS: tuple[tuple[str, str, str, str], ...] = (
+    (GEMM_ROW, "precision.py", "matmul", "model.py"),
+    (GEMM_ROW, "precision.py", "matmul", "transformer.py"),
+    (ATTENTION_ROW, "precision.py", "matmul", "seq_layers.py"),
+    (ATTENTION_ROW, "model.py", "softmax_", ""),
+    ("GELU forward + backward", "model.py", "gelu_", ""),
+    ("LayerNorm forward + backward", "model.py", "layer_norm_", ""),
+    ("cross-entropy", "model.py", "cross_entropy_", ""),
+    ("weight casts", "precision.py", "weights", ""),
+    ("optimizer and update", "optim.py", "propose", ""),
+    ("optimizer and update", "trainer.py", "_apply", ""),
+)
+#: torch's ops in the same rows (by name; their own times): flash attention holds the GEMMs and
+#: the softmax of the attention in one kernel
+TORCH_PARTS: tuple[tuple[str, str], ...] = (
+    (GEMM_ROW, "aten::mm"),
+    (GEMM_ROW, "aten::addmm"),
+    (ATTENTION_ROW, "scaled_dot_product"),
+    ("GELU forward + backward", "aten::gelu"),
+    ("LayerNorm forward + backward", "layer_norm"),
+    ("cross-entropy", "log_softmax"),
+    ("cross-entropy", "nll_loss"),
 )
 
 
+def _in(file: str, name: str) -> bool:
+    return file.endswith(os.sep + name)
+
+
 def breakdown(policy: str, steps: int, threads: int | None) -> dict[str, float]:
-    """Milliseconds per step of the transformer's parts under ``policy`` (cProfile)."""
+    """Seconds per step of the transformer's parts under ``policy`` (cProfile), or in torch fp32
+    (``policy="torch"``, torch's profiler)."""
+    if policy == "torch":
+        return torch_breakdown(steps, threads)
     fn = make_step("transformer", f"floatlab {policy}", threads)
     for _ in range(3):
         fn()
@@ -269,14 +306,37 @@ def breakdown(policy: str, steps: int, threads: int | None) -> dict[str, float]:
     prof.disable()
     total = (time.perf_counter() - t0) / steps
     stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    parts: dict[str, float] = {}
-    for (file, _, func), (_, _, _, cum, _) in stats.items():
-        for part, f, prefix in PARTS:
-            if file.endswith(os.sep + f) and func.startswith(prefix):
-                parts[part] = parts.get(part, 0.0) + cum / steps
-    parts["everything else (embedding, attention plumbing, residual adds, bias gradients, checks)"] = (
-        total - sum(parts.values())
-    )
+    parts = dict.fromkeys([row for row, *_ in PARTS] + [REST_ROW], 0.0)
+    for (file, _, func), (_, _, _, cum, callers) in stats.items():
+        for row, f, prefix, caller in PARTS:
+            if not (_in(file, f) and func.startswith(prefix)):
+                continue
+            if caller:  # the share of the calls made from functions in that file
+                cum = sum(c[3] for (cf, _, _), c in callers.items() if _in(cf, caller))
+            parts[row] += cum / steps
+    parts[REST_ROW] = total - sum(parts.values())
+    return {"total": total, **parts}
+
+
+def torch_breakdown(steps: int, threads: int | None) -> dict[str, float]:
+    """torch fp32's step in the same rows, from its profiler (the ops' own times)."""
+    from torch.profiler import profile
+
+    fn = make_step("transformer", "torch fp32", threads)
+    for _ in range(3):
+        fn()
+    t0 = time.perf_counter()
+    with profile() as prof:
+        for _ in range(steps):
+            fn()
+    total = (time.perf_counter() - t0) / steps
+    parts = dict.fromkeys([row for row, _ in TORCH_PARTS] + [REST_ROW], 0.0)
+    for ev in prof.key_averages():
+        for row, name in TORCH_PARTS:
+            if name in ev.key:
+                parts[row] += ev.self_cpu_time_total / 1e6 / steps
+                break
+    parts[REST_ROW] = total - sum(parts.values())
     return {"total": total, **parts}
 
 
@@ -340,6 +400,7 @@ def run_model(args: argparse.Namespace, model: str) -> None:
     args = set_defaults(argparse.Namespace(**{**vars(args), "model": model}))
     lm = model == "transformer"
     rounds = 1 if args.quick else args.rounds
+    load_before = os.getloadavg()[0]  # (the cores are shared: say how busy they were)
     have_torch = importlib.util.find_spec("torch") is not None
     variants = LM_VARIANTS if lm else VARIANTS
     names = [n for n in variants if have_torch or not n.startswith("torch")]
@@ -351,7 +412,7 @@ def run_model(args: argparse.Namespace, model: str) -> None:
             # variant never compete with another's; the rounds interleave the variants in time
             info = run_variant(args, "--variant", n)
             times[n] += info["times"]
-            threads["blas"] = info["blas_threads"]
+            threads["blas"], threads["numba"] = info["blas_threads"], info["numba_threads"]
             threads.setdefault("torch", info.get("torch_threads"))
             print(f"{model} round {r + 1}/{rounds}: {n}: {1 / min(times[n]):.1f} steps/s", file=sys.stderr)
 
@@ -370,7 +431,7 @@ def run_model(args: argparse.Namespace, model: str) -> None:
     import numba
 
     numba_note = (
-        f"numba threads {numba.get_num_threads()} "
+        f"numba threads {threads.get('numba')} "
         f"(threading layer: {getattr(numba.config, 'THREADING_LAYER', '?')})"
     )
     torch_version = "no torch"
@@ -409,13 +470,14 @@ def run_model(args: argparse.Namespace, model: str) -> None:
             f"spelled out as a masked softmax). Each variant runs in its own process ({rounds} rounds "
             f"over the variants, {args.blocks} blocks of {args.steps} steps each per round); numpy's BLAS "
             f"on {threads.get('blas')} threads, {torch_version} on {threads.get('torch')} threads; "
-            f"{numba_note}. The cores are shared with other users: the rounds interleave the variants "
-            "so that noise hits them alike, and the ratios are of medians.",
+            f"{numba_note}. The cores are shared with other users (1-minute load average "
+            f"{load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after it): the rounds interleave "
+            "the variants so that noise hits them alike, and the ratios are of medians.",
             table.markdown(),
             ratios.markdown(),
         ]
         if not args.quick:
-            sections.append(breakdown_section(args))
+            sections.append(breakdown_section(args, have_torch))
         name, title = LM_RESULTS, "Training-step throughput: the transformer, floatlab vs PyTorch (CPU)"
     print(table.markdown())
     print()
@@ -426,29 +488,34 @@ def run_model(args: argparse.Namespace, model: str) -> None:
     for extra in sections[3:]:
         print()
         print(extra)
+    if args.threads is not None:
+        name, title = f"{name}-{args.threads}thread", f"{title}, {args.threads} thread(s)"
     path = write_results(name, title, sections, ["torch"])
     print(f"\nwritten to {path}")
 
 
-def breakdown_section(args: argparse.Namespace) -> str:
-    """Where floatlab's transformer step spends its time, fp32 and mixed-fp16 (one cProfile run each)."""
-    policies = ("fp32", "mixed-fp16")
-    got = {
-        p: run_variant(argparse.Namespace(**{**vars(args), "steps": 5}), "--breakdown", p) for p in policies
-    }
-    table = Table(["part of the step", *(f"{p} ms" for p in policies), *(f"{p} share" for p in policies)])
-    parts = [k for k in got["fp32"] if k != "total"]
-    for part in parts:
-        ms = [got[p].get(part, 0.0) * 1e3 for p in policies]
-        shares = [got[p].get(part, 0.0) / got[p]["total"] for p in policies]
+def breakdown_section(args: argparse.Namespace, have_torch: bool) -> str:
+    """Where the transformer's step spends its time: floatlab fp32 and mixed-fp16 (cProfile) and
+    torch fp32 (its profiler), 5 steps each."""
+    runs = ["fp32", "mixed-fp16", *(["torch"] if have_torch else [])]
+    got = {r: run_variant(argparse.Namespace(**{**vars(args), "steps": 5}), "--breakdown", r) for r in runs}
+    heads = {"fp32": "floatlab fp32", "mixed-fp16": "floatlab mixed-fp16", "torch": "torch fp32"}
+    table = Table(
+        ["part of the step", *(f"{heads[r]} ms" for r in runs), *(f"{heads[r]} share" for r in runs)]
+    )
+    for part in [k for k in got["fp32"] if k != "total"]:
+        ms = [got[r].get(part, 0.0) * 1e3 for r in runs]
+        shares = [got[r].get(part, 0.0) / got[r]["total"] for r in runs]
         table.add(part, *(f"{v:.1f}" for v in ms), *(f"{v:.0%}" for v in shares))
     table.add(
-        "whole step (under cProfile)", *(f"{got[p]['total'] * 1e3:.1f}" for p in policies), "100%", "100%"
+        "whole step (profiled)", *(f"{got[r]['total'] * 1e3:.1f}" for r in runs), *("100%" for _ in runs)
     )
     return (
-        "Where floatlab's step goes (cProfile, 5 steps, cumulative time of each part's functions; the "
-        "GEMM row is `Precision.matmul`: BLAS, the alpha and bias epilogue and the rounding of the "
-        "output):\n\n" + table.markdown()
+        "Where the time goes (5 profiled steps each: cProfile for floatlab, cumulative times of the "
+        "functions of each part; torch's profiler for torch, the ops' own times; torch's flash "
+        "attention kernel holds its attention GEMMs and softmax). floatlab's GEMM rows are "
+        "`Precision.matmul`: BLAS, the alpha and bias epilogue and the rounding of the output:\n\n"
+        + table.markdown()
     )
 
 
