@@ -81,9 +81,10 @@ def set_threads(n: int | None) -> int | None:
     if n is not None:
         import numba
 
-        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+        most: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined,unused-ignore]
+        numba.set_num_threads(max(1, min(n, most)))
         try:
-            from threadpoolctl import threadpool_limits
+            from threadpoolctl import threadpool_limits  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
             return None
         # kept for the whole process: the limit holds while the object lives

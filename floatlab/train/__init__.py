@@ -21,7 +21,7 @@ from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
 from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
 from floatlab.train.precision import Precision
-from floatlab.train.presets import Preset, get_preset, preset_overrides, presets
+from floatlab.train.presets import Preset, get_preset, preset_overrides
 from floatlab.train.sampling import sample
 from floatlab.train.scaler import SCALER_PRESETS, LossScaler
 from floatlab.train.seeds import late_phase, paired_gap, run_seeds
@@ -71,7 +71,6 @@ __all__ = [
     "paired_gap",
     "policy_names",
     "preset_overrides",
-    "presets",
     "run_seeds",
     "sample",
     "save_checkpoint",
