@@ -22,6 +22,7 @@ LESSONS = (
     "07-tensor-cores",
     "08-checking-the-claims",
     "09-precision-in-a-language-model",
+    "10-framework-recipes-side-by-side",
 )
 STRIP_HINT = "strip it with: jupyter nbconvert --clear-output --inplace"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

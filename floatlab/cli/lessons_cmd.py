@@ -18,6 +18,7 @@ own command line shows it), and an empty token is refused.
   01-anatomy-of-a-float.ipynb                    Lesson 1: The anatomy of a float
   ...
   09-precision-in-a-language-model.ipynb         Lesson 9: Precision in a language model
+  10-framework-recipes-side-by-side.ipynb        Lesson 10: The frameworks' recipes side by side
 0
 """
 
