@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_lessons_are_found_in_a_source_checkout() -> None:
     assert lessons_dir() == ROOT / "notebooks"
-    assert [p.name for p in lesson_files()] == sorted(p.name for p in (ROOT / "notebooks").glob("0*.ipynb"))
+    assert [p.name for p in lesson_files()] == sorted(
+        p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")
+    )
     assert len(lesson_files()) == len(LESSONS)
 
 

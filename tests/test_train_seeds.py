@@ -73,3 +73,28 @@ def test_late_phase_starts_every_variant_from_the_same_weights() -> None:
         np.testing.assert_array_equal(v, bf.P.cast(start[k], bf.policy.forward))
     assert bf.config is not None
     assert bf.config.seed == 103
+
+
+def test_late_phase_carries_batchnorm_statistics() -> None:
+    from floatlab.formats import FP16
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.seeds import late_phase
+
+    lp = late_phase(
+        ["fp16"], [0], first={"steps": 3}, late={"steps": 1, "lr": 0.0}, model="convnet", data="underflow",
+        channels=(4,),
+    )  # fmt: skip
+    first, late = lp.phase1[0], lp.runs["fp16"][0]
+    # the same phase 2 from the weights alone (running statistics at their initial values) differs
+    assert late.config is not None
+    alone = Trainer.from_config(late.config, late.data)
+    alone.start_from(first.params)
+    alone.run()
+    assert any(not np.array_equal(late.buffers[k], alone.buffers[k]) for k in late.buffers)
+    # start_from stores the statistics in the run's format for them (fp16 in a pure fp16 run)
+    fresh = Trainer.from_config(TrainConfig(**{**late.config.to_dict(), "channels": (4,)}), late.data)
+    fresh.start_from(first.params, first.buffers)
+    for k, v in first.buffers.items():
+        np.testing.assert_array_equal(fresh.buffers[k], fresh.P.cast(v, FP16))
+    with pytest.raises(ValueError, match=r"buffers \['x'\]: expected the model's"):
+        fresh.start_from(first.params, {"x": np.zeros(1)})

@@ -68,7 +68,7 @@ FAULTS: dict[str, str] = {
     "nonfinite_loss": "the loss was inf or NaN (it overflowed)",
     "nonfinite_grad": "a gradient was inf or NaN",
     "nonfinite_update": "the update would have made a weight inf or NaN (the weights were kept)",
-    "nonfinite_weights": "a weight became inf or NaN (no scaler, master weights or wide weights to stop it)",
+    "nonfinite_weights": "a weight became inf or NaN (nothing in the policy refuses such an update)",
     "scale_collapse": "the loss scale fell below fp32's smallest normal, 2^-126",
     "scale_at_limit": "the loss scale was due to grow but stuck at fp32's limit",
 }

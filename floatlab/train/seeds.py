@@ -212,7 +212,7 @@ def late_phase(
                 **{**config, **late, "precision": precision, "seed": 100 + seed, "policy": policy}
             )
             trainer = Trainer.from_config(cfg, shared)
-            trainer.start_from(start.params)
+            trainer.start_from(start.params, start.buffers)
             trainer.run()
             out.runs[label].append(trainer)
         if callback is not None:

@@ -210,11 +210,12 @@ class Trainer:
             if not self.P.is_wide(self.param_formats[k])
         }
 
-    def start_from(self, params: Params) -> None:
+    def start_from(self, params: Params, buffers: Params | None = None) -> None:
         """Take the weights ``params`` (another run's, trained in any policy), each stored in this
-        trainer's format for it: a run in one policy can go on in another from the same point.
-        The optimizer's state, the counters and the history stay as they are; the compensation
-        buffers of compensated updates start from zero (they belonged to the old weights).
+        trainer's format for it, and the running statistics ``buffers`` (BatchNorm's) when given:
+        a run in one policy can go on in another from the same point. The optimizer's state, the
+        counters and the history stay as they are; the compensation buffers of compensated
+        updates start from zero (they belonged to the old weights).
 
         >>> from floatlab.train.data import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
@@ -229,6 +230,17 @@ class Trainer:
         for k, v in params.items():
             if np.shape(v) != self.params[k].shape:
                 raise ValueError(f"weight {k} of shape {np.shape(v)}: expected {self.params[k].shape}")
+        if buffers is not None:
+            if set(buffers) != set(self.buffers):
+                raise ValueError(f"buffers {sorted(buffers)}: expected the model's {sorted(self.buffers)}")
+            for k, v in buffers.items():
+                if np.shape(v) != self.buffers[k].shape:
+                    raise ValueError(f"buffer {k} of shape {np.shape(v)}: expected {self.buffers[k].shape}")
+            fmt = self.policy.param_format(True)
+            self.buffers = {
+                k: self.P.cast(self.backend.asarray(np.array(to_numpy(v), dtype=self.P.dtype)), fmt)
+                for k, v in buffers.items()
+            }
         self.params = {
             k: self.P.cast(
                 self.backend.asarray(np.array(to_numpy(v), dtype=self.P.dtype)), self.param_formats[k]
@@ -515,12 +527,18 @@ class Trainer:
         return self.history
 
     def _diverged(self, stats: StepStats) -> bool:
-        """Stop when the loss of a finite batch is inf or NaN and no loss scaler is there to back off."""
+        """Stop when the loss of a finite batch is inf or NaN and no loss scaler skips such a step
+        (there is none, or it never checks for overflow, as the 2018 TF1 recipe's static scale)."""
         if math.isfinite(stats.loss) or self.scaler.catches_overflow or "nonfinite_batch" in stats.fault:
             return False
+        catcher = (
+            "its loss scaler does not check for overflow"
+            if self.scaler.enabled
+            else "the policy has no loss scaler to catch it"
+        )
         self.stopped = (
-            f"step {self.step}: the loss became {stats.loss} and the policy has no loss scaler to catch "
-            "it, so the run stopped here (its history up to this step is kept)"
+            f"step {self.step}: the loss became {stats.loss} and {catcher}, so the run stopped here "
+            "(its history up to this step is kept)"
         )
         self.history.meta["stopped"] = self.stopped
         return True
