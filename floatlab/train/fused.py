@@ -39,9 +39,12 @@ __all__ = [
 #: sqrt(2 / pi), the constant of GELU's tanh form
 GELU_C = math.sqrt(2.0 / math.pi)
 
-#: arrays smaller than this run on one thread: waking the other cores costs more than they save,
-#: and between the GEMMs the BLAS threads and the loop threads would take turns on the same cores
-SERIAL_BELOW = 1 << 16
+#: arrays smaller than this run on one thread. Each kernel is a single pass at memory speed, so
+#: a second core saves little on the trainer's arrays, and waking the loop threads between GEMMs
+#: costs much more: OpenMP's spin-waiting threads and the BLAS threads then take turns on the same
+#: cores (a step of the default transformer on 2 cores: 120 ms with the kernels on one thread,
+#: 300 ms with them on two under numba's OpenMP layer, 120 ms under its workqueue layer)
+SERIAL_BELOW = 1 << 22
 
 #: elements per chunk of GELU's flat loop
 _CHUNK = 4096
