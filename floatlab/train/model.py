@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from floatlab.backend import get_xp
+from floatlab.train import fused
 from floatlab.train.precision import Array, Precision
 
 __all__ = [
@@ -128,6 +129,8 @@ def gelu_forward(x: Array, P: Precision) -> Array:
     >>> gelu_forward(np.array([0.0, 1.0], np.float32), Precision("bf16")).tolist()
     [0.0, 0.83984375]
     """
+    if fused.fusable(x):
+        return P.act(fused.gelu(x))
     t = x.dtype.type
     # 0.5 x (1 + tanh(c (x + 0.044715 x^3))) with c (x + 0.044715 x^3) as x (c + 0.044715 c x^2), in
     # place: x**3 is a pow call about fifty times slower than two products, and temporaries cost passes
@@ -148,6 +151,8 @@ def gelu_backward(dy: Array, x: Array, P: Precision) -> Array:
     >>> gelu_backward(np.ones(1), np.zeros(1), Precision("fp64")).tolist()   # GELU'(0) = 1/2
     [0.5]
     """
+    if fused.fusable(dy, x) and dy.shape == x.shape:
+        return P.grad(fused.gelu_grad(dy, x))
     t = x.dtype.type
     # d/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 * 0.044715 x^2), th = tanh(c (x + 0.044715 x^3)),
     # in place as in gelu_forward
@@ -177,6 +182,8 @@ def softmax_forward(s: Array, P: Precision) -> Array:
     [[0.25, 0.75]]
     """
     r = P.rounder(P.fwd, "softmax")
+    if r.fp32 and fused.fusable(s):
+        return r.out(fused.softmax(s))
     zs = r(s - s.max(axis=-1, keepdims=True))
     e = r(np.exp(zs), "exp")
     return r.out(e / r.sum(e, -1, keepdims=True))
@@ -189,6 +196,8 @@ def softmax_backward(dp: Array, p: Array, P: Precision) -> Array:
     [[0.0, 0.0]]
     """
     r = P.rounder(P.bwd, "softmax")
+    if r.fp32 and fused.fusable(dp, p) and dp.shape == p.shape:
+        return r.out(fused.softmax_grad(dp, p))
     dot = r.sum(r(dp * p), -1, keepdims=True)
     return r.out(p * r(dp - dot))
 
@@ -258,6 +267,9 @@ def layer_norm_forward(x: Array, g: Array, b: Array, P: Precision, eps: float = 
     [[-1.0, 1.0]]
     """
     r = P.rounder(P.fwd, "norm")
+    if r.fp32 and fused.fusable(x, g, b) and g.shape == b.shape == x.shape[-1:]:
+        y, xhat, rstd = fused.layer_norm(x, g, b, eps)
+        return r.out(y), {"xhat": xhat, "rstd": rstd}
     t = x.dtype.type
     inv_d = t(1.0 / x.shape[-1])
     mu = r(r.sum(x, -1, keepdims=True) * inv_d)
@@ -284,6 +296,8 @@ def layer_norm_backward(dy: Array, cache: Cache, g: Array, P: Precision) -> tupl
     inv_d = t(1.0 / d)
     dg = rs.out(rs.sum(r(dy * xhat).reshape(-1, d), 0))
     db = rs.out(rs.sum(dy.reshape(-1, d), 0))
+    if r.fp32 and fused.fusable(dy, xhat, rstd, g) and xhat.shape == dy.shape and g.shape == (d,):
+        return r.out(fused.layer_norm_grad(dy, xhat, rstd, g)), dg, db
     dxhat = r(dy * g)
     a = r(r.sum(dxhat, -1, keepdims=True) * inv_d)
     c = r(r.sum(r(dxhat * xhat), -1, keepdims=True) * inv_d)
