@@ -103,9 +103,10 @@ SHAPES = [(2048, 128), (7, 13), (3, 5, 130), (5, 3), (1, 1), (4, 300)]
 DTYPES = [np.float32, np.float64]
 
 
-def tol(dtype: Any) -> dict[str, float]:
-    # the kernels do NumPy's arithmetic in its order (today bit for bit); a few ulps of slack
-    return {"rtol": 1e-6, "atol": 1e-7} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-15}
+def assert_close(got: Any, want: Any, dtype: Any) -> None:
+    """The kernels do NumPy's arithmetic in its order (today bit for bit); a few ulps of slack."""
+    rtol, atol = (1e-6, 1e-7) if dtype == np.float32 else (1e-12, 1e-15)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 def wide(dtype: Any) -> Precision:
@@ -128,8 +129,8 @@ def test_gelu_matches_numpy(shape: tuple[int, ...], dtype: Any) -> None:
     P = wide(dtype)
     y = M.gelu_forward(x, P)
     assert y.dtype == dtype
-    np.testing.assert_allclose(y, _old_gelu(x, P), **tol(dtype))
-    np.testing.assert_allclose(M.gelu_backward(dy, x, P), _old_gelu_backward(dy, x, P), **tol(dtype))
+    assert_close(y, _old_gelu(x, P), dtype)
+    assert_close(M.gelu_backward(dy, x, P), _old_gelu_backward(dy, x, P), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -146,11 +147,11 @@ def test_layer_norm_matches_numpy(shape: tuple[int, ...], dtype: Any) -> None:
     assert y.dtype == dtype
     assert cache["rstd"].shape == cache0["rstd"].shape
     for got, want in ((y, y0), (cache["xhat"], cache0["xhat"]), (cache["rstd"], cache0["rstd"])):
-        np.testing.assert_allclose(got, want, **tol(dtype))
+        assert_close(got, want, dtype)
     for got, want in zip(
         M.layer_norm_backward(dy, cache, g, P), _old_layer_norm_backward(dy, cache0, g, P), strict=True
     ):
-        np.testing.assert_allclose(got, want, **tol(dtype))
+        assert_close(got, want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -158,22 +159,20 @@ def test_layer_norm_matches_numpy(shape: tuple[int, ...], dtype: Any) -> None:
 def test_softmax_matches_numpy_with_causal_mask(shape: tuple[int, ...], dtype: Any) -> None:
     rng = np.random.default_rng(2)
     s = causal_scores(rng, shape[0], shape[1], dtype)
-    dp = rng.standard_normal(s.shape).astype(dtype)
+    dp = rng.standard_normal(tuple(s.shape)).astype(dtype)
     P = wide(dtype)
     p = M.softmax_forward(s, P)
     assert p.dtype == dtype
-    np.testing.assert_allclose(p, _old_softmax(s, P), **tol(dtype))
+    assert_close(p, _old_softmax(s, P), dtype)
     assert np.all(p[:, np.triu_indices(shape[1], 1)[0], np.triu_indices(shape[1], 1)[1]] == 0.0)
     np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-5 if dtype == np.float32 else 1e-12)
-    np.testing.assert_allclose(M.softmax_backward(dp, p, P), _old_softmax_backward(dp, p, P), **tol(dtype))
+    assert_close(M.softmax_backward(dp, p, P), _old_softmax_backward(dp, p, P), dtype)
 
 
 def test_softmax_unmasked_rows_of_2048_by_128() -> None:
     rng = np.random.default_rng(3)
     s = (rng.standard_normal((2048, 128)) * 5).astype(np.float32)
-    np.testing.assert_allclose(
-        M.softmax_forward(s, wide(np.float32)), _old_softmax(s, wide(np.float32)), **tol(np.float32)
-    )
+    assert_close(M.softmax_forward(s, wide(np.float32)), _old_softmax(s, wide(np.float32)), np.float32)
 
 
 # ---- gradients against float64 central differences --------------------------------------------------
@@ -198,7 +197,7 @@ def test_fused_gradients_against_finite_differences() -> None:
     assert_grad(dg, ln, g)
     assert_grad(db, ln, b)
     s = causal_scores(rng, 3, 9, np.float64)
-    Rs = rng.standard_normal(s.shape)
+    Rs = rng.standard_normal(tuple(s.shape))
     p = M.softmax_forward(s, P)
     ds = M.softmax_backward(Rs, p, P)
     live = np.isfinite(s)
@@ -217,7 +216,7 @@ def test_low_precision_paths_unchanged(policy: str) -> None:
     g, b = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
     dy = (rng.standard_normal((64, 48)) * 1e-2).astype(np.float32)
     s = causal_scores(rng, 4, 12, np.float32)
-    dp = rng.standard_normal(s.shape).astype(np.float32)
+    dp = rng.standard_normal(tuple(s.shape)).astype(np.float32)
     y, cache = M.layer_norm_forward(x, g, b, P)
     y0, cache0 = _old_layer_norm(x, g, b, P)
     pairs = [(y, y0), (cache["xhat"], cache0["xhat"]), (cache["rstd"], cache0["rstd"])]

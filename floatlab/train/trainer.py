@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.backend import Backend, get_backend, to_numpy, tree_map_arrays
+from floatlab.backend import Backend, get_backend, settle_allocator, to_numpy, tree_map_arrays
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data import Dataset, get_data
@@ -91,28 +91,6 @@ def make_scaler(policy: Policy) -> LossScaler:
     return LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
 
 
-_allocator_settled = False
-
-
-def _settle_allocator() -> None:
-    """Free one 16 MiB block, once per process, so that the C allocator keeps a step's arrays.
-
-    glibc's malloc gives a block above its mmap threshold fresh pages from the kernel, and hands
-    the top of its heap back when more than twice that threshold lies free there. The threshold
-    starts at 128 KiB and rises to the size of the largest such block freed so far (up to 32 MiB).
-    A training step allocates and frees arrays of about a megabyte (weight casts, updates): with
-    a small data set nothing larger was ever freed, and every step page-faulted its arrays back in
-    (measured on the 784-256-256-10 benchmark MLP: 180 faults, 0.4 ms of a 2.4 ms mixed-fp16 step).
-    After one 16 MiB block is freed, as happens anyway in a process that loaded a larger data set,
-    those arrays are reused from the heap. The block is never touched, so it costs no page faults;
-    elsewhere than glibc it is one short-lived allocation.
-    """
-    global _allocator_settled
-    if not _allocator_settled:
-        np.empty(1 << 24, np.uint8)
-        _allocator_settled = True
-
-
 def _as_params(params: Params, dtype: np.dtype[Any]) -> Params:
     # float32 -> float64 widening is exact; no other change of dtype happens here
     return {k: np.array(v, dtype=dtype, copy=True) for k, v in params.items()}
@@ -154,7 +132,7 @@ class Trainer:
         # the arrays live on the backend's device: batches go there as they are drawn
         self.backend = get_backend(backend)
         if not self.backend.is_gpu:
-            _settle_allocator()
+            settle_allocator()
         self.P = Precision(self.policy, rng=np.random.default_rng([seed, 1]), backend=self.backend)
         self.order_rng = np.random.default_rng([seed, 2])
         self.opt = optimizer if optimizer is not None else make_optimizer("sgd", DEFAULT_LR["sgd"])
