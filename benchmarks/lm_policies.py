@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from _common import RESULTS, Table, write_results
+from _late_phase import add_protocol_options, model_settings
 
 import floatlab.train as ft
 from floatlab.train.seeds import LatePhase, late_phase, paired_gap
@@ -39,32 +40,14 @@ def bits(trainer: ft.Trainer) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=600, help="phase 1 (fp32) steps")
-    ap.add_argument("--late-steps", type=int, default=400, help="phase 2 steps, in each policy")
-    ap.add_argument("--lr", type=float, default=3e-3, help="phase 1 learning rate (AdamW)")
-    ap.add_argument("--late-lr", type=float, default=3e-4, help="phase 2 learning rate")
-    ap.add_argument("--layers", type=int, default=1)
-    ap.add_argument("--d-model", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--context", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=32)
+    add_protocol_options(ap, seeds=5, steps=600, late_steps=400)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--name", default="lm-policies", help="results file name (without suffix)")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if "fp32" not in policies:
         policies.insert(0, "fp32")
-    settings: dict[str, Any] = {
-        "model": "transformer",
-        "data": "text",
-        "layers": args.layers,
-        "d_model": args.d_model,
-        "heads": args.heads,
-        "context": args.context,
-        "batch_size": args.batch_size,
-        "optimizer": "adamw",
-    }
+    settings = model_settings(args)
     text = ft.load_text(context=args.context)
     started = time.perf_counter()
 
