@@ -1,13 +1,14 @@
 """The fused GELU, layer norm and softmax kernels against the NumPy code they replace.
 
-The oracles: a copy of the NumPy layer code as it was before the kernels (``_old_*`` below, rounding
-points included), float64 central differences for the gradients, and, for the policies that round
-inside the ops (pure fp16/bf16), bit-for-bit equality with that copy, which they still run.
+The oracles: the layers' NumPy path (``_old_*`` below: model.py's code with the kernels switched off,
+rounding points included), float64 central differences for the gradients, and, for the policies that
+round inside the ops (pure fp16/bf16), bit-for-bit equality with that path, which they still run.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -19,86 +20,50 @@ from floatlab.train import model as M
 from floatlab.train.precision import Precision
 
 Arr = np.ndarray[Any, Any]
-_C = math.sqrt(2.0 / math.pi)
 
 
-# ---- the NumPy code as it was (the reference) -----------------------------------------------------
+# ---- the NumPy path of the same layers (the reference) ---------------------------------------------
+@contextmanager
+def _numpy_path() -> Iterator[None]:
+    """The layers as they run where no kernel applies: model.py's NumPy code, rounding points included."""
+    fusable = fused.fusable
+    fused.fusable = lambda *arrays: False
+    try:
+        yield
+    finally:
+        fused.fusable = fusable
+
+
 def _old_gelu(x: Arr, P: Precision) -> Arr:
-    t = x.dtype.type
-    y = x * x
-    y *= t(_C * 0.044715)
-    y += t(_C)
-    y *= x
-    np.tanh(y, out=y)
-    y += t(1.0)
-    y *= x
-    y *= t(0.5)
-    return P.act(y)
+    with _numpy_path():
+        return M.gelu_forward(x, P)
 
 
 def _old_gelu_backward(dy: Arr, x: Arr, P: Precision) -> Arr:
-    t = x.dtype.type
-    x2 = x * x
-    th = x2 * t(_C * 0.044715)
-    th += t(_C)
-    th *= x
-    np.tanh(th, out=th)
-    x2 *= t(3 * _C * 0.044715)
-    x2 += t(_C)
-    x2 *= x
-    x2 *= t(0.5)
-    d = th * th
-    np.subtract(t(1.0), d, out=d)
-    d *= x2
-    th += t(1.0)
-    th *= t(0.5)
-    th += d
-    th *= dy
-    return P.grad(th)
+    with _numpy_path():
+        return M.gelu_backward(dy, x, P)
 
 
 def _old_softmax(s: Arr, P: Precision) -> Arr:
-    r = P.rounder(P.fwd, "softmax")
-    zs = r(s - s.max(axis=-1, keepdims=True))
-    e = r(np.exp(zs), "exp")
-    return r.out(e / r.sum(e, -1, keepdims=True))
+    with _numpy_path():
+        return M.softmax_forward(s, P)
 
 
 def _old_softmax_backward(dp: Arr, p: Arr, P: Precision) -> Arr:
-    r = P.rounder(P.bwd, "softmax")
-    dot = r.sum(r(dp * p), -1, keepdims=True)
-    return r.out(p * r(dp - dot))
+    with _numpy_path():
+        return M.softmax_backward(dp, p, P)
 
 
-def _old_layer_norm(x: Arr, g: Arr, b: Arr, P: Precision, eps: float = 1e-5) -> tuple[Arr, dict[str, Arr]]:
-    r = P.rounder(P.fwd, "norm")
-    t = x.dtype.type
-    inv_d = t(1.0 / x.shape[-1])
-    mu = r(r.sum(x, -1, keepdims=True) * inv_d)
-    xc = r(x - mu)
-    var = r(r.sum(r(xc * xc), -1, keepdims=True) * inv_d)
-    rstd = r(t(1.0) / np.sqrt(var + t(eps)))
-    xhat = r(xc * rstd)
-    return r.out(xhat * g + b), {"xhat": xhat, "rstd": rstd}
+def _old_layer_norm(x: Arr, g: Arr, b: Arr, P: Precision) -> tuple[Arr, dict[str, Arr]]:
+    with _numpy_path():
+        return M.layer_norm_forward(x, g, b, P)
 
 
 def _old_layer_norm_backward(dy: Arr, cache: dict[str, Arr], g: Arr, P: Precision) -> tuple[Arr, Arr, Arr]:
-    r = P.rounder(P.bwd, "norm")
-    rs = P.rounder(P.bwd, "sum")
-    xhat, rstd = cache["xhat"], cache["rstd"]
-    d = dy.shape[-1]
-    t = dy.dtype.type
-    inv_d = t(1.0 / d)
-    dg = rs.out(rs.sum(r(dy * xhat).reshape(-1, d), 0))
-    db = rs.out(rs.sum(dy.reshape(-1, d), 0))
-    dxhat = r(dy * g)
-    a = r(r.sum(dxhat, -1, keepdims=True) * inv_d)
-    c = r(r.sum(r(dxhat * xhat), -1, keepdims=True) * inv_d)
-    dx = r.out(rstd * r(r(dxhat - a) - r(xhat * c)))
-    return dx, dg, db
+    with _numpy_path():
+        return M.layer_norm_backward(dy, cache, g, P)
 
 
-# ---- helpers ------------------------------------------------------------------------------------------
 SHAPES = [(2048, 128), (7, 13), (3, 5, 130), (5, 3), (1, 1), (4, 300)]
 DTYPES = [np.float32, np.float64]
 
