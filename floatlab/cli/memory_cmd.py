@@ -17,7 +17,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from floatlab.cli._common import UI, View, add_command, bold, dim, table
-from floatlab.cli.train_cmds import _sizes, _switch_options
+from floatlab.cli.train_cmds import _shape_options, _switch_options
 from floatlab.text import percent
 
 if TYPE_CHECKING:
@@ -72,20 +72,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--momentum", type=float, default=0.9, help="sgd momentum; 0 keeps no state (default: 0.9)"
     )
     model = p.add_argument_group("model shape")
-    model.add_argument(
-        "--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)"
-    )
-    model.add_argument(
-        "--d-model", type=int, metavar="D", help="attention or transformer width (default: the model's own)"
-    )
-    model.add_argument("--layers", type=int, metavar="N", help="transformer blocks (default: 4)")
-    model.add_argument("--heads", type=int, metavar="N", help="transformer attention heads (default: 4)")
-    model.add_argument(
-        "--context", type=int, metavar="N", help="text: characters the model reads at once (default: 64)"
-    )
-    model.add_argument(
-        "--channels", type=_sizes, metavar="C1,C2", help="convnet channels per stage (default: 16,32)"
-    )
+    _shape_options(model)
     _switch_options(p)
     return p
 

@@ -113,6 +113,24 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _shape_options(group: Any) -> None:
+    """The options that shape a model (``train``, ``compare`` and ``memory`` share them)."""
+    group.add_argument(
+        "--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)"
+    )
+    group.add_argument(
+        "--d-model", type=int, metavar="D", help="attention or transformer width (default: the model's own)"
+    )
+    group.add_argument("--layers", type=int, metavar="N", help="transformer blocks (default: 4)")
+    group.add_argument("--heads", type=int, metavar="N", help="transformer attention heads (default: 4)")
+    group.add_argument(
+        "--context", type=int, metavar="N", help="text: characters the model reads at once (default: 64)"
+    )
+    group.add_argument(
+        "--channels", type=_sizes, metavar="C1,C2", help="convnet channels per stage (default: 16,32)"
+    )
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     from floatlab.train.model import MODELS
 
@@ -153,19 +171,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     run.add_argument("--clip", type=float, help="clip gradients to this global norm (after unscaling)")
     run.add_argument("--schedule", default="constant", help="constant, cosine or linear (default: constant)")
     run.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: 0)")
-    run.add_argument("--hidden", type=_sizes, default=(128, 128), help="MLP hidden sizes (default: 128,128)")
+    _shape_options(run)
     run.add_argument("--activation", default="relu", help="MLP activation: relu or gelu (default: relu)")
-    run.add_argument(
-        "--d-model", type=int, metavar="D", help="attention or transformer width (default: the model's own)"
-    )
-    run.add_argument("--layers", type=int, metavar="N", help="transformer blocks (default: 4)")
-    run.add_argument("--heads", type=int, metavar="N", help="transformer attention heads (default: 4)")
-    run.add_argument(
-        "--context", type=int, metavar="N", help="text: characters the model reads at once (default: 64)"
-    )
-    run.add_argument(
-        "--channels", type=_sizes, metavar="C1,C2", help="convnet channels per stage (default: 16,32)"
-    )
     run.add_argument(
         "--backend",
         default="numpy",
