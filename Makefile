@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # torch is an optional extra for users; the suite installs its CPU build because the loss scaler,
-# the optimizers and the torch gradient recorder are tested against it (`make test TORCH=` skips them)
-TORCH ?= torch==2.13.0
+# the optimizers, the torch gradient recorder and the fp8 recipes (torchao) are tested against them
+# (`make test TORCH=` skips those tests)
+TORCH ?= torch==2.13.0 torchao==0.18.0
 
 .PHONY: demo test lint typecheck bench docs docs-check clean
 
