@@ -1,13 +1,18 @@
 """Fused CPU kernels for the trainer's wide-precision GELU, layer norm and softmax.
 
 NumPy computes these ops as a chain of whole-array passes on one core; here each is one pass over
-its rows (layer norm, softmax: one row per token) or over chunks of the flat array (GELU), split
-across numba's threads. They apply only where nothing is rounded inside the op (the caller checks
-that): each kernel does the arithmetic of the NumPy code step for step in the array's own dtype
-(float32 arithmetic on float32 input, no fused multiply-adds), sums a row in the same order as
-NumPy's pairwise sum (eight running sums, then a tree), and leaves ``exp`` and ``tanh`` to NumPy's
-vector code (the C library's scalar ones are several times slower), so the results are NumPy's
-bit for bit.
+its rows (layer norm, softmax: one row per token) or over the flat array (GELU). They apply only
+where nothing is rounded inside the op (the caller checks that): each kernel does the arithmetic of
+the NumPy code step for step in the array's own dtype (float32 arithmetic on float32 input, no
+fused multiply-adds), sums a row in the same order as NumPy's pairwise sum (eight running sums,
+then a tree), and leaves ``exp`` and ``tanh`` to NumPy's vector code (the C library's scalar ones
+are several times slower), so the results are NumPy's bit for bit.
+
+The kernels run on the calling thread. Cutting the rows across threads (each thread running the
+whole op on its slice) was measured and dropped: on a step of the default transformer on 2 cores
+it saved nothing (123 ms against 120 ms), because between the GEMMs the BLAS threads still spin
+on the second core; numba's own parallel loops (OpenMP) were worse still (300 ms), their
+spinning threads and the BLAS threads taking turns on the same cores.
 
 numba is imported and the kernels compiled on first use only (``import floatlab`` stays light).
 
@@ -39,20 +44,8 @@ __all__ = [
 #: sqrt(2 / pi), the constant of GELU's tanh form
 GELU_C = math.sqrt(2.0 / math.pi)
 
-#: arrays smaller than this run on one thread. Each kernel is a single pass at memory speed, so
-#: a second core saves little on the trainer's arrays, and waking the loop threads between GEMMs
-#: costs much more: OpenMP's spin-waiting threads and the BLAS threads then take turns on the same
-#: cores (a step of the default transformer on 2 cores: 120 ms with the kernels on one thread,
-#: 300 ms with them on two under numba's OpenMP layer, 120 ms under its workqueue layer)
-SERIAL_BELOW = 1 << 22
-
-#: elements per chunk of GELU's flat loop
-_CHUNK = 4096
-
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
-
-prange = range  # numba.prange once compiled
 
 
 def fusable(*arrays: Any) -> bool:
@@ -140,38 +133,32 @@ _pairwise = _pairwise_py
 
 def _gelu_arg_kernel_py(x: Any, u: Any, c0: Any, c1: Any) -> None:
     # tanh's argument c (x + 0.044715 x^3), as x (c + 0.044715 c x^2)
-    n = x.size
-    for k in prange((n + _CHUNK - 1) // _CHUNK):
-        for i in range(k * _CHUNK, min(n, (k + 1) * _CHUNK)):
-            xi = x[i]
-            u[i] = (xi * xi * c1 + c0) * xi
+    for i in range(x.size):
+        xi = x[i]
+        u[i] = (xi * xi * c1 + c0) * xi
 
 
 def _gelu_kernel_py(x: Any, th: Any, one: Any, half: Any) -> None:
     # in place over th = tanh(...): 0.5 x (1 + th)
-    n = x.size
-    for k in prange((n + _CHUNK - 1) // _CHUNK):
-        for i in range(k * _CHUNK, min(n, (k + 1) * _CHUNK)):
-            th[i] = (th[i] + one) * x[i] * half
+    for i in range(x.size):
+        th[i] = (th[i] + one) * x[i] * half
 
 
 def _gelu_grad_kernel_py(dy: Any, x: Any, th: Any, c0: Any, c3: Any, one: Any, half: Any) -> None:
     # in place over th: dy (0.5 (1 + th) + (1 - th^2) 0.5 x (c + 3 0.044715 c x^2))
-    n = x.size
-    for k in prange((n + _CHUNK - 1) // _CHUNK):
-        for i in range(k * _CHUNK, min(n, (k + 1) * _CHUNK)):
-            xi = x[i]
-            t = th[i]
-            x2 = (xi * xi * c3 + c0) * xi * half
-            d = (one - t * t) * x2
-            th[i] = ((t + one) * half + d) * dy[i]
+    for i in range(x.size):
+        xi = x[i]
+        t = th[i]
+        x2 = (xi * xi * c3 + c0) * xi * half
+        d = (one - t * t) * x2
+        th[i] = ((t + one) * half + d) * dy[i]
 
 
 def _layer_norm_kernel_py(
     x: Any, g: Any, b: Any, y: Any, xhat: Any, rstd: Any, inv_d: Any, eps: Any, one: Any
 ) -> None:
     n, d = x.shape
-    for i in prange(n):
+    for i in range(n):
         xr, yr, hr = x[i], y[i], xhat[i]
         mu = _pairwise(xr, 0, d) * inv_d
         for j in range(d):
@@ -188,7 +175,7 @@ def _layer_norm_kernel_py(
 
 def _layer_norm_grad_kernel_py(dy: Any, xhat: Any, rstd: Any, g: Any, dx: Any, inv_d: Any) -> None:
     n, d = dy.shape
-    for i in prange(n):
+    for i in range(n):
         dyr, hr, out = dy[i], xhat[i], dx[i]
         for j in range(d):
             out[j] = dyr[j] * g[j]
@@ -203,7 +190,7 @@ def _layer_norm_grad_kernel_py(dy: Any, xhat: Any, rstd: Any, g: Any, dx: Any, i
 
 def _softmax_shift_kernel_py(s: Any, z: Any) -> None:
     n, d = s.shape
-    for i in prange(n):
+    for i in range(n):
         sr, zr = s[i], z[i]
         m = sr[0]
         for j in range(1, d):
@@ -216,7 +203,7 @@ def _softmax_shift_kernel_py(s: Any, z: Any) -> None:
 def _softmax_kernel_py(e: Any) -> None:
     # in place over e = exp(s - max): e / sum(e)
     n, d = e.shape
-    for i in prange(n):
+    for i in range(n):
         er = e[i]
         total = _pairwise(er, 0, d)
         for j in range(d):
@@ -225,7 +212,7 @@ def _softmax_kernel_py(e: Any) -> None:
 
 def _softmax_grad_kernel_py(dp: Any, p: Any, ds: Any) -> None:
     n, d = p.shape
-    for i in prange(n):
+    for i in range(n):
         dr, pr, out = dp[i], p[i], ds[i]
         for j in range(d):
             out[j] = dr[j] * pr[j]
@@ -254,31 +241,11 @@ def _loops() -> dict[str, Any]:
             import numba
 
             g = globals()
-            g["prange"] = numba.prange
-            helper = numba.njit(nogil=True, cache=True)
-            g["_pairwise_block"] = helper(_pairwise_block_py)
-            g["_pairwise"] = helper(_pairwise_py)
-            parallel = numba.njit(parallel=True, cache=True, nogil=True, fastmath=False)
-            _compiled.update({name: parallel(g[f"_{name}_kernel_py"]) for name in _KERNELS})
+            serial = numba.njit(nogil=True, cache=True, fastmath=False)
+            g["_pairwise_block"] = serial(_pairwise_block_py)
+            g["_pairwise"] = serial(_pairwise_py)
+            _compiled.update({name: serial(g[f"_{name}_kernel_py"]) for name in _KERNELS})
         return _compiled
-
-
-def _launch(name: str, n: int, *args: Any) -> None:
-    fn = _loops()[name]
-    if n >= SERIAL_BELOW:
-        fn(*args)
-        return
-    import numba
-
-    threads = numba.get_num_threads()
-    if threads == 1:
-        fn(*args)
-        return
-    numba.set_num_threads(1)  # per calling thread, so concurrent callers do not interfere
-    try:
-        fn(*args)
-    finally:
-        numba.set_num_threads(threads)
 
 
 # ---- the ops ---------------------------------------------------------------------------------------
@@ -289,11 +256,14 @@ def gelu(x: Array) -> Array:
     [0.0, 0.0, 0.0]
     """
     t = x.dtype.type
+    k = _loops()
     flat = x.reshape(-1)
     th = np.empty_like(flat)
-    _launch("gelu_arg", x.size, flat, th, t(GELU_C), t(GELU_C * 0.044715))
+    c0, c1, one, half = t(GELU_C), t(GELU_C * 0.044715), t(1.0), t(0.5)
+
+    k["gelu_arg"](flat, th, c0, c1)
     np.tanh(th, out=th)  # NumPy's vector tanh: the C library's is several times slower
-    _launch("gelu", x.size, flat, th, t(1.0), t(0.5))
+    k["gelu"](flat, th, one, half)
     return th.reshape(x.shape)
 
 
@@ -304,12 +274,14 @@ def gelu_grad(dy: Array, x: Array) -> Array:
     [0.5]
     """
     t = x.dtype.type
-    flat = x.reshape(-1)
+    k = _loops()
+    flat, dflat = x.reshape(-1), dy.reshape(-1)
     th = np.empty_like(flat)
-    _launch("gelu_arg", x.size, flat, th, t(GELU_C), t(GELU_C * 0.044715))
+    c0, c1, c3, one, half = t(GELU_C), t(GELU_C * 0.044715), t(3 * GELU_C * 0.044715), t(1.0), t(0.5)
+
+    k["gelu_arg"](flat, th, c0, c1)
     np.tanh(th, out=th)
-    c0, c3 = t(GELU_C), t(3 * GELU_C * 0.044715)
-    _launch("gelu_grad", x.size, dy.reshape(-1), flat, th, c0, c3, t(1.0), t(0.5))
+    k["gelu_grad"](dflat, flat, th, c0, c3, one, half)
     return th.reshape(x.shape)
 
 
@@ -321,11 +293,14 @@ def layer_norm(x: Array, g: Array, b: Array, eps: float = 1e-5) -> tuple[Array, 
     ([[-1.0, 1.0]], (1, 1))
     """
     t = x.dtype.type
+    k = _loops()
     d = x.shape[-1]
     x2 = x.reshape(-1, d)
     y, xhat = np.empty_like(x2), np.empty_like(x2)
     rstd = np.empty((x2.shape[0], 1), x.dtype)
-    _launch("layer_norm", x.size, x2, g, b, y, xhat, rstd, t(1.0 / d), t(eps), t(1.0))
+    inv_d, teps, one = t(1.0 / d), t(eps), t(1.0)
+
+    k["layer_norm"](x2, g, b, y, xhat, rstd, inv_d, teps, one)
     return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1)
 
 
@@ -336,20 +311,14 @@ def layer_norm_grad(dy: Array, xhat: Array, rstd: Array, g: Array) -> Array:
     >>> np.round(layer_norm_grad(np.ones((1, 2)), xhat, rstd, np.ones(2)), 4).tolist()
     [[0.0, 0.0]]
     """
+    k = _loops()
     d = dy.shape[-1]
     dx = np.empty_like(dy)
-    dy2 = dy.reshape(-1, d)
+    dy2, xh2, dx2 = dy.reshape(-1, d), xhat.reshape(-1, d), dx.reshape(-1, d)
     rstd2 = rstd.reshape(-1, 1)
-    _launch(
-        "layer_norm_grad",
-        dy.size,
-        dy2,
-        xhat.reshape(-1, d),
-        rstd2,
-        g,
-        dx.reshape(-1, d),
-        dy.dtype.type(1.0 / d),
-    )
+    inv_d = dy.dtype.type(1.0 / d)
+
+    k["layer_norm_grad"](dy2, xh2, rstd2, g, dx2, inv_d)
     return dx
 
 
@@ -359,12 +328,14 @@ def softmax(s: Array) -> Array:
     >>> softmax(np.array([[0.0, np.log(3.0), -np.inf]])).round(6).tolist()
     [[0.25, 0.75, 0.0]]
     """
+    k = _loops()
     d = s.shape[-1]
     p = np.empty_like(s)
-    p2 = p.reshape(-1, d)
-    _launch("softmax_shift", s.size, s.reshape(-1, d), p2)
-    np.exp(p, out=p)  # NumPy's vector exp: the C library's is slower
-    _launch("softmax", s.size, p2)
+    s2, p2 = s.reshape(-1, d), p.reshape(-1, d)
+
+    k["softmax_shift"](s2, p2)
+    np.exp(p2, out=p2)  # NumPy's vector exp: the C library's is slower
+    k["softmax"](p2)
     return p
 
 
@@ -374,7 +345,10 @@ def softmax_grad(dp: Array, p: Array) -> Array:
     >>> softmax_grad(np.ones((1, 2)), np.array([[0.25, 0.75]])).tolist()
     [[0.0, 0.0]]
     """
+    k = _loops()
     d = p.shape[-1]
     ds = np.empty_like(p)
-    _launch("softmax_grad", p.size, dp.reshape(-1, d), p.reshape(-1, d), ds.reshape(-1, d))
+    dp2, p2, ds2 = dp.reshape(-1, d), p.reshape(-1, d), ds.reshape(-1, d)
+
+    k["softmax_grad"](dp2, p2, ds2)
     return ds
