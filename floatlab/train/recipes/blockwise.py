@@ -1,0 +1,186 @@
+"""Block scaling as DeepSeek-V3 trains with it: one fp32 scale per small tile, and a GEMM that
+applies the scales tile by tile along the reduction.
+
+DeepSeek-V3 Technical Report (arXiv 2412.19437), section 3.3.2, "Fine-Grained Quantization":
+activations (and the output gradients) are scaled per 1x128 tile, "per token per 128 channels",
+weights per 128x128 block, "per 128 input channels per 128 output channels"; "Online
+Quantization": each scale comes from the tile's own current amax. The tiles run along the GEMM's
+reduction dimension K, so that in "Increasing Accumulation Precision" the partial product of each
+128-wide slice of K can be multiplied by its two scales when it is promoted from the tensor core
+to fp32 registers on the CUDA cores. An operand used again with another reduction axis (the
+activations in the weight-gradient GEMM) is quantized again along that axis: its 1x128 tiles
+become 128x1 tiles (the same section, on the backward pass).
+
+Here:
+
+* :func:`tile_quantize`: tiles of ``block`` consecutive values along one axis;
+  :func:`block_quantize`: ``block`` x ``block`` blocks of a matrix. A length that is not a
+  multiple of ``block`` gets a shorter last tile (or block): its amax is taken over the values it
+  has, as the zero padding of DeepGEMM's ``per_block_cast_to_fp8`` and torchao's masked loads do.
+* Each scale is :func:`~floatlab.train.recipes.scales.current_scale` of the tile's amax, the
+  arithmetic of torchao's blockwise fp8 training (``torchao/prototype/blockwise_fp8_training/
+  kernels.py``: ``float32(fp8_max / max(amax, 1e-12))`` divided in float64); the values are the
+  saturating cast of ``x * scale``.
+* :func:`blockwise_matmul`: for each K-slice of ``block`` the exact fp8 products are summed in
+  fp32 (a float32 BLAS call), then promoted as DeepGEMM does (``fp8_gemm.cuh``, "Promote with
+  scales"): ``s = scale_a_inv * scale_b_inv`` in fp32, then ``acc += s * partial``, one fused
+  multiply-add (compiled with nvcc's default ``--fmad=true``): the product enters the sum
+  exactly and is rounded once with it.
+
+>>> import numpy as np
+>>> x = np.float32([[1.0, 2.0, 100.0, 0.5, 0.25]])          # one row, K = 5, tiles of 4
+>>> t = tile_quantize(x, E4M3, 4, axis=1)
+>>> t.scale.tolist()                                         # 448/100 and 448/0.25
+[[4.480000019073486, 1792.0]]
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from floatlab.formats import FP32, FloatFormat
+from floatlab.rounding import odd_sum, round_array
+from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
+
+__all__ = ["E4M3", "TileCast", "block_quantize", "blockwise_matmul", "expand_scales", "tile_quantize"]
+
+
+class TileCast(NamedTuple):
+    """An operand cast tile by tile: the fp8 values (float32, the operand's shape), one scale per
+    tile or block, and the largest tile amax (NaN when a tile holds a NaN).
+
+    >>> tile_quantize(np.float32([[3.0, -6.0]]), E4M3, 2, axis=1).values.tolist()
+    [[224.0, -448.0]]
+    """
+
+    values: NDArray[np.float32]
+    scale: NDArray[np.float32]
+    amax: float
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _padded(x: NDArray[np.float32], axes: tuple[int, ...], block: int) -> NDArray[np.float32]:
+    """``x`` with zeros appended along ``axes`` up to a multiple of ``block`` (itself if none)."""
+    shape = list(x.shape)
+    for ax in axes:
+        shape[ax] = _ceil_div(shape[ax], block) * block
+    if tuple(shape) == x.shape:
+        return x
+    out = np.zeros(shape, np.float32)
+    out[tuple(slice(0, n) for n in x.shape)] = x
+    return out
+
+
+def _amax_over(xt: NDArray[np.float32], axes: tuple[int, ...]) -> NDArray[np.float32]:
+    """max(|v|) over ``axes``, a NaN propagating (``torch.abs(x).amax``), without an abs copy."""
+    hi: NDArray[np.float32] = np.maximum(xt.max(axis=axes), -xt.min(axis=axes))
+    return hi
+
+
+def tile_quantize(
+    x: NDArray[np.float32], fmt: FloatFormat, block: int, axis: int, pow2: bool = False
+) -> TileCast:
+    """Cast the float32 array ``x`` into ``fmt`` with one scale per tile of ``block`` values along
+    ``axis`` (DeepSeek-V3's 1x128 tiles when ``axis`` is the last); the scales have ``x``'s shape
+    with ``axis`` cut to the number of tiles. The last tile is shorter when ``block`` does not
+    divide the length.
+
+    >>> x = np.float32([[1.0, 8.0], [2.0, 2.0], [4.0, 0.0]])  # three rows; tiles of 2 down axis 0
+    >>> t = tile_quantize(x, E4M3, 2, axis=0)
+    >>> t.scale.tolist(), t.values[:, 1].tolist()           # the second tile is the last row alone
+    ([[224.0, 56.0], [112.0, 447999985582080.0]], [448.0, 112.0, 0.0])
+    """
+    n = x.shape[axis]
+    nt = _ceil_div(n, block)
+    xp = _padded(x, (axis,), block)
+    xt = xp.reshape((*xp.shape[:axis], nt, block, *xp.shape[axis + 1 :]))
+    amax = _amax_over(xt, (axis + 1,))
+    scale = current_scale(amax, fmt, pow2)
+    xs = (xt * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
+    # each tile's scale maps its amax to fmt.max (to within a rounding): nothing overflows, and an
+    # infinite amax gives the scale 0 (inf * 0 is NaN), so no infinity reaches the cast
+    q = saturating_cast(xs, fmt, bound=fmt.max)
+    if xp is not x:
+        q = np.ascontiguousarray(q[tuple(slice(0, s) for s in x.shape)])
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+
+
+def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False) -> TileCast:
+    """Cast the float32 matrix ``x`` into ``fmt`` with one scale per ``block`` x ``block`` block
+    (DeepSeek-V3's weight blocks); the scales have shape (ceil(rows/block), ceil(cols/block)), the
+    blocks of the last row and column of blocks are smaller when ``block`` does not divide.
+
+    >>> t = block_quantize(np.float32([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]), E4M3, 2)
+    >>> t.scale.tolist()                                    # amax 5, 6, 8, 9
+    [[89.5999984741211, 74.66666412353516], [56.0, 49.77777862548828]]
+    """
+    if x.ndim != 2:
+        raise ValueError(f"a weight of shape {x.shape}: expected a matrix for {block}x{block} blocks")
+    rows, cols = x.shape
+    xp = _padded(x, (0, 1), block)
+    rt, ct = xp.shape[0] // block, xp.shape[1] // block
+    xb = xp.reshape(rt, block, ct, block)
+    amax = _amax_over(xb, (1, 3))
+    scale = current_scale(amax, fmt, pow2)
+    xs = (xb * scale[:, None, :, None]).reshape(xp.shape)
+    q = saturating_cast(xs, fmt, bound=fmt.max)  # (no overflow: as in tile_quantize)
+    if xp is not x:
+        q = np.ascontiguousarray(q[:rows, :cols])
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+
+
+def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int) -> NDArray[np.float32]:
+    """Block scales repeated ``block`` times along ``axis`` and cut to ``length``: the scales of
+    128x128 weight blocks as one scale per row (or column) of the matrix and K-tile.
+
+    >>> expand_scales(np.float32([[1.0, 2.0]]), 2, 1, 3).tolist()
+    [[1.0, 1.0, 2.0]]
+    """
+    out: NDArray[np.float32] = np.repeat(scale, block, axis=axis)
+    return out[:, :length] if axis == 1 else out[:length]
+
+
+def blockwise_matmul(
+    a: NDArray[np.float32],
+    a_inv: NDArray[np.float32],
+    b: NDArray[np.float32],
+    b_inv: NDArray[np.float32],
+    block: int,
+) -> NDArray[np.float32]:
+    """The block-scaled GEMM ``a @ b`` of fp8 values ``a`` (M, K) and ``b`` (K, N), held in float32,
+    with inverse scales ``a_inv`` (M, ceil(K/block)) and ``b_inv`` (ceil(K/block), N): for each
+    slice of ``block`` along K, the partial product in fp32 (exact fp8 products, a float32 BLAS
+    sum), then ``acc = fma(a_inv[:, t] * b_inv[t, :], partial, acc)`` in fp32, one rounding.
+
+    >>> a, b = np.float32([[1.0, 1.0, 1.0]]), np.float32([[1.0], [1.0], [1.0]])
+    >>> blockwise_matmul(a, np.float32([[0.5, 4.0]]), b, np.float32([[2.0], [1.0]]), 2).tolist()
+    [[6.0]]
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if k == 0:
+        return np.zeros((m, n), np.float32)
+    acc: NDArray[np.float32] | None = None
+    for t in range(_ceil_div(k, block)):
+        lo, hi = t * block, min((t + 1) * block, k)
+        partial = np.matmul(a[:, lo:hi], b[lo:hi])  # the tensor core's slice: fp32 sums
+        s = a_inv[:, t : t + 1] * b_inv[t : t + 1, :]  # DeepGEMM's scale_a * scale_b, in fp32
+        if acc is None:
+            # fma(s, partial, +0) is the product rounded once: a float32 multiply (and + 0 makes
+            # a -0 product +0, as the FMA's sum does)
+            acc = s * partial
+            acc += np.float32(0.0)
+        else:
+            # the product of two fp32 values is exact in float64; their sum with acc rounded to
+            # odd at 53 bits and then once to fp32 is one rounding of the exact sum: the FMA
+            term = s.astype(np.float64) * partial
+            total = odd_sum(acc.astype(np.float64).reshape(-1), term.reshape(-1), False)
+            acc = round_array(total, FP32).astype(np.float32).reshape(m, n)
+    assert acc is not None
+    return acc
