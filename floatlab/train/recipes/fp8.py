@@ -15,7 +15,7 @@ format and the scale ``s`` of the cast ``q = fp8(x * s)``:
   (:func:`~floatlab.train.recipes.scales.delayed_update`), initial scale 1;
 * ``"blockwise"``, DeepSeek-V3's fine-grained scaling: one scale per 1x128 tile of inputs and
   gradients and per 128x128 block of weights, from each tile's own amax
-  (:mod:`floatlab.train.recipes.blockwise`).
+  (:func:`~floatlab.train.recipes.blockwise.blockwise_matmul`).
 
 Formats (TE's ``Format`` in ``transformer_engine/common/recipe/__init__.py``): ``"hybrid"`` casts
 inputs and weights to E4M3 and gradients to E5M2, ``"e4m3"`` every operand to E4M3 (DeepSeek-V3's
@@ -132,7 +132,7 @@ class OperandStats:
 
 @dataclass
 class _Step:
-    """What the first cast of a step found: its scale (per tensor), bound on |x * scale|, stats."""
+    """What the first cast of a step found: its scale (per tensor), bound on ``|x * scale|``, stats."""
 
     amax: float
     scale: np.float32
@@ -335,8 +335,8 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
 
     Per tensor: ``(qa @ qb)`` in float32 (exact fp8 products, fp32 sums through BLAS), times
     ``float32(1/sa * 1/sb)``: ``torch._scaled_mm``'s epilogue, whose ``scale_a`` and ``scale_b``
-    are the inverse scales, ``out = (qa * scale_a) @ (qb * scale_b)``. Blockwise (``a`` in 1x``block``
-    tiles or blocks, ``b`` in ``block``x1 tiles or blocks): the K loop of
+    are the inverse scales, ``out = (qa * scale_a) @ (qb * scale_b)``. Blockwise (``a`` in tiles
+    of 1 x ``block`` or in blocks, ``b`` in tiles of ``block`` x 1 or in blocks): the K loop of
     :func:`~floatlab.train.recipes.blockwise.blockwise_matmul`.
 
     >>> r = Fp8Recipe("tensorwise")
