@@ -499,6 +499,23 @@ def _recipe(kind: str, history: int) -> Fp8Recipe:
     return Fp8Recipe(kind, block=8) if kind == "blockwise" else Fp8Recipe(kind)
 
 
+@pytest.mark.parametrize("kind", RECIPES)
+def test_empty_operands_leading_axes_and_byte_order(kind: str) -> None:
+    f = Fp8Scaling(_recipe(kind, 4))
+    w = np.ones((5, 3), np.float32)
+    assert f.matmul("a", np.zeros((0, 5), np.float32), "input", w, "weight").shape == (0, 3)
+    k0 = f.matmul("b", np.ones((2, 0), np.float32), "input", np.ones((0, 3), np.float32), "weight")
+    assert k0.tolist() == [[0.0] * 3] * 2  # an empty sum is 0
+    x = np.random.default_rng(3).normal(0.0, 1.0, (2, 4, 5)).astype(np.float32)
+    g = Fp8Scaling(_recipe(kind, 4))
+    batched = g.matmul("c", x, "input", w, "weight")
+    h = Fp8Scaling(_recipe(kind, 4))
+    flat = h.matmul("c", x.reshape(8, 5), "input", w, "weight")
+    assert same(batched, flat.reshape(2, 4, 3))  # tiles run along K: the rows are independent
+    swapped = Fp8Scaling(_recipe(kind, 4)).matmul("c", x.astype(">f4"), "input", w.astype(">f4"), "weight")
+    assert same(swapped, batched)
+
+
 # ---- statistics ---------------------------------------------------------------------------------------
 def _direct_shares(x: np.ndarray, scale: np.float32, fmt: fl.FloatFormat) -> tuple[float, float, float]:
     with np.errstate(over="ignore", invalid="ignore"):
