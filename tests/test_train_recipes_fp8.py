@@ -448,6 +448,30 @@ def test_blockwise_retiles_the_transposed_input_and_keeps_weight_blocks() -> Non
     assert same(qwt.scale, qw.scale.T)
 
 
+def test_blockwise_pow2_scales_are_the_tile_scales_rounded_down() -> None:
+    rng = np.random.default_rng(6)
+    x = (rng.normal(0.0, 1.0, (9, 21)) * np.exp(rng.normal(0.0, 5.0, (9, 1)))).astype(np.float32)
+    q = OperandScaler(Fp8Recipe("blockwise", block=8, pow2_scale=True), "input").quantize(x, 1)
+    _, exact = tile_oracle(x, E4M3, 8, 1)
+    want = np.array(
+        [[math.ldexp(1.0, math.frexp(float(v))[1] - 1) for v in row] for row in exact], np.float32
+    )
+    assert same(q.scale, want)
+    s = np.repeat(want, 8, axis=1)[:, :21]
+    assert same(q.values, fp8_cast(x * s, E4M3))
+
+
+def test_wider_inputs_are_rounded_to_fp32_first() -> None:
+    """A float64 operand is cast as its fp32 rounding is (torchao's ``tensor.to(torch.float32)``)."""
+    x64 = np.random.default_rng(8).normal(0.0, 1.0, (6, 10))
+    for kind in RECIPES:
+        a = OperandScaler(_recipe(kind, 4), "input").quantize(x64, 1)
+        b = OperandScaler(_recipe(kind, 4), "input").quantize(x64.astype(np.float32), 1)
+        assert a.values.dtype == np.float32
+        assert same(a.values, b.values)
+        assert same(a.scale, b.scale)
+
+
 # ---- per-tensor GEMM --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["tensorwise", "delayed"])
 def test_per_tensor_gemm_is_the_scaled_mm_epilogue(kind: str) -> None:
@@ -473,6 +497,23 @@ def _recipe(kind: str, history: int) -> Fp8Recipe:
     if kind == "delayed":
         return Fp8Recipe(kind, amax_history=history)
     return Fp8Recipe(kind, block=8) if kind == "blockwise" else Fp8Recipe(kind)
+
+
+@pytest.mark.parametrize("kind", RECIPES)
+def test_empty_operands_leading_axes_and_byte_order(kind: str) -> None:
+    f = Fp8Scaling(_recipe(kind, 4))
+    w = np.ones((5, 3), np.float32)
+    assert f.matmul("a", np.zeros((0, 5), np.float32), "input", w, "weight").shape == (0, 3)
+    k0 = f.matmul("b", np.ones((2, 0), np.float32), "input", np.ones((0, 3), np.float32), "weight")
+    assert k0.tolist() == [[0.0] * 3] * 2  # an empty sum is 0
+    x = np.random.default_rng(3).normal(0.0, 1.0, (2, 4, 5)).astype(np.float32)
+    g = Fp8Scaling(_recipe(kind, 4))
+    batched = g.matmul("c", x, "input", w, "weight")
+    h = Fp8Scaling(_recipe(kind, 4))
+    flat = h.matmul("c", x.reshape(8, 5), "input", w, "weight")
+    assert same(batched, flat.reshape(2, 4, 3))  # tiles run along K: the rows are independent
+    swapped = Fp8Scaling(_recipe(kind, 4)).matmul("c", x.astype(">f4"), "input", w.astype(">f4"), "weight")
+    assert same(swapped, batched)
 
 
 # ---- statistics ---------------------------------------------------------------------------------------

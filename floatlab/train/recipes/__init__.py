@@ -1,11 +1,13 @@
 """fp8 training recipes, simulated exactly on the CPU: per-tensor current scaling (torchao),
 delayed scaling (Transformer Engine) and block scaling (DeepSeek-V3).
 
-* :mod:`~floatlab.train.recipes.recipe`: the recipe as data (:class:`Fp8Recipe`);
-* :mod:`~floatlab.train.recipes.fp8`: the per-operand scalers, the scaled GEMM and the scaling of
-  a whole model (:class:`Fp8Scaling`);
-* :mod:`~floatlab.train.recipes.scales`: the scale arithmetic of each source, rule by rule;
-* :mod:`~floatlab.train.recipes.blockwise`: DeepSeek-V3's tiles and its tile-by-tile GEMM.
+* ``recipe``: the recipe as data (:class:`Fp8Recipe`);
+* ``fp8``: the per-operand scalers, the scaled GEMM and the scaling of a whole model
+  (:class:`Fp8Scaling`);
+* ``scales``: the scale arithmetic of each source, rule by rule (:func:`current_scale`,
+  :func:`delayed_update`, :func:`round_down_pow2`, :func:`saturating_cast`);
+* ``blockwise``: DeepSeek-V3's tiles and its tile-by-tile GEMM (:func:`tile_quantize`,
+  :func:`block_quantize`, :func:`blockwise_matmul`).
 
 See the concept page ``docs/concepts/fp8-recipes.md`` for the formulas and their sources.
 
@@ -15,7 +17,7 @@ See the concept page ``docs/concepts/fp8-recipes.md`` for the formulas and their
 [[3.0625]]
 """
 
-from floatlab.train.recipes.blockwise import block_quantize, blockwise_matmul, tile_quantize
+from floatlab.train.recipes.blockwise import TileCast, block_quantize, blockwise_matmul, tile_quantize
 from floatlab.train.recipes.fp8 import (
     STATS,
     Fp8Scaling,
@@ -49,6 +51,7 @@ __all__ = [
     "OperandScaler",
     "OperandStats",
     "Quantized",
+    "TileCast",
     "block_quantize",
     "blockwise_matmul",
     "current_scale",

@@ -78,7 +78,7 @@ def _padded(x: NDArray[np.float32], axes: tuple[int, ...], block: int) -> NDArra
 
 
 def _amax_over(xt: NDArray[np.float32], axes: tuple[int, ...]) -> NDArray[np.float32]:
-    """max(|v|) over ``axes``, a NaN propagating (``torch.abs(x).amax``), without an abs copy."""
+    """``max(|v|)`` over ``axes``, a NaN propagating (``torch.abs(x).amax``), without an abs copy."""
     hi: NDArray[np.float32] = np.maximum(xt.max(axis=axes), -xt.min(axis=axes))
     return hi
 

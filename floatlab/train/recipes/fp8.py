@@ -15,7 +15,7 @@ format and the scale ``s`` of the cast ``q = fp8(x * s)``:
   (:func:`~floatlab.train.recipes.scales.delayed_update`), initial scale 1;
 * ``"blockwise"``, DeepSeek-V3's fine-grained scaling: one scale per 1x128 tile of inputs and
   gradients and per 128x128 block of weights, from each tile's own amax
-  (:mod:`floatlab.train.recipes.blockwise`).
+  (:func:`~floatlab.train.recipes.blockwise.blockwise_matmul`).
 
 Formats (TE's ``Format`` in ``transformer_engine/common/recipe/__init__.py``): ``"hybrid"`` casts
 inputs and weights to E4M3 and gradients to E5M2, ``"e4m3"`` every operand to E4M3 (DeepSeek-V3's
@@ -35,6 +35,7 @@ choice, section 3.3.2, "Mantissa over Exponents"). Every cast saturates.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,13 +133,13 @@ class OperandStats:
 
 @dataclass
 class _Step:
-    """What the first cast of a step found: its scale (per tensor), bound on |x * scale|, stats."""
+    """What the first cast of a step found: the amax, the scale (blockwise: the smallest tile
+    scale), a bound on ``|x * scale|`` (per tensor) and the shares of the cast."""
 
     amax: float
     scale: np.float32
     bound: float
     shares: CastShares
-    reported_scale: float
 
 
 class OperandScaler:
@@ -233,7 +234,7 @@ class OperandScaler:
             xs = x32 * scale
             q = saturating_cast(xs, self.fmt, bound)
             shares = cast_shares(x32, q, self.fmt, xs=xs, bound=bound)
-            self._step = _Step(amax, scale, bound, shares, float(scale))
+            self._step = _Step(amax, scale, bound, shares)
         else:
             xs = x32 * step.scale
             q = saturating_cast(xs, self.fmt, step.bound)
@@ -252,7 +253,7 @@ class OperandScaler:
             smallest = float(cast.scale.min()) if cast.scale.size else 0.0
             # no tile can saturate (each scale maps its own amax to fp8_max): bound fp8_max
             shares = cast_shares(x32, cast.values, self.fmt, bound=self.fmt.max)
-            self._step = _Step(cast.amax, np.float32(smallest), self.fmt.max, shares, smallest)
+            self._step = _Step(cast.amax, np.float32(smallest), self.fmt.max, shares)
         return Quantized(cast.values, cast.scale, self.fmt, axis, layout, b)
 
     def end_step(self) -> OperandStats:
@@ -268,8 +269,8 @@ class OperandScaler:
             held = float(self._scale) if self.recipe.kind == "delayed" else 0.0
             stats = OperandStats(0.0, held, 0.0, 0.0, 0.0)
         else:
-            stats = OperandStats(step.amax, step.reported_scale, *step.shares)
-            self._last_scale = step.reported_scale
+            stats = OperandStats(step.amax, float(step.scale), *step.shares)
+            self._last_scale = float(step.scale)
         if self.recipe.kind == "delayed":
             r = self.recipe
             self._history, self._scale = delayed_update(
@@ -335,8 +336,8 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
 
     Per tensor: ``(qa @ qb)`` in float32 (exact fp8 products, fp32 sums through BLAS), times
     ``float32(1/sa * 1/sb)``: ``torch._scaled_mm``'s epilogue, whose ``scale_a`` and ``scale_b``
-    are the inverse scales, ``out = (qa * scale_a) @ (qb * scale_b)``. Blockwise (``a`` in 1x``block``
-    tiles or blocks, ``b`` in ``block``x1 tiles or blocks): the K loop of
+    are the inverse scales, ``out = (qa * scale_a) @ (qb * scale_b)``. Blockwise (``a`` in tiles
+    of 1 x ``block`` or in blocks, ``b`` in tiles of ``block`` x 1 or in blocks): the K loop of
     :func:`~floatlab.train.recipes.blockwise.blockwise_matmul`.
 
     >>> r = Fp8Recipe("tensorwise")
@@ -369,11 +370,11 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
                 f"(block {b.block}): expected both per tensor, or both blockwise with one block size"
             )
         k, n = bv.shape
-        a2 = av.reshape(-1, k)
+        a2 = av.reshape(math.prod(av.shape[:-1]), k)  # (spelled out: a reshape of 0 values to -1 is refused)
         if a.layout == "block":
             a_inv = expand_scales(a.inv_scale, a.block, 0, a2.shape[0])
         else:
-            a_inv = a.inv_scale.reshape(a2.shape[0], -1)
+            a_inv = a.inv_scale.reshape(a2.shape[0], -(-k // a.block))
         b_inv = expand_scales(b.inv_scale, b.block, 1, n) if b.layout == "block" else b.inv_scale
         out = blockwise_matmul(a2, a_inv, bv, b_inv, a.block)
         return out.reshape(*av.shape[:-1], n)

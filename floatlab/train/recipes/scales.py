@@ -68,7 +68,7 @@ def to_float32(x: ArrayLike) -> NDArray[np.float32]:
 
 
 def amax_of(x: NDArray[np.float32], nan: str) -> float:
-    """max(|x|) of a float32 array (0 when empty). ``nan="propagate"``: a NaN makes the amax NaN
+    """``max(|x|)`` of a float32 array (0 when empty). ``nan="propagate"``: a NaN makes the amax NaN
     (``torch.max(torch.abs(x))``, torchao); ``nan="ignore"``: NaNs are skipped (Transformer
     Engine's cast kernels take ``fmaxf(fabsf(v), amax)``, and fmaxf drops a NaN operand).
 
@@ -91,7 +91,7 @@ def round_down_pow2(scale: ArrayLike) -> NDArray[np.float32]:
     Engine's ``compute_scale_from_amax`` does with ``scale_bits & 0xFF800000``. 0, inf and NaN stay.
 
     torchao's ``_round_scale_down_to_power_of_2`` computes ``exp2(floor(log2(scale)))`` in float32
-    instead; its log2 rounds to the integer k for a scale within a few ulps below 2^k (|k| >= 8),
+    instead; its log2 rounds to the integer k for a scale within a few ulps below 2^k (``|k| >= 8``),
     and so returns 2^k, above the scale. Clearing the bits is exact.
 
     >>> round_down_pow2(np.float32([448.0, 3.0, 2.0**16 - 2.0**-8, 0.0])).tolist()
@@ -182,7 +182,7 @@ def saturating_cast(
     xs: NDArray[np.float32], fmt: FloatFormat, bound: float | None = None
 ) -> NDArray[np.float32]:
     """``xs`` (float32) cast to nearest even into ``fmt`` with saturation: beyond +-fmt.max,
-    infinities included, the value is +-fmt.max; NaN stays NaN. ``bound`` is max(|xs|) over the
+    infinities included, the value is +-fmt.max; NaN stays NaN. ``bound`` is ``max(|xs|)`` over the
     non-NaN values when the caller knows it (it saves a pass where no infinity can occur).
 
     >>> saturating_cast(np.float32([57344.0, 70000.0, np.inf, np.nan]), E5M2).tolist()
@@ -228,7 +228,7 @@ def cast_shares(
     saturated, flushed to zero (``x`` not 0, ``q`` 0) or is subnormal in ``fmt`` (``0 < |q| <`` its
     smallest normal). Saturated means that a plain cast would have overflowed: ``|xs|`` beyond the
     overflow threshold (464 for E4M3, 61440 for E5M2, where round to nearest even leaves the
-    range); without ``xs`` none is counted. ``bound``, when known, is max(|xs|) over the non-NaN
+    range); without ``xs`` none is counted. ``bound``, when known, is ``max(|xs|)`` over the non-NaN
     values: below the threshold nothing saturated and ``xs`` is not read. NaNs count in none.
 
     >>> x = np.float32([1e-6, 0.01, 2.0, 600.0])
