@@ -140,6 +140,17 @@ class _Step:
     scale: np.float32
     bound: float
     shares: CastShares
+    #: per tensor: the cast values and the tensor itself, so that a later cast of the same
+    #: memory in the step (``W.T`` for the data gradient, ``x.T`` for the weight gradient) reuses
+    #: the values, as TE and torchao keep the fp8 copy for the backward pass. (Holding the tensor
+    #: keeps its memory from being reused by another array within the step; a tensor written in
+    #: place between two casts of one step would not be noticed, and nothing in a step does that.)
+    values: NDArray[np.float32] | None = None
+    source: NDArray[np.float32] | None = None
+
+
+def _where(x: NDArray[Any]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    return int(x.__array_interface__["data"][0]), x.shape, x.strides
 
 
 class OperandScaler:
@@ -195,8 +206,12 @@ class OperandScaler:
         out: NDArray[np.float32] = self._history.copy()
         return out
 
-    def quantize(self, x: ArrayLike, reduce_axis: int) -> Quantized:
+    def quantize(self, x: ArrayLike, reduce_axis: int, *, record: bool = True) -> Quantized:
         """``x`` cast into this operand's fp8 format for a GEMM that sums over ``reduce_axis``.
+
+        ``record=False`` casts as the next recorded cast would (delayed: with the held scale;
+        current scaling: from ``x`` itself) and leaves the state alone: an evaluation's forward
+        pass between two training steps, which must not enter the amax history.
 
         >>> s = OperandScaler(Fp8Recipe("blockwise", block=2), "input")
         >>> q = s.quantize(np.float32([[1.0, 4.0, 0.5]]), 1)
@@ -212,36 +227,56 @@ class OperandScaler:
         axis %= x32.ndim
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             if self.recipe.kind == "blockwise":
-                return self._quantize_blockwise(x32, axis)
-            return self._quantize_tensor(x32, axis)
+                return self._quantize_blockwise(x32, axis, record)
+            return self._quantize_tensor(x32, axis, record)
 
-    def _quantize_tensor(self, x32: NDArray[np.float32], axis: int) -> Quantized:
+    def _tensor_scale(self, x32: NDArray[np.float32]) -> tuple[float, np.float32, float]:
+        """The amax of ``x32``, the scale of this step's per-tensor cast, and a bound on |x * scale|."""
+        if self.recipe.kind == "delayed":
+            amax = amax_of(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
+            # rounding is monotonic: max |fl(x * s)| is fl(amax * s), inf when x holds one
+            return amax, self._scale, float(np.float32(amax) * self._scale)
+        amax = amax_of(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
+        # the scale maps amax to fp8_max within a rounding; an infinite amax gives the scale 0
+        # and NaNs (inf * 0): no value overflows, no infinity reaches the cast
+        return amax, np.float32(current_scale(amax, self.fmt, self.recipe.pow2_scale)), self.fmt.max
+
+    def _quantize_tensor(self, x32: NDArray[np.float32], axis: int, record: bool = True) -> Quantized:
         step = self._step
-        if step is None:
-            if self.recipe.kind == "delayed":
-                amax = amax_of(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
-                scale = self._scale
-                if self._history.size:
-                    self._history[0] = np.fmax(self._history[0], np.float32(amax))  # (TE's atomicMax)
-                # rounding is monotonic: max |fl(x * s)| is fl(amax * s), inf when x holds one
-                bound = float(np.float32(amax) * scale)
-            else:
-                amax = amax_of(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
-                scale = np.float32(current_scale(amax, self.fmt, self.recipe.pow2_scale))
-                # the scale maps amax to fp8_max within a rounding; an infinite amax gives the
-                # scale 0 and NaNs (inf * 0): no value overflows, no infinity reaches the cast
-                bound = self.fmt.max
+        if step is not None:  # a later cast in the step: the step's scale
+            scale = step.scale
+            q = self._reuse(step, x32)
+            if q is None:
+                q = saturating_cast(x32 * scale, self.fmt, step.bound)
+        else:
+            amax, scale, bound = self._tensor_scale(x32)
             xs = x32 * scale
             q = saturating_cast(xs, self.fmt, bound)
-            shares = cast_shares(x32, q, self.fmt, xs=xs, bound=bound)
-            self._step = _Step(amax, scale, bound, shares)
-        else:
-            xs = x32 * step.scale
-            q = saturating_cast(xs, self.fmt, step.bound)
-            scale = step.scale
+            if record:
+                if self._history.size:
+                    self._history[0] = np.fmax(self._history[0], np.float32(amax))  # (TE's atomicMax)
+                shares = cast_shares(x32, q, self.fmt, xs=xs, bound=bound)
+                self._step = _Step(amax, scale, bound, shares, q, x32)
         return Quantized(q, np.asarray(scale, np.float32), self.fmt, axis, "tensor", 0)
 
-    def _quantize_blockwise(self, x32: NDArray[np.float32], axis: int) -> Quantized:
+    @staticmethod
+    def _reuse(step: _Step, x32: NDArray[np.float32]) -> NDArray[np.float32] | None:
+        """The step's cast values for ``x32`` when it is the first cast's tensor itself or its
+        transpose (the same memory, shape and strides, or both reversed); else None."""
+        if step.values is None or step.source is None:
+            return None
+        ptr, shape, strides = _where(x32)
+        first = _where(step.source)
+        if ptr != first[0]:
+            return None
+        if (shape, strides) == first[1:]:
+            return step.values
+        if (shape[::-1], strides[::-1]) == first[1:]:
+            out: NDArray[np.float32] = step.values.T
+            return out
+        return None
+
+    def _quantize_blockwise(self, x32: NDArray[np.float32], axis: int, record: bool = True) -> Quantized:
         b, pow2 = self.recipe.block, self.recipe.pow2_scale
         if self.role == "weight":
             cast = block_quantize(x32, self.fmt, b, pow2)
@@ -249,7 +284,7 @@ class OperandScaler:
         else:
             cast = tile_quantize(x32, self.fmt, b, axis, pow2)
             layout = "tile"
-        if self._step is None:
+        if self._step is None and record:
             smallest = float(cast.scale.min()) if cast.scale.size else 0.0
             # no tile can saturate (each scale maps its own amax to fp8_max): bound fp8_max
             shares = cast_shares(x32, cast.values, self.fmt, bound=self.fmt.max)
@@ -428,10 +463,14 @@ class Fp8Scaling:
             self._first[key] = self.steps
         return self._scalers[key]
 
-    def matmul(self, site: str, a: ArrayLike, a_role: str, b: ArrayLike, b_role: str) -> NDArray[np.float32]:
+    def matmul(
+        self, site: str, a: ArrayLike, a_role: str, b: ArrayLike, b_role: str, *, record: bool = True
+    ) -> NDArray[np.float32]:
         """``a @ b`` in fp8: ``a`` (..., M, K) cast by the scaler of ``(site, a_role)`` over its last
         axis, ``b`` (K, N) by that of ``(site, b_role)`` over its first; float32 result, which the
-        caller rounds or stores as its policy says.
+        caller rounds or stores as its policy says. ``record=False`` (an evaluation between
+        steps) casts with the scales the next step would use and changes no state: an operand
+        not seen yet gets a fresh scaler that is not kept.
 
         >>> f = Fp8Scaling(Fp8Recipe("tensorwise"))
         >>> w = np.float32([[0.875, 0.0], [0.0, 0.4375]])
@@ -443,9 +482,16 @@ class Fp8Scaling:
             raise ValueError(
                 f"matmul of shapes {a_arr.shape} and {b_arr.shape}: expected (..., M, K) and (K, N)"
             )
-        qa = self.scaler(site, a_role).quantize(a_arr, a_arr.ndim - 1)
-        qb = self.scaler(site, b_role).quantize(b_arr, 0)
+        sa, sb = (self._scaler_for(site, role, record) for role in (a_role, b_role))
+        qa = sa.quantize(a_arr, a_arr.ndim - 1, record=record)
+        qb = sb.quantize(b_arr, 0, record=record)
         return scaled_matmul(qa, qb)
+
+    def _scaler_for(self, site: str, role: str, record: bool) -> OperandScaler:
+        if record:
+            return self.scaler(site, role)
+        found = self._scalers.get(_operand_key(site, role))
+        return found if found is not None else OperandScaler(self.recipe, role)
 
     def end_step(self) -> dict[str, dict[str, float]]:
         """Close the step of every operand: its :class:`OperandStats` as a dict, by ``"site.role"``.
