@@ -159,7 +159,18 @@ def test_rounder_switches() -> None:
 
 
 def test_named_policies() -> None:
-    assert policy_names() == ["fp32", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "mixed-fp8", "fp64"]
+    assert policy_names() == [
+        "fp32",
+        "fp16",
+        "bf16",
+        "mixed-fp16",
+        "mixed-bf16",
+        "mixed-fp8",
+        "fp8-tensorwise",
+        "fp8-delayed",
+        "fp8-blockwise",
+        "fp64",
+    ]
     p = get_policy("fp16")
     assert (p.forward, p.backward, p.weight_format, p.master_weights) == (FP16, FP16, FP16, False)
     assert (p.loss_scaling, p.fp32_reductions, p.fp32_ops) == ("none", False, frozenset())

@@ -431,12 +431,12 @@ class ConvNet(Model):
             h, where = max_pool_forward(relu_forward(a))
             stages.append({"conv": conv, "bn": bn, "h": h, "where": where})
         flat = h.reshape(n, -1)
-        logits = linear_forward(flat, w["Wc"], w["bc"], P)
+        logits = linear_forward(flat, w["Wc"], w["bc"], P, site="Wc")
         return logits, {"stages": stages, "flat": flat, "pooled": h.shape}
 
     def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
         g: Params = {}
-        dflat, g["Wc"], db = linear_backward(dlogits, cache["flat"], w["Wc"], P)
+        dflat, g["Wc"], db = linear_backward(dlogits, cache["flat"], w["Wc"], P, site="Wc")
         assert dflat is not None
         assert db is not None
         g["bc"] = db

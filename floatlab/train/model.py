@@ -63,19 +63,29 @@ Cache = dict[str, Any]
 
 
 # ---- layers ---------------------------------------------------------------------------------------
-def linear_forward(x: Array, W: Array, b: Array | None, P: Precision) -> Array:
+def linear_forward(x: Array, W: Array, b: Array | None, P: Precision, site: str | None = None) -> Array:
     """``x @ W + b`` on the tensor core, stored in the forward format (``x`` may be batched).
+    ``site`` names the layer (its weight's parameter name) for the policy's per-layer GEMM
+    treatment (an fp8 recipe's scaled operands, a narrow accumulator: see :meth:`Precision.linear`);
+    without one the layer is an ordinary GEMM of the policy.
 
     >>> P = Precision("fp16")
     >>> W = P.act(np.full((3, 1), 0.1, np.float32))   # weights stored in fp16: 0.0999755859375
     >>> linear_forward(np.ones((1, 3), np.float32), W, None, P).tolist()   # 3 W, tie to even in fp16
     [[0.2998046875]]
     """
-    return P.matmul(x, W, P.fwd, bias=b)
+    return P.linear(site, x, "input", W, "weight", P.fwd, bias=b)
 
 
 def linear_backward(
-    dy: Array, x: Array, W: Array, P: Precision, *, bias: bool = True, input_grad: bool = True
+    dy: Array,
+    x: Array,
+    W: Array,
+    P: Precision,
+    *,
+    bias: bool = True,
+    input_grad: bool = True,
+    site: str | None = None,
 ) -> tuple[Array | None, Array, Array | None]:
     """Gradients of :func:`linear_forward`: ``(dx, dW, db)``, each stored in the backward format;
     ``dx`` is None with ``input_grad=False`` (the first layer: nothing needs the data's gradient).
@@ -84,10 +94,10 @@ def linear_backward(
     >>> [a.shape for a in linear_backward(dy, x, W, Precision("fp64"))]
     [(2, 3), (3, 4), (4,)]
     """
-    dx = P.matmul(dy, W.T, P.bwd) if input_grad else None
+    dx = P.linear(site, dy, "grad", W.T, "weight", P.bwd) if input_grad else None
     x2 = x.reshape(-1, x.shape[-1])
     dy2 = dy.reshape(-1, dy.shape[-1])
-    dW = P.matmul(x2.T, dy2, P.bwd)
+    dW = P.linear(site, x2.T, "input", dy2, "grad", P.bwd)
     db = None
     if bias:
         rs = P.rounder(P.bwd, "sum")
@@ -436,7 +446,7 @@ class MLP(Model):
         inputs, pre = [], []
         for i in range(n):
             inputs.append(h)
-            z = linear_forward(h, w[f"W{i}"], w[f"b{i}"], P)
+            z = linear_forward(h, w[f"W{i}"], w[f"b{i}"], P, site=f"W{i}")
             pre.append(z)
             if i < n - 1:
                 h = relu_forward(z) if self.activation == "relu" else gelu_forward(z, P)
@@ -447,7 +457,9 @@ class MLP(Model):
         grads: Params = {}
         dz = dlogits
         for i in reversed(range(n)):
-            dh, grads[f"W{i}"], db = linear_backward(dz, cache["inputs"][i], w[f"W{i}"], P, input_grad=i > 0)
+            dh, grads[f"W{i}"], db = linear_backward(
+                dz, cache["inputs"][i], w[f"W{i}"], P, input_grad=i > 0, site=f"W{i}"
+            )
             grads[f"b{i}"] = _some(db)
             if i > 0:
                 z = cache["pre"][i - 1]
@@ -523,18 +535,18 @@ class AttentionNet(Model):
         n, t, d = x.shape[0], self.tokens, self.d_model
         xt = P.act(x.astype(P.dtype, copy=False)).reshape(n, t, -1)
         # the position table rides in the GEMM epilogue with the bias, added in fp32
-        h0 = P.matmul(xt, w["We"], P.fwd, bias=w["be"] + w["pos"])
+        h0 = P.linear("We", xt, "input", w["We"], "weight", P.fwd, bias=w["be"] + w["pos"])
         a, ln1 = layer_norm_forward(h0, w["ln1_g"], w["ln1_b"], P)
-        qkv = linear_forward(a, w["Wqkv"], None, P)
+        qkv = linear_forward(a, w["Wqkv"], None, P, site="Wqkv")
         q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
         alpha = 1.0 / math.sqrt(d)
         s = P.matmul(q, k.transpose(0, 2, 1), P.fwd, alpha=alpha)
         p = softmax_forward(s, P)
         o = P.matmul(p, v, P.fwd)
-        h1 = P.act(h0 + linear_forward(o, w["Wo"], w["bo"], P))
+        h1 = P.act(h0 + linear_forward(o, w["Wo"], w["bo"], P, site="Wo"))
         c, ln2 = layer_norm_forward(h1, w["ln2_g"], w["ln2_b"], P)
         m = mean_pool_forward(c, P)
-        logits = linear_forward(m, w["Wc"], w["bc"], P)
+        logits = linear_forward(m, w["Wc"], w["bc"], P, site="Wc")
         cache = {
             "xt": xt,
             "a": a,
@@ -553,11 +565,11 @@ class AttentionNet(Model):
     def backward(self, w: Params, cache: Cache, dlogits: Array, P: Precision) -> Params:
         t, d = self.tokens, self.d_model
         g: Params = {}
-        dm, g["Wc"], db = linear_backward(dlogits, cache["m"], w["Wc"], P)
+        dm, g["Wc"], db = linear_backward(dlogits, cache["m"], w["Wc"], P, site="Wc")
         g["bc"] = _some(db)
         dc = mean_pool_backward(_some(dm), t, P)
         dh1, g["ln2_g"], g["ln2_b"] = layer_norm_backward(dc, cache["ln2"], w["ln2_g"], P)
-        do_, g["Wo"], db = linear_backward(dh1, cache["o"], w["Wo"], P)
+        do_, g["Wo"], db = linear_backward(dh1, cache["o"], w["Wo"], P, site="Wo")
         g["bo"] = _some(db)
         do = _some(do_)
         p, q, k, v, alpha = cache["p"], cache["q"], cache["k"], cache["v"], cache["alpha"]
@@ -567,11 +579,11 @@ class AttentionNet(Model):
         dq = P.matmul(ds, k, P.bwd, alpha=alpha)
         dk = P.matmul(ds.transpose(0, 2, 1), q, P.bwd, alpha=alpha)
         dqkv = np.concatenate([dq, dk, dv], axis=-1)
-        da, g["Wqkv"], _ = linear_backward(dqkv, cache["a"], w["Wqkv"], P, bias=False)
+        da, g["Wqkv"], _ = linear_backward(dqkv, cache["a"], w["Wqkv"], P, bias=False, site="Wqkv")
         dln1, g["ln1_g"], g["ln1_b"] = layer_norm_backward(_some(da), cache["ln1"], w["ln1_g"], P)
         # the residual stream's gradient: the skip path plus the attention path
         dh0 = P.grad(dh1 + dln1)
-        _, g["We"], _ = linear_backward(dh0, cache["xt"], w["We"], P, bias=False, input_grad=False)
+        _, g["We"], _ = linear_backward(dh0, cache["xt"], w["We"], P, bias=False, input_grad=False, site="We")
         rs = P.rounder(P.bwd, "sum")
         g["be"] = rs.out(rs.sum(dh0.reshape(-1, d), 0))
         g["pos"] = rs.out(rs.sum(dh0, 0))

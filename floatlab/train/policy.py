@@ -23,11 +23,20 @@ technique of mixed-precision training:
   et al., "Revisiting BFloat16 Training", 2020; see :mod:`floatlab.train.update`). Only weights
   stored below the holding precision have anything to compensate: with fp32 master weights
   (and for BatchNorm's parameters under ``batchnorm_fp32``) it does nothing.
+* ``fp8``: an fp8 training recipe (:class:`~floatlab.train.recipes.Fp8Recipe`: per-tensor current
+  scaling, delayed scaling, or DeepSeek-V3's block scaling) for the GEMMs of the linear layers:
+  each operand is scaled into the fp8 format's range before it is rounded, and the product
+  scaled back. Everything else follows the policy's formats (bf16 for the named recipes).
+* ``accumulate`` and ``promote_every``: the accumulator of the linear layers' GEMMs, a format
+  narrower than fp32 (``"acc14"``: the 14 bits DeepSeek-V3 measured on an fp8 tensor core),
+  its partial sums promoted into an fp32 total every ``promote_every`` products (0: never);
+  ``""`` is exact fp32 accumulation, the default.
 
 The named policies are the ones users know:
 
->>> [p for p in policy_names()]
-['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp64']
+>>> [p for p in policy_names()]  # doctest: +NORMALIZE_WHITESPACE
+['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp8-tensorwise', 'fp8-delayed',
+ 'fp8-blockwise', 'fp64']
 >>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
 mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
 fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32
@@ -48,6 +57,8 @@ import numpy as np
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
 from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale, want_str
+from floatlab.train.accumulate import accumulator_format
+from floatlab.train.recipes import RECIPES, Fp8Recipe
 
 __all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get_policy", "policy_names"]
 
@@ -88,6 +99,9 @@ class Policy:
     saturate: bool = False
     subnormals: bool = True
     update_compensation: bool = False
+    fp8: Fp8Recipe | None = None
+    accumulate: str = ""
+    promote_every: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -124,6 +138,22 @@ class Policy:
         set_(self, "rounding", check_rounding(self.rounding))
         set_(self, "update_rounding", check_rounding(self.update_rounding or self.rounding))
         want_fp32_scale("static_scale", self.static_scale)
+        fp8_in: object = self.fp8  # (from a caller: anything)
+        if fp8_in is not None and not isinstance(fp8_in, Fp8Recipe):
+            kinds = ", ".join(RECIPES)
+            raise ValueError(f"fp8={shown(fp8_in)}: expected an Fp8Recipe ({kinds}) or None")
+        want_str("accumulate", self.accumulate)
+        if self.accumulate:
+            set_(self, "accumulate", accumulator_format(self.accumulate).name)
+        every: object = self.promote_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(
+                f"promote_every={shown(every)}: expected a number of products >= 1, or 0 for never"
+            )
+        if every and not self.accumulate:
+            raise ValueError(
+                f"promote_every={every}: promotion needs a narrow accumulator (accumulate, e.g. 'acc14')"
+            )
         if (self.forward == FP64) != (self.backward == FP64):
             raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
         for f in (self.forward, self.backward):
@@ -180,11 +210,24 @@ class Policy:
         return "loss" if "loss" in self.fp32_ops else "softmax"
 
     def replace(self, **changes: Any) -> Policy:
-        """A copy with ``changes``; its name gets a ``*`` unless a new ``name`` is given.
+        """A copy with ``changes``; its name gets a ``*`` unless a new ``name`` is given. The fields
+        of the fp8 recipe (``fp8_format``, ``amax_history``, ``margin``, ...) change the recipe.
 
         >>> get_policy("fp16").replace(master_weights=True).master_weights
         True
+        >>> get_policy("fp8-delayed").replace(amax_history=16).fp8.amax_history
+        16
         """
+        recipe_changes = {k: changes.pop(k) for k in list(changes) if k in _RECIPE_FIELDS}
+        if recipe_changes:
+            recipe = changes.get("fp8", self.fp8)
+            if recipe is None:
+                k, v = next(iter(recipe_changes.items()))
+                raise ValueError(
+                    f"{k}={shown(v)}: policy {self.name} has no fp8 recipe "
+                    f"(expected one of {', '.join('fp8-' + r for r in RECIPES)})"
+                )
+            changes["fp8"] = dataclasses.replace(recipe, **recipe_changes)
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)
@@ -213,6 +256,13 @@ class Policy:
             parts.append("BatchNorm in fp32" if self.batchnorm_fp32 else f"BatchNorm in {self.forward.name}")
             if self.rounding != "rne" or self.update_rounding != "rne":
                 parts.append(f"rounding {self.rounding}, updates {self.update_rounding}")
+        if self.fp8 is not None:
+            parts.append(f"linear GEMMs in fp8: {self.fp8.describe()}")
+        elif min(self.forward.bits, self.backward.bits) <= 8:
+            parts.append("fp8 values rounded unscaled (no per-tensor scaling)")
+        if self.accumulate:
+            every = f", promoted to fp32 every {self.promote_every}" if self.promote_every else ""
+            parts.append(f"linear GEMMs accumulate in {self.accumulate}{every}")
         if self.update_compensation:
             parts.append(
                 f"compensated updates (Kahan, buffer in {self.weight_format.name})"
@@ -233,12 +283,19 @@ class Policy:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["forward"], d["backward"] = self.forward.name, self.backward.name
         d["fp32_ops"] = sorted(self.fp32_ops)
+        d["fp8"] = None if self.fp8 is None else self.fp8.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Policy:
         """The policy :meth:`to_dict` wrote. A dict written before a switch existed gets its
-        default (``update_compensation`` off: such runs added their updates uncompensated)."""
+        default (``update_compensation`` off: such runs added their updates uncompensated; no fp8
+        recipe and fp32 accumulation).
+
+        >>> p = get_policy("fp8-blockwise").replace(accumulate="acc14", promote_every=128)
+        >>> Policy.from_dict(p.to_dict()) == p
+        True
+        """
         want_dict("policy", d)
         if "name" not in d:
             raise ValueError("policy lacks its name")
@@ -250,6 +307,8 @@ class Policy:
             # written before the switch existed (no model had BatchNorm): the named policy's value
             base = POLICIES.get(str(d["name"]).rstrip("*"))
             d = {**d, "batchnorm_fp32": base.batchnorm_fp32 if base is not None else True}
+        if d.get("fp8") is not None:
+            d = {**d, "fp8": Fp8Recipe.from_dict(want_dict("policy fp8", d["fp8"]))}
         return cls(**d)
 
 
@@ -281,6 +340,15 @@ def _mixed(
     )
 
 
+def _fp8(kind: str) -> Policy:
+    # as Transformer Engine and torchao run fp8: the model in bf16 with fp32 master weights, the
+    # linear layers' GEMM operands scaled into fp8, no loss scaling (each tensor has its own scale)
+    return dataclasses.replace(_mixed(f"fp8-{kind}", BF16, BF16, "none"), fp8=Fp8Recipe(kind))
+
+
+#: the fields of an fp8 recipe that :meth:`Policy.replace` passes on to the recipe
+_RECIPE_FIELDS = frozenset(f.name for f in dataclasses.fields(Fp8Recipe)) - {"kind"}
+
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -290,6 +358,7 @@ POLICIES: dict[str, Policy] = {
         _mixed("mixed-fp16", FP16, FP16, "dynamic"),
         _mixed("mixed-bf16", BF16, BF16, "none"),  # bf16 has fp32's range: no scaling needed
         _mixed("mixed-fp8", "float8_e4m3fn", "float8_e5m2", "dynamic"),
+        *(_fp8(kind) for kind in RECIPES),
         Policy("fp64", forward=FP64, backward=FP64),
     )
 }

@@ -28,8 +28,10 @@ from numpy.typing import NDArray
 from floatlab.backend import Backend, get_backend, get_xp
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import round_array
+from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
+from floatlab.train.recipes import Fp8Scaling
 
 __all__ = ["Array", "Precision", "Rounder", "gemm"]
 
@@ -75,6 +77,9 @@ class Precision:
         self._counting = False
         self.grad_values = 0
         self.grad_flushed = 0
+        #: the fp8 recipe's state (every linear layer's operand scalers), when the policy has one
+        self.fp8: Fp8Scaling | None = Fp8Scaling(self.policy.fp8) if self.policy.fp8 is not None else None
+        self._training = True
 
     # ---- casts --------------------------------------------------------------------------------
     def is_wide(self, fmt: FloatFormat) -> bool:
@@ -145,6 +150,17 @@ class Precision:
         finally:
             self._counting = False
 
+    @contextmanager
+    def inference(self) -> Iterator[None]:
+        """A forward pass that is not a training step (an evaluation, sampling): the fp8 recipe
+        casts with the scales the next step would use and records nothing, so that evaluating
+        between steps changes no amax history."""
+        self._training = False
+        try:
+            yield
+        finally:
+            self._training = True
+
     @property
     def flushed_share(self) -> float:
         """Share of the non-zero gradients of the last backward pass that were flushed to zero."""
@@ -171,6 +187,50 @@ class Precision:
         if bias is not None:
             acc += bias
         return self.store(acc, out)
+
+    def linear(
+        self,
+        site: str | None,
+        a: Array,
+        a_role: str,
+        b: Array,
+        b_role: str,
+        out: FloatFormat,
+        *,
+        bias: Array | None = None,
+    ) -> Array:
+        """A GEMM of the linear layer ``site``: ``a @ b`` whose operands play ``a_role`` and
+        ``b_role`` (``"input"``, ``"weight"`` or ``"grad"``), bias added, stored in ``out``.
+
+        Under an fp8 recipe both operands are scaled into fp8 and the product scaled back
+        (:class:`~floatlab.train.recipes.Fp8Scaling`); with a narrow accumulator the products
+        are summed in it (:func:`~floatlab.train.accumulate.accumulate_matmul`); otherwise, and
+        for a GEMM with no ``site``, it is :meth:`matmul`.
+
+        >>> P = Precision("fp8-tensorwise")      # x is scaled by 448 / 3e-4 before its cast to E4M3
+        >>> x, W = np.array([[1e-4, 3e-4]], np.float32), np.ones((2, 1), np.float32)
+        >>> P.linear("W0", x, "input", W, "weight", P.fwd).tolist()
+        [[0.000396728515625]]
+        >>> Q = Precision("mixed-fp8")           # unscaled: both values are below E4M3's 2^-9
+        >>> Q.matmul(Q.cast(x, Q.fwd), Q.cast(W, Q.fwd), Q.fwd).tolist()
+        [[0.0]]
+        """
+        if site is None or (self.fp8 is None and not self.policy.accumulate):
+            return self.matmul(a, b, out, bias=bias)
+        if self.fp8 is not None:
+            acc = self.fp8.matmul(site, a, a_role, b, b_role, record=self._training)
+        else:
+            every = self.policy.promote_every or None
+            acc = accumulate_matmul(a, b, accumulate=self.policy.accumulate, promote_every=every)
+        if bias is not None:
+            acc += bias
+        return self.store(acc, out)
+
+    def end_step(self) -> dict[str, dict[str, float]]:
+        """Close a training step: the fp8 recipe's per-operand statistics of the step (amax,
+        scale, saturated, flushed and subnormal shares), keyed ``"<layer>.<role>"``; delayed
+        scaling computes the next step's scales here. Empty without an fp8 recipe."""
+        return self.fp8.end_step() if self.fp8 is not None else {}
 
     def rounder(self, fmt: FloatFormat, op: str) -> Rounder:
         """The rounding points of operation ``op`` working in ``fmt``."""

@@ -423,6 +423,16 @@ def _scaling(p: Policy) -> str:
     return "none"
 
 
+def _recipe(p: Policy) -> str:
+    return "none" if p.fp8 is None else p.fp8.describe()
+
+
+def _accumulator(p: Policy) -> str:
+    if not p.accumulate:
+        return "fp32"
+    return p.accumulate + (f", promoted every {p.promote_every}" if p.promote_every else "")
+
+
 def preset_overrides(preset: Preset | str, policy: Policy) -> list[str]:
     """What ``policy`` changes of ``preset``'s policy, one phrase per changed setting (empty when
     nothing changed): the words a run's description shows after the preset's name, so that an
@@ -449,5 +459,7 @@ def preset_overrides(preset: Preset | str, policy: Policy) -> list[str]:
         ("update compensation", _onoff(a.update_compensation), _onoff(b.update_compensation)),
         ("saturating casts", _onoff(a.saturate), _onoff(b.saturate)),
         ("subnormals", _onoff(a.subnormals), _onoff(b.subnormals)),
+        ("fp8 recipe", _recipe(a), _recipe(b)),
+        ("accumulator", _accumulator(a), _accumulator(b)),
     ]
     return [f"{label} {new} ({pre.name}: {old})" for label, old, new in words if old != new]

@@ -166,8 +166,10 @@ def attention_forward(
     shape: tuple[int, int],
     heads: int,
     P: Precision,
+    prefix: str = "",
 ) -> tuple[Array, Cache]:
     """Multi-head causal self-attention of the rows ``a`` ``(n * t, d)`` of ``shape = (n, t)``.
+    The two projections are linear layers named ``prefix + "Wqkv"`` and ``prefix + "Wo"``.
 
     One fused projection ``a @ Wqkv + bqkv`` gives q, k and v; each head's scores
     ``q k^T / sqrt(d_head)`` come from a batched GEMM (stored in the forward format), the future
@@ -190,7 +192,7 @@ def attention_forward(
     """
     n, t = shape
     d = a.shape[-1]
-    qkv = linear_forward(a, Wqkv, bqkv, P)
+    qkv = linear_forward(a, Wqkv, bqkv, P, site=prefix + "Wqkv")
     q, k, v = _split_heads(qkv, n, t, heads)
     alpha = 1.0 / math.sqrt(d // heads)
     s = P.matmul(q, k.transpose(0, 1, 3, 2), P.fwd, alpha=alpha)
@@ -198,8 +200,10 @@ def attention_forward(
     p = softmax_forward(s, P)
     o = P.matmul(p, v, P.fwd)  # (n, heads, t, d_head)
     oc = o.transpose(0, 2, 1, 3).reshape(n * t, d)  # heads joined: the one copy of the layer
-    y = linear_forward(oc, Wo, bo, P)
-    return y, {"a": a, "qkv": qkv, "p": p, "oc": oc, "shape": shape, "heads": heads, "alpha": alpha}
+    y = linear_forward(oc, Wo, bo, P, site=prefix + "Wo")
+    cache = {"a": a, "qkv": qkv, "p": p, "oc": oc, "shape": shape, "heads": heads, "alpha": alpha}
+    cache["prefix"] = prefix
+    return y, cache
 
 
 def attention_backward(
@@ -225,7 +229,8 @@ def attention_backward(
     d = Wo.shape[0]
     dh_ = d // heads
     grads: Params = {}
-    doc, grads["Wo"], dbo = linear_backward(dy, cache["oc"], Wo, P, bias=bias)
+    prefix = cache["prefix"]
+    doc, grads["Wo"], dbo = linear_backward(dy, cache["oc"], Wo, P, bias=bias, site=prefix + "Wo")
     assert doc is not None
     do = doc.reshape(n, t, heads, dh_).transpose(0, 2, 1, 3)
     q, k, v = _split_heads(qkv, n, t, heads)
@@ -238,7 +243,9 @@ def attention_backward(
     dqkv = np.empty((n, t, 3, heads, dh_), dq.dtype)
     for j, g in enumerate((dq, dk, dv)):
         dqkv[:, :, j] = g.transpose(0, 2, 1, 3)
-    da, grads["Wqkv"], dbqkv = linear_backward(dqkv.reshape(n * t, 3 * d), cache["a"], Wqkv, P, bias=bias)
+    da, grads["Wqkv"], dbqkv = linear_backward(
+        dqkv.reshape(n * t, 3 * d), cache["a"], Wqkv, P, bias=bias, site=prefix + "Wqkv"
+    )
     assert da is not None
     if bias:
         assert dbqkv is not None
@@ -249,14 +256,15 @@ def attention_backward(
 
 # ---- one pre-norm block ---------------------------------------------------------------------------
 def block_forward(
-    h: Array, w: Params, shape: tuple[int, int], heads: int, P: Precision
+    h: Array, w: Params, shape: tuple[int, int], heads: int, P: Precision, prefix: str = ""
 ) -> tuple[Array, Cache]:
     """One pre-LayerNorm block on the residual stream's rows ``h`` ``(n * t, d)``::
 
         h1 = h + attention(LN1(h))          # multi-head causal self-attention
         h2 = h1 + W2 gelu(W1 LN2(h1))       # MLP, hidden width 4 d
 
-    ``w`` holds :data:`BLOCK_PARAMS`. Each residual sum is stored in the forward format.
+    ``w`` holds :data:`BLOCK_PARAMS`. Each residual sum is stored in the forward format. The
+    linear layers are named by ``prefix`` and their weight (``prefix + "W1"``, ...).
 
     >>> P, d = Precision("fp32"), 4
     >>> w = {k: np.zeros(shape, np.float32) for k, shape in block_shapes(d).items()}
@@ -266,16 +274,16 @@ def block_forward(
     True
     """
     a, ln1 = layer_norm_forward(h, w["ln1_g"], w["ln1_b"], P)
-    att, acache = attention_forward(a, w["Wqkv"], w["bqkv"], w["Wo"], w["bo"], shape, heads, P)
+    att, acache = attention_forward(a, w["Wqkv"], w["bqkv"], w["Wo"], w["bo"], shape, heads, P, prefix)
     att += h  # the residual add, in place on the fresh projection output, stored once
     h1 = P.act(att)
     b, ln2 = layer_norm_forward(h1, w["ln2_g"], w["ln2_b"], P)
-    u = linear_forward(b, w["W1"], w["b1"], P)
+    u = linear_forward(b, w["W1"], w["b1"], P, site=prefix + "W1")
     g = gelu_forward(u, P)
-    m = linear_forward(g, w["W2"], w["b2"], P)
+    m = linear_forward(g, w["W2"], w["b2"], P, site=prefix + "W2")
     m += h1
     h2 = P.act(m)
-    return h2, {"ln1": ln1, "att": acache, "ln2": ln2, "b": b, "u": u, "g": g}
+    return h2, {"ln1": ln1, "att": acache, "ln2": ln2, "b": b, "u": u, "g": g, "prefix": prefix}
 
 
 def block_backward(dh2: Array, w: Params, cache: Cache, P: Precision) -> tuple[Array, Params]:
@@ -291,11 +299,12 @@ def block_backward(dh2: Array, w: Params, cache: Cache, P: Precision) -> tuple[A
     ((6, 4), True)
     """
     grads: Params = {}
-    dg, grads["W2"], db2 = linear_backward(dh2, cache["g"], w["W2"], P)
+    prefix = cache["prefix"]
+    dg, grads["W2"], db2 = linear_backward(dh2, cache["g"], w["W2"], P, site=prefix + "W2")
     assert dg is not None
     assert db2 is not None
     du = gelu_backward(dg, cache["u"], P)
-    db_, grads["W1"], db1 = linear_backward(du, cache["b"], w["W1"], P)
+    db_, grads["W1"], db1 = linear_backward(du, cache["b"], w["W1"], P, site=prefix + "W1")
     assert db_ is not None
     assert db1 is not None
     grads["b2"], grads["b1"] = db2, db1

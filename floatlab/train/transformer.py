@@ -176,7 +176,7 @@ class TransformerLM(Model):
         h = embedding_forward(w["tok"], w["pos"], x, P)
         blocks = []
         for i in range(self.layers):
-            h, c = block_forward(h, self._block(w, i), (n, t), self.heads, P)
+            h, c = block_forward(h, self._block(w, i), (n, t), self.heads, P, prefix=f"h{i}.")
             blocks.append(c)
         hf, lnf = layer_norm_forward(h, w["lnf_g"], w["lnf_b"], P)
         # tied output: the logits GEMM multiplies by the token table itself (its transpose, a view)
