@@ -23,7 +23,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +148,10 @@ class History:
     #: the :class:`~floatlab.gradhist.GradHistogram` objects behind :attr:`histograms` (in memory
     #: only: a saved history keeps their counts, verdicts and advice as plain data)
     grad_histograms: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: per GEMM operand of an fp8 recipe (``"h0.Wqkv.input"``, ...): per-step lists of its
+    #: statistics (``amax``, ``scale``, ``saturated``, ``flushed``, ``subnormal``), one value a step
+    #: (NaN at a step that did not record it); empty without an fp8 recipe
+    operands: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     # ---- recording --------------------------------------------------------------------------------
     def log_step(self, **values: Any) -> None:
@@ -158,6 +162,28 @@ class History:
     def log_eval(self, **values: Any) -> None:
         """Append one evaluation; every field of :data:`EVAL_FIELDS` must be given."""
         _append_row("log_eval", self.evals, EVAL_FIELDS, values)
+
+    def log_operands(self, stats: Mapping[str, Mapping[str, float]]) -> None:
+        """Record the GEMM operands' statistics of the step just logged (:meth:`log_step` first):
+        ``{operand: {stat: value}}``, as :meth:`floatlab.train.Precision.end_step` gives them.
+
+        >>> h = History("fp8")
+        >>> h.log_step(step=1, epoch=0, loss=2.3, accuracy=0.1, scale=1.0, skipped=False, flushed=0.0,
+        ...            swallowed=0.0, lr=0.1, grad_norm=None)
+        >>> h.log_operands({"W0.input": {"amax": 3.5, "scale": 128.0}})
+        >>> h.operands["W0.input"]["scale"]
+        [128.0]
+        """
+        n = self.n_steps
+        for key, values in stats.items():
+            record = self.operands.setdefault(key, {})
+            for stat, v in values.items():
+                col = record.setdefault(stat, [])
+                col.extend([math.nan] * (n - 1 - len(col)))  # (an operand first seen late)
+                col.append(float(v))
+        for record in self.operands.values():  # (an operand this step did not use)
+            for col in record.values():
+                col.extend([math.nan] * (n - len(col)))
 
     def add_histogram(self, step: int, data: dict[str, Any], histogram: Any = None) -> None:
         """Keep the gradient histogram taken at ``step``: its plain data, and the object itself."""
@@ -270,6 +296,7 @@ class History:
             "steps": clean(self.steps),
             "evals": clean(self.evals),
             "histograms": hist,
+            "operands": {k: clean(v) for k, v in self.operands.items()},
         }
 
     @classmethod
@@ -287,6 +314,7 @@ class History:
         steps_in = want_dict("history steps", d.get("steps"))
         evals_in = want_dict("history evals", d.get("evals", {}))
         hist_in = want_dict("history histograms", d.get("histograms", {}))
+        ops_in = want_dict("history operands", d.get("operands", {}))
         n = _column_length(steps_in, "steps")
         _column_length(evals_in, "evals")
         # a history saved before a column existed gets that column's default at every step
@@ -300,7 +328,13 @@ class History:
             if not s.isdigit():
                 raise ValueError(f"history histogram key {shown(s)}: expected a step number")
             hist[int(s)] = dict(want_dict(f"history histogram {s}", h))
-        return cls(label, dict(meta), steps, evals, hist)
+        operands: dict[str, dict[str, list[float]]] = {}
+        for key, cols in ops_in.items():
+            cols = want_dict(f"history operand {key}", cols)
+            if cols and _column_length(cols, f"operand {key}") != n:
+                raise ValueError(f"history operand {key}: expected {n} values a statistic (one a step)")
+            operands[str(key)] = {k: [_number(v, f"operand {key} {k}") for v in vs] for k, vs in cols.items()}
+        return cls(label, dict(meta), steps, evals, hist, operands=operands)
 
     def table(self) -> dict[str, list[Any]]:
         """The tidy table of :meth:`to_csv` and :meth:`to_pandas`: the columns :data:`CSV_FIELDS`,
@@ -456,6 +490,14 @@ class History:
             }
             evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
         return cls.from_dict({**rest, "steps": steps, "evals": evals})
+
+
+def _number(v: Any, what: str) -> float:
+    """A saved statistic as a float (strict JSON spells the non-finite ones as names)."""
+    v = _from_json_float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"history {what} value {shown(v)}: expected a number")
+    return float(v)
 
 
 def _column_length(columns: dict[str, Any], what: str) -> int:

@@ -77,7 +77,7 @@ def sample(
     saved = P.rng.bit_generator.state
     out: list[int] = []
     try:
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), P.inference():
             w = P.weights(trainer.params, model.norm_params)
             for _ in range(int(n_chars)):
                 x = np.array([ids[-context:]], dtype=np.int64)

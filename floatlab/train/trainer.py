@@ -142,6 +142,8 @@ class Trainer:
         self.clip = clip
         self.schedule = schedule if schedule is not None else Schedule()
         self.histogram_steps = frozenset(int(s) for s in histogram_steps)
+        #: the fp8 recipe's per-operand statistics of the last step (see :meth:`Precision.end_step`)
+        self.operand_stats: dict[str, dict[str, float]] = {}
         self.config = config
         init = model.init(np.random.default_rng([seed, 0]))
         # the weights the optimizer updates: fp32 masters, or the forward format itself
@@ -348,6 +350,8 @@ class Trainer:
         if scaler.at_limit:
             faults.append("scale_at_limit")
 
+        # 10. close the step for the fp8 recipe: its operands' statistics, delayed scaling's next scales
+        self.operand_stats = P.end_step()
         self.step += 1
         self._warn(faults, skipped)
         if self.step in self.histogram_steps:
@@ -415,7 +419,7 @@ class Trainer:
         >>> 0.0 <= acc <= 1.0 and loss > 0
         True
         """
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.P.inference():
             return self._evaluate(x, y, batch_size)
 
     def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
@@ -473,6 +477,8 @@ class Trainer:
                 stats = self.train_step(x[idx], y[idx])
                 self.batch_in_epoch += 1
                 self.history.log_step(step=self.step, epoch=self.epoch, **dataclasses.asdict(stats))
+                if self.operand_stats:
+                    self.history.log_operands(self.operand_stats)
                 if callback is not None:
                     callback(self, stats)
                 if self._diverged(stats):
@@ -579,6 +585,7 @@ class Trainer:
             "perm": None if self.perm is None else np.array(self.perm),
             "rng": {"order": self.order_rng.bit_generator.state, "round": self.P.rng.bit_generator.state},
             "history": self.history.to_dict(),
+            "fp8": None if self.P.fp8 is None else self.P.fp8.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -617,6 +624,7 @@ class Trainer:
         self.perm = checked.perm
         self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = checked.generator_states
         self.history = checked.history
+        self.P.fp8 = checked.fp8
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`
