@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -210,6 +211,34 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
         metavar="on|off",
         help="Kahan-compensated updates of low-precision weights (a compensation buffer in their format)",
     )
+    fp8 = p.add_argument_group("fp8 recipes (fp8-tensorwise, fp8-delayed, fp8-blockwise) and the accumulator")
+    fp8.add_argument(
+        "--fp8-format",
+        metavar="hybrid|e4m3",
+        help="hybrid: E4M3 forward, E5M2 gradients (default); e4m3: everywhere",
+    )
+    fp8.add_argument(
+        "--amax-history", type=int, metavar="H", help="delayed scaling: amax history length (default: 1024)"
+    )
+    fp8.add_argument(
+        "--amax-compute-algo",
+        metavar="max|most_recent",
+        help="delayed scaling: amax from the history's max or its latest",
+    )
+    fp8.add_argument(
+        "--margin", type=int, metavar="M", help="delayed scaling: scale = fp8_max / amax / 2^M (default: 0)"
+    )
+    fp8.add_argument(
+        "--pow2-scale", type=_on_off, metavar="on|off", help="round per-tensor scales down to a power of two"
+    )
+    fp8.add_argument(
+        "--accumulate",
+        metavar="FMT",
+        help="accumulator of the linear layers' GEMMs: acc14 (fp8 tensor core), bf16, ...",
+    )
+    fp8.add_argument(
+        "--promote-every", type=int, metavar="N", help="add the narrow accumulator into fp32 every N products"
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -227,10 +256,21 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "rounding",
         "update_rounding",
         "update_compensation",
+        "fp8_format",
+        "amax_history",
+        "amax_compute_algo",
+        "margin",
+        "pow2_scale",
+        "accumulate",
+        "promote_every",
     ):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v
+    if out.get("promote_every") is not None and out["promote_every"] < 1:
+        raise ValueError(
+            f"--promote-every {out['promote_every']}: expected a number of products >= 1 (leave it out: no promotion)"
+        )
     if isinstance(out.get("static_scale"), str):
         out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))
     if getattr(args, "fp32_ops", None) is not None:
@@ -336,6 +376,21 @@ def _override_lines(trainer: Trainer, color: bool) -> list[str]:
     return [dim(f"overrides of {preset.name}: {'; '.join(changed)}", color)] if changed else []
 
 
+def _operands_line(h: History, color: bool) -> str:
+    """The fp8 recipe's operands in one line: how many, the range of their scales, the worst
+    saturation and where it happened."""
+    from floatlab.train.operands import operand_summary
+
+    rows = operand_summary(h)
+    lo = min((r["scale_min"] for r in rows if r["scale_min"] is not None), default=None)
+    hi = max((r["scale_max"] for r in rows if r["scale_max"] is not None), default=None)
+    worst = max(rows, key=lambda r: r["saturated_max"] or 0.0)
+    scales = f"scales {lo:.3g} to {hi:.3g}" if lo is not None and hi is not None else "no finite scale"
+    sat = worst["saturated_max"] or 0.0
+    where = f" ({worst['operand']}, step {worst['saturated_at']})" if sat > 0 else ""
+    return f"{len(rows)}, {scales}" + dim(f"; saturated at most {_pct(sat)} of a tensor{where}", color)
+
+
 def train_view(trainer: Trainer, *, color: bool = False) -> View:
     """The summary of a finished run; for a character model, its validation loss in bits per
     character.
@@ -403,10 +458,14 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
         ["flushed", _pct(s["mean_flushed"]) + dim("  of the non-zero gradients, per step", color)],
         ["swallowed", _pct(s["mean_swallowed"]) + dim("  of the non-zero updates, per step", color)],
     ]
+    if h.operands:
+        rows.append(["fp8 operands", _operands_line(h, color)])
     if s["stopped"]:
         rows.append(["stopped", style(s["stopped"], "red", color=color)])
     lines += ["  " + f"{k:<15}{v}" for k, v in rows]
     data = {"policy": trainer.policy.to_dict(), "summary": s, "model": m, "data": d, "optimizer": hyper}
+    if h.operands:  # the fp8 recipe's record: per operand, per-step lists of amax, scale and shares
+        data["operands"] = h.to_dict()["operands"]
     return View("\n".join(lines), data)
 
 
@@ -424,10 +483,16 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     json_file = _json_file(args)
     # every output can be written, and none is the checkpoint read or another output: checked
     # before the first step, so that a long run never ends in an error or overwrites its input
+    plots = _train_plots(args.plot)
     check_outputs(
-        [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file)],
+        [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file), *plots],
         [("--resume", args.resume)],
-        suffixes={"--checkpoint": (".npz",), "--history": HISTORY_SUFFIXES},
+        suffixes={
+            "--checkpoint": (".npz",),
+            "--history": HISTORY_SUFFIXES,
+            "--plot": FIGURE_SUFFIXES,
+            "--plot (fp8 operands)": FIGURE_SUFFIXES,
+        },
     )
     if args.resume is not None:
         # a FIFO, a device or a folder is refused by name, and a zip bomb before it inflates
@@ -442,12 +507,43 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
         with atomic_output(args.history) as tmp:
             trainer.history.save(tmp)
     view = train_view(trainer, color=ui.color)
+    if plots:
+        written = _write_train_plots(trainer, plots)
+        lines = [dim(f"  {what} written to {safe(path)}", ui.color) for what, path in written]
+        view = View("\n".join([view.text, *lines]), {**view.data, "plots": [p for _, p in written]})
     if json_file is not None:
         _write_json(json_file, {**view.data, "history": trainer.history.to_dict()})
         UI(color=ui.color, json=False, stream=ui.stream).show(view)
     else:
         ui.show(view)
     return 0
+
+
+def _train_plots(plot: str | None) -> list[tuple[str, str]]:
+    """The figures ``--plot FILE`` asks for: the curves in FILE, and, for a run under an fp8
+    recipe, the operands' amax and scale in FILE-fp8 (same suffix)."""
+    if plot is None:
+        return []
+    name = figure_name(plot)
+    stem, ext = os.path.splitext(name)
+    return [("--plot", name), ("--plot (fp8 operands)", f"{stem}-fp8{ext}")]
+
+
+def _write_train_plots(trainer: Trainer, plots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    from floatlab.train import compare
+    from floatlab.train.operands import plot_operands
+
+    h = trainer.history
+    title = f"{trainer.model.describe()}, {trainer.policy.name}, seed {trainer.seed}"
+    (_, curves), (_, scales) = plots
+    with atomic_output(curves) as tmp:
+        compare([h], tmp, title=title)
+    written = [("curves", curves)]
+    if h.operands:
+        with atomic_output(scales) as tmp:
+            plot_operands(h, tmp, title=f"{title}: the fp8 operands")
+        written.append(("fp8 amax and scales", scales))
+    return written
 
 
 def _json_file(args: argparse.Namespace) -> str | None:
@@ -612,6 +708,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--history",
         metavar="FILE",
         help="save the history: .json or .npz (everything), or .csv (a tidy table, one row per step)",
+    )
+    files.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the curves; under an fp8 recipe also each layer's amax and scales (FILE-fp8.png)",
     )
     add_max_bytes_option(files)
     _output_options(p)
