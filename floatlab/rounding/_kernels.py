@@ -44,6 +44,7 @@ _random32: Any = None
 _mix32: Any = None
 _flags_one: Any = None
 _bf16: Any = None
+_add_once: Any = None
 _step: Any = None
 
 #: the element functions, bound per target (CPU here, CUDA in floatlab.rounding.cuda)
@@ -535,28 +536,35 @@ def _gather_kernel_py(c: Any, table: Any, out: Any) -> None:
         out[i] = table[c[i]]
 
 
-def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
-             fbuf: Any, ubuf: Any) -> Any:  # fmt: skip
-    """One simulated addition x + y (float64 values of the target), rounded once into the target
-    described by ``p`` and decoded back by ``d``; ``i`` numbers the random word of stochastic
-    rounding. ``fbuf`` and ``ubuf`` are one float64 seen as a float and as bits."""
+def _add_once_py(x: Any, y: Any, rnd: Any, rdown: Any, p: Any, d: Any, exact: Any) -> Any:
+    """x + y (float64 values of the target) rounded once into the target described by ``p`` and
+    decoded back to float64 by ``d`` (``exact``: the target's values are float64 values); ``rnd`` is
+    the random word of stochastic rounding. Its conditions compile to selects, not branches, so that
+    a loop over independent sums vectorises (the narrow-accumulator GEMM's loop over outputs)."""
+    z = np.uint64(0)
+    one = np.uint64(1)
     s = x + y
+    bv = s - x
+    e = (x - (s - bv)) + (y - bv)  # TwoSum: x + y = s + e exactly
+    u = np.float64(s).view(np.uint64)
+    # round to odd at 53 bits: an inexact s with an even last bit steps one ulp toward e, away from
+    # zero when e has s's sign (adjacent doubles alternate in the last bit, across binades too);
+    # rounded once more to p <= 51 bits it gives one rounding of the exact sum
+    if np.isfinite(s) & (e != 0.0) & ((u & one) == z):
+        u = _u(u + one, z) if (e > 0.0) == (s > 0.0) else _u(u - one, z)
     if s == 0.0:
         # IEEE 754 6.3: two zeros of one sign keep it; any other exact zero is +0 (-0 toward -inf)
-        same_zeros = x == 0.0 and y == 0.0 and np.signbit(x) == np.signbit(y)
-        s = x if same_zeros else (-0.0 if rdown else 0.0)
-    elif np.isfinite(s):
-        bv = s - x
-        e = (x - (s - bv)) + (y - bv)
-        fbuf[0] = s
-        # round to odd: an inexact float64 sum becomes the odd one of its two neighbours
-        if e != 0.0 and (ubuf[0] & np.uint64(1)) == 0:
-            s = np.nextafter(s, np.inf if e > 0.0 else -np.inf)
-    fbuf[0] = s
+        same_zeros = (x == 0.0) & (y == 0.0) & (np.signbit(x) == np.signbit(y))
+        u = np.float64(x).view(np.uint64) if same_zeros else (_shl(one, 63) if rdown else z)
+    r = _encode_one(u, z, rnd, p, 0)
+    return np.uint64(_decode_one(r.code, r.sign, z, d, exact)).view(np.float64)
+
+
+def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any) -> Any:
+    """One simulated addition x + y of the running sums, rounded once (``i`` numbers the random
+    word of stochastic rounding); decoded by rounding, for targets wider than float64 too."""
     rnd = _random32(i, key0, key1) if stoch else np.uint32(0)
-    r = _encode_one(ubuf[0], np.uint64(0), rnd, p, 0)
-    ubuf[0] = _decode_one(r.code, r.sign, np.uint64(0), d)
-    return fbuf[0]
+    return _add_once(x, y, rnd, rdown, p, d, False)
 
 
 def _sequential_kernel_py(
@@ -565,12 +573,10 @@ def _sequential_kernel_py(
     """Running sums of ``t`` into ``run``, each addition rounded once (step i uses random word i)."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
-    fbuf = np.empty(1, np.float64)
-    ubuf = fbuf.view(np.uint64)
     s = t[0]
     run[0] = s
     for i in range(1, t.size):
-        s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d)
         run[i] = s
 
 
@@ -581,21 +587,56 @@ def _kahan_kernel_py(
     every operation rounded once; rounding 4i + j of term i uses random word 4i + j."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
-    fbuf = np.empty(1, np.float64)
-    ubuf = fbuf.view(np.uint64)
     s = t[0]
     c = 0.0
     run[0] = s
     comp[0] = c
     for i in range(1, t.size):
         j = 4 * i  # four roundings per term, each with its own random word
-        y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # the term less the lost part
-        nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
-        hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
-        c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # what this addition lost
+        y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d)  # the term less the lost part
+        nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d)
+        hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d)
+        c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d)  # what this addition lost
         s = nxt
         run[i] = s
         comp[i] = c
+
+
+def _accumulate_kernel_py(
+    a: Any, b: Any, out: Any, every: Any, rdown: Any, pt: Any, dt: Any, p32t: Any, d32t: Any
+) -> None:
+    """out[g, i, j] = the sum of a[g, i, k] * b[g, k, j] (b[0] when b holds one matrix) over k in
+    order, every addition rounded once into the accumulator (p, d; a format within fp32). With
+    ``every`` > 0, after each ``every`` products and after the last, the accumulator is added into
+    an fp32 total (p32, d32: round to nearest even) and restarts at zero. A task per output row;
+    the row's sums advance side by side, so that the loop over them vectorises."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    p32 = EncodeParams(*p32t)
+    d32 = DecodeParams(*d32t)
+    nb, m, kk = a.shape
+    n = b.shape[2]
+    chunk = every if every > 0 else max(kk, 1)
+    shared = b.shape[0] == 1
+    rnd = np.uint32(0)
+    for r in prange(nb * m):
+        g = r // m
+        i = r - g * m
+        gb = 0 if shared else g
+        acc = np.zeros(n)
+        total = np.zeros(n)
+        for lo in range(0, kk, chunk):
+            for k in range(lo, min(lo + chunk, kk)):
+                aik = np.float64(a[g, i, k])
+                for j in range(n):
+                    # two fp32 values: their product has at most 48 significant bits, exact here
+                    acc[j] = _add_once(acc[j], aik * np.float64(b[gb, k, j]), rnd, rdown, p, d, True)
+            if every > 0:
+                for j in range(n):
+                    total[j] = _add_once(total[j], acc[j], rnd, False, p32, d32, True)
+                    acc[j] = 0.0
+        for j in range(n):
+            out[g, i, j] = total[j] if every > 0 else acc[j]
 
 
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
@@ -609,10 +650,10 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
     # element functions as calls, and a loop with a call does not vectorise
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step"):
+    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_add_once", "_step"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("encode", "round", "full", "general", "decode", "gather", "mx"):
+    for name in ("encode", "round", "full", "general", "decode", "gather", "mx", "accumulate"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     # the hardware conversions run at memory speed on one core: no threads to wake; the running
     # sums are serial by nature
