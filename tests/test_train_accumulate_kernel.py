@@ -69,6 +69,55 @@ def test_the_kernel_equals_the_exact_oracle(
     assert same_float32_bits(got, want), (got, want)
 
 
+def _value_pool(rng: np.random.Generator) -> np.ndarray:
+    """fp32 values whose products (exact in float64) reach every corner of a rounding into a
+    format within fp32: random bit patterns (subnormals too), low-precision values and integers
+    (ties), powers of two, the largest values of the formats and their neighbours, specials."""
+    bits = rng.integers(0, 0x7F800000, 600, dtype=np.uint32).view(np.float32)
+    low = np.concatenate(
+        [
+            fl.round_array(rng.normal(0, 4, 200), "e4m3fn"),
+            fl.round_array(rng.normal(0, 300, 200), "bf16"),
+            rng.integers(-4097, 4098, 200).astype(np.float64),
+            np.exp2(np.arange(-149.0, 128.0)),
+            [65504.0, 65520.0, 65536.0, 3.3895313892515355e38, 3.4028234663852886e38, 2.0**-24, 2.0**-25],
+            [1 + 2.0**-13, 1 + 2.0**-14, 1 + 3 * 2.0**-14, 1 - 2.0**-15, 1.5 * 2.0**-126, 2.0**-140],
+            [np.inf, np.nan],
+        ]
+    ).astype(np.float32)
+    pool = np.concatenate([bits, low])
+    signed: np.ndarray = pool * rng.choice(np.array([-1.0, 1.0], np.float32), pool.size)
+    return signed
+
+
+IEEE_ACCUMULATORS = [
+    ACC14,
+    BF16,
+    FP16,
+    get_format("fp32"),
+    get_format("tf32"),
+    get_format("e5m2"),
+    FloatFormat(exponent_bits=3, mantissa_bits=2),  # a tiny range: subnormal results and overflow everywhere
+]
+
+
+@pytest.mark.parametrize("fmt", IEEE_ACCUMULATORS, ids=lambda f: f.name)
+@pytest.mark.parametrize("mode", MODES)
+def test_one_product_is_rounded_as_the_rounding_door_rounds_it(fmt: FloatFormat, mode: str) -> None:
+    # K = 1: each output is 0 + a product rounded once into the accumulator, by the lean integer
+    # rounding of IEEE formats, which must give round_array's bits (NaN payloads included)
+    rng = np.random.default_rng(len(mode) + fmt.bits)
+    pool = _value_pool(rng)
+    a, b = rng.choice(pool, (1, 2048, 1)), rng.choice(pool, (1, 1, 64))
+    got = accumulate_products(a, b, fmt, mode)
+    with np.errstate(invalid="ignore"):
+        prod = a[0].astype(np.float64) * b[0].astype(np.float64)  # (2048, 64), exact
+    # 0 + a zero product is +0, or -0 toward -inf when the product is -0
+    zero = np.where(np.signbit(prod) & (mode == "rdown"), -0.0, 0.0)
+    want = fl.round_array(np.where(prod == 0, zero, prod), fmt, mode).astype(np.float32)
+    assert np.array_equal(got[0].view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("mode", ["rna", "rup", "rdown", "rodd"])
 def test_the_other_deterministic_modes_equal_the_exact_oracle(mode: str) -> None:
     # rdown gives -0 to a sum that cancels exactly; rodd and rup never stall at a tie

@@ -292,10 +292,10 @@ def accumulate_products(
         np.ascontiguousarray(b),
         every,
         options.mode == "rdown",  # the sign of an exact zero sum
+        f.encoding == "ieee",  # the lean rounding (the default options keep subnormals, no saturation)
         encode_params(FP64, f, options, lanes=64),
         decode_params(f, FP64, 64),
         encode_params(FP64, FP32, RoundingOptions(), lanes=64),  # the promotion: fp32, nearest even
-        decode_params(FP32, FP64, 64),
     )
 
 
