@@ -129,6 +129,22 @@ def test_the_other_deterministic_modes_equal_the_exact_oracle(mode: str) -> None
             assert same_float32_bits(got, accumulate_oracle(a, b, fmt, every, mode)), (fmt.name, kind, every)
 
 
+@pytest.mark.parametrize("fmt", [ACC14, BF16, FP16, get_format("fp32")], ids=lambda f: f.name)
+def test_a_sum_that_float64_rounds_onto_a_midpoint_is_rounded_once(fmt: FloatFormat) -> None:
+    # 1 + h(1 - 2^-46), h half the accumulator's ulp at 1, rounds in float64 onto the midpoint 1 + h.
+    # The exact sum lies below it, so to nearest it is 1, while the float64 sum rounded again is a
+    # tie (1 + 2h to away). Rounding to odd at 53 bits keeps the side.
+    h = 2.0**-fmt.precision
+    x = np.float32(2.0**-7 * (1 + 2.0**-23))
+    y = np.float32(h / 2.0**-7 * (1 - 2.0**-23))  # x * y = h (1 - 2^-46), exact in float64
+    a = np.array([[1.0, x], [-1.0, -x]], np.float32)
+    b = np.array([[1.0], [y]], np.float32)
+    for mode in ("rne", "rna", "rodd", "rup", "rdown"):
+        got = accumulate_products(a[None], b[None], fmt, mode)[0]
+        assert same_float32_bits(got, accumulate_oracle(a, b, fmt, None, mode)), mode
+    assert accumulate_products(a[None], b[None], fmt, "rna")[0, :, 0].tolist() == [1.0, -1.0]
+
+
 def test_a_sum_that_cancels_to_zero_has_ieee_signs() -> None:
     a = np.array([[5.0, -5.0], [-0.0, 0.0], [-0.0, -0.0]], np.float32)
     b = np.array([[1.0], [1.0]], np.float32)
@@ -140,7 +156,7 @@ def test_a_sum_that_cancels_to_zero_has_ieee_signs() -> None:
     assert np.signbit(promoted).tolist() == [False, False, False]  # +0 total + -0, in rne
 
 
-@pytest.mark.parametrize("fmt", [ACC14, BF16, FP16, get_format("fp32"), get_format("e4m3fn")])
+@pytest.mark.parametrize("fmt", [ACC14, BF16, FP16, get_format("fp32"), get_format("e5m2")])
 @pytest.mark.parametrize("mode", MODES)
 def test_the_kernel_equals_the_numpy_reference_on_medium_shapes(fmt: FloatFormat, mode: str) -> None:
     rng = np.random.default_rng(len(fmt.name) + len(mode))
@@ -152,6 +168,23 @@ def test_the_kernel_equals_the_numpy_reference_on_medium_shapes(fmt: FloatFormat
         got = accumulate_matmul(a, b, **kw)
         assert got.shape == (2, 24, 40)
         assert same_float32_bits(got, accumulate_matmul_reference(a, b, **kw)), every
+
+
+@pytest.mark.parametrize("name", ["e4m3fn", "e4m3fnuz"])
+def test_accumulators_without_infinities_take_the_numpy_path(name: str) -> None:
+    # no IEEE infinities: the compiled loop refuses them, accumulate_matmul sums them with NumPy
+    fmt = get_format(name)
+    rng = np.random.default_rng(6)
+    a, b = _operands("integers", rng, 3, 9, 4)
+    a[2] = 300.0  # the sums pass e4m3's largest value (448 fn, 240 fnuz): rtz holds them there
+    b[:, 3] = 3.0
+    for every in (None, 4):
+        got = accumulate_matmul(a, b, accumulate=fmt, promote_every=every, rounding="rtz")
+        assert same_float32_bits(got, accumulate_oracle(a, b, fmt, every, "rtz"))
+    with pytest.raises(
+        ValueError, match=f"accumulator format {fmt.name}: expected an IEEE format within fp32"
+    ):
+        accumulate_products(a[None], b[None], fmt)
 
 
 def test_infinite_and_nan_operands_agree_with_the_reference() -> None:
@@ -241,7 +274,7 @@ def test_the_building_block_refuses_bad_input_in_one_line(
     with pytest.raises(ValueError, match=message) as info:
         accumulate_products(*args, ACC14, **kwargs)
     assert "\n" not in str(info.value)
-    with pytest.raises(ValueError, match="accumulator format fp64: expected a format within fp32"):
+    with pytest.raises(ValueError, match="accumulator format fp64: expected an IEEE format within fp32"):
         accumulate_products(np.ones((1, 2, 3), np.float32), np.ones((1, 3, 2), np.float32), "fp64")
 
 

@@ -44,9 +44,6 @@ _random32: Any = None
 _mix32: Any = None
 _flags_one: Any = None
 _bf16: Any = None
-_odd_sum_bits: Any = None
-_add_once: Any = None
-_round_ieee64: Any = None
 _step: Any = None
 
 #: the element functions, bound per target (CPU here, CUDA in floatlab.rounding.cuda)
@@ -538,90 +535,28 @@ def _gather_kernel_py(c: Any, table: Any, out: Any) -> None:
         out[i] = table[c[i]]
 
 
-def _odd_sum_bits_py(x: Any, y: Any, rdown: Any) -> Any:
-    """The float64 bits of x + y rounded to odd at 53 bits, with IEEE 754's sign of an exact zero
-    (-0 under ``rdown``). Its conditions compile to selects, not branches, so that a loop over
-    independent sums vectorises."""
-    z = np.uint64(0)
-    one = np.uint64(1)
+def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
+             fbuf: Any, ubuf: Any) -> Any:  # fmt: skip
+    """One simulated addition x + y (float64 values of the target), rounded once into the target
+    described by ``p`` and decoded back by ``d``; ``i`` numbers the random word of stochastic
+    rounding. ``fbuf`` and ``ubuf`` are one float64 seen as a float and as bits."""
     s = x + y
-    bv = s - x
-    e = (x - (s - bv)) + (y - bv)  # TwoSum: x + y = s + e exactly
-    u = np.float64(s).view(np.uint64)
-    # round to odd at 53 bits: an inexact s with an even last bit steps one ulp toward e, away from
-    # zero when e has s's sign (adjacent doubles alternate in the last bit, across binades too);
-    # rounded once more to p <= 51 bits it gives one rounding of the exact sum
-    if np.isfinite(s) & (e != 0.0) & ((u & one) == z):
-        u = _u(u + one, z) if (e > 0.0) == (s > 0.0) else _u(u - one, z)
     if s == 0.0:
         # IEEE 754 6.3: two zeros of one sign keep it; any other exact zero is +0 (-0 toward -inf)
-        same_zeros = (x == 0.0) & (y == 0.0) & (np.signbit(x) == np.signbit(y))
-        u = np.float64(x).view(np.uint64) if same_zeros else (_shl(one, 63) if rdown else z)
-    return u
-
-
-def _add_once_py(x: Any, y: Any, rnd: Any, rdown: Any, p: Any, d: Any, exact: Any) -> Any:
-    """x + y (float64 values of the target) rounded once into the target described by ``p`` and
-    decoded back to float64 by ``d`` (``exact``: the target's values are float64 values); ``rnd`` is
-    the random word of stochastic rounding."""
-    z = np.uint64(0)
-    r = _encode_one(_odd_sum_bits(x, y, rdown), z, np.uint32(rnd), p, 0)
-    return np.uint64(_decode_one(r.code, r.sign, z, d, exact)).view(np.float64)
-
-
-def _round_ieee64_py(u: Any, p: Any) -> Any:
-    """The float64 bit pattern ``u`` rounded into the target of ``p`` and back, as float64 bits: the
-    lean twin of _encode_one then _decode_one for an IEEE target whose values float64 holds, with
-    m_t <= 51 fraction bits, subnormals kept and a deterministic mode (the tests compare the two).
-
-    A float64's bit pattern counts its magnitude's steps: dropping the pattern's low s bits
-    (s = 52 - m_t in the target's normal range, more in its subnormal range) and adding the
-    rounding increment rounds to a multiple of the target's gap there, the carry walking into the
-    exponent field by itself."""
-    z = np.uint64(0)
-    one = np.uint64(1)
-    zs = np.int64(0)
-    m_t = p.mantissa_bits
-    frac_mask = _u(_shl(one, 52) - one, z)
-    sign = _u(u & _shl(one, 63), z)
-    mag = _u(u & _u(_shl(one, 63) - one, z), z)
-    ex = _s(_shr(mag, 52), zs)
-    e = _s(max(ex, _s(1, zs)) - 1023, zs)  # a float64 subnormal counts as exponent -1022
-    # beyond 53 dropped bits (below half the smallest subnormal) only "zero or not" matters
-    s = _s(min(52 - m_t + max(_s(p.emin, zs) - e, zs), 54), zs)
-    sig = _u(_u(mag & frac_mask, z) | _shl(_u(ex != 0, z), 52), z)
-    kept = _shr(sig, s)
-    rem = _u(sig & _u(_shl(one, s) - one, z), z)
-    half = _shl(one, s - 1)
-    neg = sign != 0
-    odd = (kept & one) != 0
-    up = (rem != 0) & (
-        ((p.mode_rne != 0) & ((rem > half) | ((rem == half) & odd)))
-        | ((p.mode_rna != 0) & (rem >= half))
-        | ((p.mode_rup != 0) & ~neg)
-        | ((p.mode_rdown != 0) & neg)
-        | ((p.mode_rodd != 0) & ~odd)
-    )
-    if s <= 52:
-        r = _shl(_u(_shr(mag, s) + _u(up, z), z), s)
-    else:  # below the smallest subnormal 2^(emin - m_t): zero, or that subnormal
-        r = _shl(_u(p.emin - m_t + 1023, z), 52) if up else z
-    largest = _u(_shl(_u(p.emax + 1023, z), 52) | _shl(_u(_shl(one, m_t) - one, z), 52 - m_t), z)
-    if r > largest:
-        toward_zero = (p.overflow_to_max != 0) | ((p.mode_rup != 0) & neg) | ((p.mode_rdown != 0) & ~neg)
-        r = largest if toward_zero else _shl(_u(0x7FF, z), 52)
-    if ex == 0x7FF:
-        # an infinity stays; a NaN is made quiet and keeps the top payload bits the target holds
-        quiet = _shl(_shr(_u(mag | _shl(one, 51), z), 52 - m_t), 52 - m_t)
-        r = mag if (mag & frac_mask) == 0 else quiet
-    return _u(sign | r, z)
-
-
-def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any) -> Any:
-    """One simulated addition x + y of the running sums, rounded once (``i`` numbers the random
-    word of stochastic rounding); decoded by rounding, for targets wider than float64 too."""
+        same_zeros = x == 0.0 and y == 0.0 and np.signbit(x) == np.signbit(y)
+        s = x if same_zeros else (-0.0 if rdown else 0.0)
+    elif np.isfinite(s):
+        bv = s - x
+        e = (x - (s - bv)) + (y - bv)
+        fbuf[0] = s
+        # round to odd: an inexact float64 sum becomes the odd one of its two neighbours
+        if e != 0.0 and (ubuf[0] & np.uint64(1)) == 0:
+            s = np.nextafter(s, np.inf if e > 0.0 else -np.inf)
+    fbuf[0] = s
     rnd = _random32(i, key0, key1) if stoch else np.uint32(0)
-    return _add_once(x, y, rnd, rdown, p, d, False)
+    r = _encode_one(ubuf[0], np.uint64(0), rnd, p, 0)
+    ubuf[0] = _decode_one(r.code, r.sign, np.uint64(0), d)
+    return fbuf[0]
 
 
 def _sequential_kernel_py(
@@ -630,10 +565,12 @@ def _sequential_kernel_py(
     """Running sums of ``t`` into ``run``, each addition rounded once (step i uses random word i)."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
+    fbuf = np.empty(1, np.float64)
+    ubuf = fbuf.view(np.uint64)
     s = t[0]
     run[0] = s
     for i in range(1, t.size):
-        s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d)
+        s = _step(s, t[i], i, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
         run[i] = s
 
 
@@ -644,62 +581,21 @@ def _kahan_kernel_py(
     every operation rounded once; rounding 4i + j of term i uses random word 4i + j."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
+    fbuf = np.empty(1, np.float64)
+    ubuf = fbuf.view(np.uint64)
     s = t[0]
     c = 0.0
     run[0] = s
     comp[0] = c
     for i in range(1, t.size):
         j = 4 * i  # four roundings per term, each with its own random word
-        y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d)  # the term less the lost part
-        nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d)
-        hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d)
-        c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d)  # what this addition lost
+        y = _step(t[i], -c, j, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # the term less the lost part
+        nxt = _step(s, y, j + 1, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        hi = _step(nxt, -s, j + 2, key0, key1, stoch, rdown, p, d, fbuf, ubuf)
+        c = _step(hi, -y, j + 3, key0, key1, stoch, rdown, p, d, fbuf, ubuf)  # what this addition lost
         s = nxt
         run[i] = s
         comp[i] = c
-
-
-def _accumulate_kernel_py(
-    a: Any, b: Any, out: Any, every: Any, rdown: Any, lean: Any, pt: Any, dt: Any, p32t: Any
-) -> None:
-    """out[g, i, j] = the sum of a[g, i, k] * b[g, k, j] (b[0] when b holds one matrix) over k in
-    order, every addition rounded once into the accumulator (p, d; a format within fp32; ``lean``:
-    an IEEE one, rounded by _round_ieee64). With ``every`` > 0, after each ``every`` products and
-    after the last, the accumulator is added into an fp32 total (p32: round to nearest even) and
-    restarts at zero. A task per output row; the row's sums advance side by side, so that the loop
-    over them vectorises."""
-    p = EncodeParams(*pt)
-    d = DecodeParams(*dt)
-    p32 = EncodeParams(*p32t)
-    nb, m, kk = a.shape
-    n = b.shape[2]
-    chunk = every if every > 0 else max(kk, 1)
-    shared = b.shape[0] == 1
-    for r in prange(nb * m):
-        g = r // m
-        i = r - g * m
-        gb = 0 if shared else g
-        acc = np.zeros(n)
-        total = np.zeros(n)
-        for lo in range(0, kk, chunk):
-            for k in range(lo, min(lo + chunk, kk)):
-                aik = np.float64(a[g, i, k])
-                # (two loops, not a test inside one: each vectorises)
-                # two fp32 values: their product has at most 48 significant bits, exact here
-                if lean:
-                    for j in range(n):
-                        u = _odd_sum_bits(acc[j], aik * np.float64(b[gb, k, j]), rdown)
-                        acc[j] = np.uint64(_round_ieee64(u, p)).view(np.float64)
-                else:
-                    for j in range(n):
-                        acc[j] = _add_once(acc[j], aik * np.float64(b[gb, k, j]), 0, rdown, p, d, True)
-            if every > 0:
-                for j in range(n):
-                    u = _odd_sum_bits(total[j], acc[j], False)
-                    total[j] = np.uint64(_round_ieee64(u, p32)).view(np.float64)
-                    acc[j] = 0.0
-        for j in range(n):
-            out[g, i, j] = total[j] if every > 0 else acc[j]
 
 
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
@@ -713,10 +609,10 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
     # element functions as calls, and a loop with a call does not vectorise
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_odd_sum_bits", "_add_once", "_round_ieee64", "_step"):
+    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("encode", "round", "full", "general", "decode", "gather", "mx", "accumulate"):
+    for name in ("encode", "round", "full", "general", "decode", "gather", "mx"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     # the hardware conversions run at memory speed on one core: no threads to wake; the running
     # sums are serial by nature

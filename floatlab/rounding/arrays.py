@@ -249,14 +249,17 @@ def accumulate_products(
 ) -> np.ndarray:
     """The sums of a GEMM whose accumulator is ``fmt``: for each output, the products
     ``a[g, i, k] * b[g, k, j]`` added in order, k = 0, 1, ..., every addition rounded once into
-    ``fmt`` (a format within fp32) in a deterministic ``rounding`` mode.
+    ``fmt`` (an IEEE format within fp32: with infinities and NaNs, subnormals kept) in a
+    deterministic ``rounding`` mode.
 
     ``a`` and ``b`` are float32 arrays of shapes (B, M, K) and (B, K, N), or (1, K, N) for one
     matrix shared by the batch; the product of two fp32 values (at most 48 significant bits)
     enters the sum exactly. With ``promote_every=N``, after every N products and after the last,
     the partial sum is added into an fp32 total (round to nearest even) and restarts at zero.
     Returns float32 (B, M, N). One compiled loop, parallel over the output rows; each exact sum
-    is formed rounded to odd at 53 bits first, which equals one rounding for formats within fp32.
+    is formed rounded to odd at 53 bits first, which equals one rounding for formats within fp32,
+    then rounded into ``fmt`` with integer operations on the float64 bits, with the bits of
+    :func:`round_array`.
 
     >>> ones = np.ones((1, 1, 3000), np.float32)
     >>> accumulate_products(ones, ones.reshape(1, 3000, 1), "fp16").item()   # fp16's gap at 2048 is 2
@@ -265,8 +268,11 @@ def accumulate_products(
     3000.0
     """
     f = get_format(fmt)
-    if not FP32.contains(f):
-        raise ValueError(f"accumulator format {f.name or f}: expected a format within fp32")
+    if not FP32.contains(f) or f.encoding != "ieee":
+        raise ValueError(
+            f"accumulator format {f.name or f}: expected an IEEE format within fp32 "
+            "(acc14, fp32, tf32, bf16, fp16, e5m2, ...)"
+        )
     if check_rounding(rounding) == "stochastic":
         raise ValueError(
             f"rounding={rounding!r}: expected a deterministic mode (rne, rna, rtz, rup, rdown, rodd)"
@@ -292,9 +298,7 @@ def accumulate_products(
         np.ascontiguousarray(b),
         every,
         options.mode == "rdown",  # the sign of an exact zero sum
-        f.encoding == "ieee",  # the lean rounding (the default options keep subnormals, no saturation)
         encode_params(FP64, f, options, lanes=64),
-        decode_params(f, FP64, 64),
         encode_params(FP64, FP32, RoundingOptions(), lanes=64),  # the promotion: fp32, nearest even
     )
 

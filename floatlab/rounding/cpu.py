@@ -245,36 +245,27 @@ def run_running_sums(
 
 
 def run_accumulate(
-    a: np.ndarray,
-    b: np.ndarray,
-    every: int,
-    rdown: bool,
-    lean: bool,
-    p: EncodeParams,
-    d: DecodeParams,
-    p32: EncodeParams,
+    a: np.ndarray, b: np.ndarray, every: int, rdown: bool, p: EncodeParams, p32: EncodeParams
 ) -> np.ndarray:
     """The accumulated products of the float32 arrays ``a`` (B, M, K) and ``b`` (B or 1, K, N):
     float32 (B, M, N), each output's sum over k in order, every addition rounded once by ``p``
-    (float64 into the accumulator, deterministic, subnormals kept) and ``d`` (back); ``every`` > 0
-    promotes the sum into an fp32 total (``p32``, round to nearest even) after each ``every``
-    products. ``lean`` (an IEEE accumulator within float64, subnormals kept, no saturation) rounds
-    by the lean integer twin of the rounding element functions. A call of fewer than
-    :data:`~floatlab.rounding._jit.SERIAL_BELOW` products runs on one thread.
+    (float64 into an IEEE accumulator within fp32: deterministic, subnormals kept, no saturation);
+    ``every`` > 0 promotes the sum into an fp32 total (``p32``, round to nearest even) after each
+    ``every`` products. A call of fewer than :data:`~floatlab.rounding._jit.SERIAL_BELOW` products
+    runs on one thread.
 
     >>> from floatlab.formats import FP16, FP32
     >>> from floatlab.rounding.options import RoundingOptions
     >>> from floatlab.rounding.params import encode_params
-    >>> p, d = encode_params(FP64, FP16, RoundingOptions(), lanes=64), decode_params(FP16, FP64, 64)
-    >>> p32 = encode_params(FP64, FP32, RoundingOptions(), lanes=64)
+    >>> p, p32 = (encode_params(FP64, f, RoundingOptions(), lanes=64) for f in (FP16, FP32))
     >>> ones = np.ones((1, 1, 3000), np.float32)
-    >>> run_accumulate(ones, ones.reshape(1, 3000, 1), 0, False, True, p, d, p32).item()  # stalls at 2048
+    >>> run_accumulate(ones, ones.reshape(1, 3000, 1), 0, False, p, p32).item()  # stalls at 2048
     2048.0
     """
     nb, m, k = a.shape
     n = b.shape[2]
     out = np.empty((nb, m, n), np.float32)
-    launch("accumulate", nb * m * n * k, a, b, out, every, rdown, lean, tuple(p), tuple(d), tuple(p32))
+    launch("accumulate", nb * m * n * k, a, b, out, every, rdown, tuple(p), tuple(p32))
     return out
 
 

@@ -28,9 +28,10 @@ specification: one product index at a time over every output, each exact sum for
 at 53 bits (:func:`floatlab.rounding.odd_sum`, which equals one rounding of the exact sum for every
 format within fp32, see :mod:`floatlab.simulate.arithmetic`) and rounded through
 :func:`floatlab.round_array`. :func:`accumulate_matmul` runs the whole reduction in one compiled
-loop of the rounding package (:func:`floatlab.rounding.accumulate_products`, the same element
-functions, parallel over the output rows), some hundred million products per second on one core;
-the tests hold the two to the same bits and both to an exact rational oracle.
+loop of the rounding package (:func:`floatlab.rounding.accumulate_products`, parallel over the
+output rows), a few hundred million products per second on one core
+(``python benchmarks/bench_accumulate.py``); the tests hold the two to the same bits and both to an
+exact rational oracle.
 
 >>> import numpy as np
 >>> a, b = np.full((1, 32768), 2.0**-3), np.full((32768, 1), 2.0**-3)   # 32768 products 2^-6
@@ -163,8 +164,10 @@ def accumulate_matmul(
     even) and the accumulator restarts at zero. ``rounding`` is the accumulator's rounding mode (any
     deterministic one); operands holding values outside fp32 are first rounded to nearest even into
     fp32 (float32 operands are taken as they are). With the defaults (fp32, no promotion) the
-    result is a sequential fp32 accumulation. One compiled loop does the whole reduction, with the
-    bits of the readable :func:`accumulate_matmul_reference`.
+    result is a sequential fp32 accumulation. For an IEEE accumulator (acc14, fp32, tf32, bf16,
+    fp16, e5m2, ...) one compiled loop does the whole reduction, with the bits of the readable
+    :func:`accumulate_matmul_reference`; the formats without infinities (e4m3fn, the fnuz ones)
+    take the reference's NumPy path.
 
     A reduction of 4096 products of fp8 (E4M3) values from [0, 1): the largest relative error of
     a 14-bit accumulator, rounding to nearest and truncating, then with promotion every 128:
@@ -182,13 +185,14 @@ def accumulate_matmul(
     promote_every=128: 4.9e-05, 6.8e-04
     """
     a32, b32, f, n_every, mode = _checked(a, b, accumulate, promote_every, rounding)
+    if f.encoding != "ieee":
+        return _numpy_sums(a32, b32, f, n_every, mode)
     m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
     if b32.ndim == 2:
-        # a stack of row blocks times one matrix is one reduction over the stacked rows
+        # a stack of row blocks times one matrix is one reduction over the stacked rows (the
+        # shapes spelled out: a reshape to -1 of an empty array is refused)
         lead = a32.shape[:-2]
-        rows = a32.reshape(
-            1, math.prod(lead) * m, k
-        )  # (spelled out: a reshape to -1 of an empty array is refused)
+        rows = a32.reshape(1, math.prod(lead) * m, k)
         out = accumulate_products(rows, b32[None], f, mode, promote_every=n_every)
         return out.reshape(*lead, m, n)
     batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
@@ -217,7 +221,13 @@ def accumulate_matmul_reference(
     >>> float(accumulate_matmul_reference(a, b, accumulate=ACC14, promote_every=128)[0, 0])
     64.0
     """
-    a32, b32, f, n_every, mode = _checked(a, b, accumulate, promote_every, rounding)
+    return _numpy_sums(*_checked(a, b, accumulate, promote_every, rounding))
+
+
+def _numpy_sums(
+    a32: NDArray[np.float32], b32: NDArray[np.float32], f: FloatFormat, n_every: int | None, mode: str
+) -> NDArray[np.float32]:
+    """The reference's work, on checked arguments."""
     m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
     batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
     nb = math.prod(batch)
