@@ -1,12 +1,14 @@
 """What the tests share: the independent oracles they compare floatlab with (numpy and ml_dtypes types
-holding each format's bits, gfloat's description of a format, central finite differences in float64)
-and the benchmark scripts they sample."""
+holding each format's bits, gfloat's description of a format, central finite differences in float64,
+the narrow-accumulator GEMM in exact rational arithmetic) and the benchmark scripts they sample."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,7 +17,9 @@ import ml_dtypes
 import numpy as np
 from gfloat.types import Domain, FormatInfo
 
-from floatlab.formats import FloatFormat
+from floatlab.codec import decode
+from floatlab.formats import FP32, FloatFormat
+from floatlab.rounding import round_rational, round_scalar
 
 # format name -> the numpy / ml_dtypes scalar type with the same bits
 ORACLE_TYPES: dict[str, Any] = {
@@ -85,3 +89,68 @@ def numeric_grad(
         flat[i] = old
         out[j] = (up - down) / (2 * h)
     return idx, out
+
+
+def _value(code: int, fmt: FloatFormat) -> float:
+    """The value of a code, from the codec's exact scalar decoder (no compiled loop)."""
+    return float(decode(code, fmt).value)
+
+
+def _add_exact(acc: float, term: Fraction, term_negative: bool, fmt: FloatFormat, mode: str) -> float:
+    """acc + term rounded once into fmt by the specification (IEEE 754: specials, and the sign of an
+    exact zero)."""
+    if not math.isfinite(acc):
+        return _value(round_scalar(acc, fmt, mode)[0], fmt)  # inf + finite = inf; NaN stays NaN
+    exact = Fraction(acc) + term
+    negative_zero = False
+    if exact == 0:
+        acc_negative = math.copysign(1.0, acc) < 0
+        if acc == 0 and term == 0 and acc_negative == term_negative:
+            negative_zero = acc_negative
+        else:
+            negative_zero = mode == "rdown"
+    return _value(round_rational(exact, fmt, mode, negative_zero=negative_zero)[0], fmt)
+
+
+def _add_float(acc: float, other: float, fmt: FloatFormat, mode: str) -> float:
+    if not (math.isfinite(acc) and math.isfinite(other)):
+        return _value(round_scalar(acc + other, fmt, mode)[0], fmt)
+    return _add_exact(acc, Fraction(other), math.copysign(1.0, other) < 0, fmt, mode)
+
+
+def accumulate_oracle(
+    a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], fmt: FloatFormat, promote_every: int | None, mode: str
+) -> np.ndarray[Any, Any]:
+    """The narrow-accumulator GEMM of the 2-d arrays ``a`` and ``b`` (finite values of fp32), one
+    output at a time in exact rational arithmetic: each product exact, each partial sum rounded into
+    ``fmt`` by :func:`~floatlab.rounding.round_rational`, each chunk of ``promote_every`` products
+    added into an fp32 total rounded to nearest even."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n))
+    chunk = k if promote_every is None else promote_every
+    for i in range(m):
+        for j in range(n):
+            partials = []
+            for lo in range(0, k, max(chunk, 1)):
+                acc = 0.0
+                for kk in range(lo, min(lo + chunk, k)):
+                    x, y = float(a[i, kk]), float(b[kk, j])
+                    negative = math.copysign(1.0, x) * math.copysign(1.0, y) < 0
+                    acc = _add_exact(acc, Fraction(x) * Fraction(y), negative, fmt, mode)
+                partials.append(acc)
+            total = 0.0
+            if promote_every is None:
+                total = partials[0] if partials else 0.0
+            else:
+                for part in partials:
+                    total = _add_float(total, part, FP32, "rne")
+            out[i, j] = total
+    return out
+
+
+def same_float32_bits(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> bool:
+    """Bit for bit as float32 (zeros with their sign), any NaN equal to any NaN."""
+    x32, y32 = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    both_nan = np.isnan(x32) & np.isnan(y32)
+    return bool(np.all(both_nan | (x32.view(np.uint32) == y32.view(np.uint32))))

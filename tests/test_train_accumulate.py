@@ -1,5 +1,7 @@
 """The limited-precision accumulator GEMM against an exact oracle: the same sequential algorithm in
-rational arithmetic, each step rounded by the specification (round_rational / round_scalar)."""
+rational arithmetic, each step rounded by the specification (round_rational / round_scalar; see
+oracles.accumulate_oracle). The compiled loop against the oracle on hostile values and against the
+NumPy reference: test_train_accumulate_kernel.py."""
 
 from __future__ import annotations
 
@@ -8,70 +10,17 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from oracles import accumulate_oracle as oracle
+from oracles import same_float32_bits as _same
 
 import floatlab as fl
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import round_rational, round_scalar
-from floatlab.train.accumulate import ACC14, accumulate_matmul, accumulator_format
-
-
-def _value(code: int, fmt: FloatFormat) -> float:
-    return float(fl.decode_array(np.array([code], np.uint64), fmt)[0])
-
-
-def _add(acc: float, term: Fraction, term_negative: bool, fmt: FloatFormat, mode: str) -> float:
-    """acc + term rounded once into fmt (IEEE 754: specials, and the sign of an exact zero)."""
-    if not math.isfinite(acc):
-        return _value(round_scalar(acc, fmt, mode)[0], fmt)  # inf + finite = inf; NaN stays NaN
-    exact = Fraction(acc) + term
-    negative_zero = False
-    if exact == 0:
-        acc_negative = math.copysign(1.0, acc) < 0
-        if acc == 0 and term == 0 and acc_negative == term_negative:
-            negative_zero = acc_negative
-        else:
-            negative_zero = mode == "rdown"
-    return _value(round_rational(exact, fmt, mode, negative_zero=negative_zero)[0], fmt)
-
-
-def _add_float(acc: float, other: float, fmt: FloatFormat, mode: str) -> float:
-    if not (math.isfinite(acc) and math.isfinite(other)):
-        return _value(round_scalar(acc + other, fmt, mode)[0], fmt)
-    return _add(acc, Fraction(other), math.copysign(1.0, other) < 0, fmt, mode)
-
-
-def oracle(
-    a: np.ndarray, b: np.ndarray, fmt: FloatFormat, promote_every: int | None, mode: str
-) -> np.ndarray:
-    """The sequential algorithm, one output element at a time, in exact arithmetic."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n))
-    chunk = k if promote_every is None else promote_every
-    for i in range(m):
-        for j in range(n):
-            total = 0.0
-            partials = []
-            for lo in range(0, k, max(chunk, 1)):
-                acc = 0.0
-                for kk in range(lo, min(lo + chunk, k)):
-                    x, y = float(a[i, kk]), float(b[kk, j])
-                    acc = _add(acc, Fraction(x) * Fraction(y), math.copysign(1.0, x * y) < 0, fmt, mode)
-                partials.append(acc)
-            if promote_every is None:
-                total = partials[0] if partials else 0.0
-            else:
-                for p in partials:
-                    total = _add_float(total, p, fl.FP32, "rne")
-            out[i, j] = total
-    return out
-
-
-def _same(x: np.ndarray, y: np.ndarray) -> bool:
-    """Bit for bit as float32 (zeros with their sign), any NaN equal to any NaN."""
-    x32, y32 = np.asarray(x, np.float32), np.asarray(y, np.float32)
-    both_nan = np.isnan(x32) & np.isnan(y32)
-    return bool(np.all(both_nan | (x32.view(np.uint32) == y32.view(np.uint32))))
+from floatlab.train.accumulate import (
+    ACC14,
+    accumulate_matmul,
+    accumulate_matmul_reference,
+    accumulator_format,
+)
 
 
 def _e4m3(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 4.0) -> np.ndarray:
@@ -127,17 +76,19 @@ def test_an_overflowed_accumulator_stays_infinite() -> None:
     assert got.ravel().tolist() == [-math.inf, math.inf]
 
 
-def test_the_serial_and_the_vector_paths_agree() -> None:
-    # a few outputs run per output in a compiled loop, many run vectorised: the same roundings
+def test_the_compiled_loop_and_the_numpy_reference_agree_output_by_output() -> None:
+    # the whole GEMM at once, one output at a time, and the readable reference: the same roundings
     rng = np.random.default_rng(7)
     a, b = _e4m3(rng, (3, 300)), _e4m3(rng, (300, 4))
     for every in (None, 7, 128):
-        whole = accumulate_matmul(a, b, accumulate=ACC14, promote_every=every, rounding="rtz")
+        kw = {"accumulate": ACC14, "promote_every": every, "rounding": "rtz"}
+        whole = accumulate_matmul(a, b, **kw)  # type: ignore[arg-type]
         one_by_one = np.array(
-            [[accumulate_matmul(a[i : i + 1], b[:, j : j + 1], accumulate=ACC14, promote_every=every,
-                                rounding="rtz")[0, 0] for j in range(4)] for i in range(3)]
+            [[accumulate_matmul(a[i : i + 1], b[:, j : j + 1], **kw)[0, 0] for j in range(4)]  # type: ignore[arg-type]
+             for i in range(3)]
         )  # fmt: skip
         assert _same(whole, one_by_one)
+        assert _same(whole, accumulate_matmul_reference(a, b, **kw))  # type: ignore[arg-type]
     assert _same(accumulate_matmul(a[:1], b[:, :1]), oracle(a[:1], b[:, :1], fl.FP32, None, "rne"))
 
 

@@ -4,7 +4,8 @@
 round every element exactly as the scalar reference :func:`~floatlab.rounding.round_scalar`
 does, on the CPU or, for a CuPy array, on its GPU. :func:`decode_array`'s kernel
 (:func:`decode_codes`), the MX block loop (:func:`encode_blocks`), the running sums of the
-accumulation simulator (:func:`running_sums`) and the exact float64 arithmetic of the simulators
+accumulation simulator (:func:`running_sums`), the sums of a GEMM with a narrow accumulator
+(:func:`accumulate_products`) and the exact float64 arithmetic of the simulators
 (:func:`odd_sum`, :func:`odd_div`, :func:`odd_sqrt`, :func:`add_count`) are offered here as
 public building blocks, so that no other module compiles or calls the kernels itself.
 
@@ -21,17 +22,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
-from floatlab.formats import FP64, FloatFormat, get_format
+from floatlab.formats import FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
 from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
 from floatlab.rounding.params import decode_params, encode_params
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
-from floatlab.rounding.spec import DEFAULT_RANDOM_BITS
+from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, check_rounding
 
 __all__ = [
     "BlockCodes",
     "Counted",
+    "accumulate_products",
     "add_count",
     "decode_codes",
     "encode_array",
@@ -235,6 +237,70 @@ def running_sums(
     p = encode_params(FP64, f, options, lanes=64)
     d = decode_params(f, FP64, 64)
     return cpu.run_running_sums(t, kahan, options.key, options.stochastic, options.mode == "rdown", p, d)
+
+
+def accumulate_products(
+    a: np.ndarray,
+    b: np.ndarray,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    promote_every: int | None = None,
+) -> np.ndarray:
+    """The sums of a GEMM whose accumulator is ``fmt``: for each output, the products
+    ``a[g, i, k] * b[g, k, j]`` added in order, k = 0, 1, ..., every addition rounded once into
+    ``fmt`` (an IEEE format within fp32: with infinities and NaNs, subnormals kept) in a
+    deterministic ``rounding`` mode.
+
+    ``a`` and ``b`` are float32 arrays of shapes (B, M, K) and (B, K, N), or (1, K, N) for one
+    matrix shared by the batch; the product of two fp32 values (at most 48 significant bits)
+    enters the sum exactly. With ``promote_every=N``, after every N products and after the last,
+    the partial sum is added into an fp32 total (round to nearest even) and restarts at zero.
+    Returns float32 (B, M, N). One compiled loop, parallel over the output rows; each exact sum
+    is formed rounded to odd at 53 bits first, which equals one rounding for formats within fp32,
+    then rounded into ``fmt`` with integer operations on the float64 bits, with the bits of
+    :func:`round_array`.
+
+    >>> ones = np.ones((1, 1, 3000), np.float32)
+    >>> accumulate_products(ones, ones.reshape(1, 3000, 1), "fp16").item()   # fp16's gap at 2048 is 2
+    2048.0
+    >>> accumulate_products(ones, ones.reshape(1, 3000, 1), "fp16", promote_every=1000).item()
+    3000.0
+    """
+    f = get_format(fmt)
+    if not FP32.contains(f) or f.encoding != "ieee":
+        raise ValueError(
+            f"accumulator format {f.name or f}: expected an IEEE format within fp32 "
+            "(acc14, fp32, tf32, bf16, fp16, e5m2, ...)"
+        )
+    if check_rounding(rounding) == "stochastic":
+        raise ValueError(
+            f"rounding={rounding!r}: expected a deterministic mode (rne, rna, rtz, rup, rdown, rodd)"
+        )
+    options = RoundingOptions.make(rounding)
+    if promote_every is not None and (
+        isinstance(promote_every, bool)
+        or not isinstance(promote_every, (int, np.integer))
+        or promote_every < 1
+    ):
+        raise ValueError(f"promote_every={promote_every!r}: expected None or an integer of at least 1")
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 3:
+            what = f"dtype {x.dtype} and shape {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+            raise ValueError(f"{name} of {what}: expected a 3-d float32 numpy array")
+    if a.shape[2] != b.shape[1] or b.shape[0] not in (1, a.shape[0]):
+        raise ValueError(
+            f"accumulate_products of shapes {a.shape} and {b.shape}: expected (B, M, K), (B or 1, K, N)"
+        )
+    every = 0 if promote_every is None else int(promote_every)
+    return cpu.run_accumulate(
+        np.ascontiguousarray(a),
+        np.ascontiguousarray(b),
+        every,
+        options.mode == "rdown",  # the sign of an exact zero sum
+        encode_params(FP64, f, options, lanes=64),
+        encode_params(FP64, FP32, RoundingOptions(), lanes=64),  # the promotion: fp32, nearest even
+    )
 
 
 class BlockCodes(NamedTuple):

@@ -31,6 +31,7 @@ __all__ = [
     "odd_div",
     "odd_sqrt",
     "odd_sum",
+    "run_accumulate",
     "run_bf16",
     "run_half",
     "run_mx",
@@ -241,6 +242,31 @@ def run_running_sums(
     comp = np.empty_like(t)
     loop("kahan")(t, run, comp, *args)
     return run, comp
+
+
+def run_accumulate(
+    a: np.ndarray, b: np.ndarray, every: int, rdown: bool, p: EncodeParams, p32: EncodeParams
+) -> np.ndarray:
+    """The accumulated products of the float32 arrays ``a`` (B, M, K) and ``b`` (B or 1, K, N):
+    float32 (B, M, N), each output's sum over k in order, every addition rounded once by ``p``
+    (float64 into an IEEE accumulator within fp32: deterministic, subnormals kept, no saturation);
+    ``every`` > 0 promotes the sum into an fp32 total (``p32``, round to nearest even) after each
+    ``every`` products. A call of fewer than :data:`~floatlab.rounding._jit.SERIAL_BELOW` products
+    runs on one thread.
+
+    >>> from floatlab.formats import FP16, FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> p, p32 = (encode_params(FP64, f, RoundingOptions(), lanes=64) for f in (FP16, FP32))
+    >>> ones = np.ones((1, 1, 3000), np.float32)
+    >>> run_accumulate(ones, ones.reshape(1, 3000, 1), 0, False, p, p32).item()  # stalls at 2048
+    2048.0
+    """
+    nb, m, k = a.shape
+    n = b.shape[2]
+    out = np.empty((nb, m, n), np.float32)
+    launch("accumulate", nb * m * n * k, a, b, out, every, rdown, tuple(p), tuple(p32))
+    return out
 
 
 def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarray:

@@ -23,9 +23,15 @@ one) with fp32's 8 exponent bits, since the partial sums live in fp32 registers 
 significand is cut short. The hardware's own rounding of the accumulator is not documented;
 ``rounding="rtz"`` (truncation) is the pessimistic choice, ``"rne"`` the default.
 
-Every rounding goes through :func:`floatlab.round_array`. Each exact sum is first formed rounded
-to odd at 53 bits (:func:`floatlab.rounding.odd_sum`), which equals one rounding of the exact sum
-for every format within fp32 (see :mod:`floatlab.simulate.arithmetic`).
+Two implementations give the same bits. :func:`accumulate_matmul_reference` is the readable
+specification: one product index at a time over every output, each exact sum formed rounded to odd
+at 53 bits (:func:`floatlab.rounding.odd_sum`, which equals one rounding of the exact sum for every
+format within fp32, see :mod:`floatlab.simulate.arithmetic`) and rounded through
+:func:`floatlab.round_array`. :func:`accumulate_matmul` runs the whole reduction in one compiled
+loop of the rounding package (:func:`floatlab.rounding.accumulate_products`, parallel over the
+output rows), a few hundred million products per second on one core
+(``python benchmarks/bench_accumulate.py``); the tests hold the two to the same bits and both to an
+exact rational oracle.
 
 >>> import numpy as np
 >>> a, b = np.full((1, 32768), 2.0**-3), np.full((32768, 1), 2.0**-3)   # 32768 products 2^-6
@@ -46,9 +52,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from floatlab.formats import FP32, FloatFormat, get_format
-from floatlab.rounding import check_rounding, odd_sum, round_array, running_sums
+from floatlab.rounding import accumulate_products, check_rounding, odd_sum, round_array
 
-__all__ = ["ACC14", "ACCUMULATORS", "accumulate_matmul", "accumulator_format"]
+__all__ = [
+    "ACC14",
+    "ACCUMULATORS",
+    "accumulate_matmul",
+    "accumulate_matmul_reference",
+    "accumulator_format",
+    "check_promote_every",
+]
 
 #: The accumulator of an fp8 tensor core as DeepSeek-V3 measured it on the H800 (about 14 bits):
 #: 14 significant bits (13 fraction bits) and fp32's 8-bit exponent
@@ -61,10 +74,6 @@ ACC14 = FloatFormat(
 
 #: accumulator formats known by name besides the registered formats
 ACCUMULATORS: dict[str, FloatFormat] = {"acc14": ACC14}
-
-# below this many outputs per chunk the reduction runs per output in one compiled serial loop
-# (floatlab.rounding.running_sums), which does the same roundings without a numpy call per product
-_SERIAL_OUTPUTS = 8
 
 
 def accumulator_format(fmt: FloatFormat | str) -> FloatFormat:
@@ -88,7 +97,16 @@ def accumulator_format(fmt: FloatFormat | str) -> FloatFormat:
     return f
 
 
-def _check_promote_every(promote_every: object) -> int | None:
+def check_promote_every(promote_every: object) -> int | None:
+    """``promote_every`` checked: None, or an integer of at least 1 (ValueError otherwise).
+
+    >>> check_promote_every(128), check_promote_every(None)
+    (128, None)
+    >>> check_promote_every(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: promote_every=0: expected None or an integer of at least 1
+    """
     if promote_every is None:
         return None
     bad = f"promote_every={promote_every!r}: expected None or an integer of at least 1"
@@ -99,16 +117,35 @@ def _check_promote_every(promote_every: object) -> int | None:
     return int(promote_every)
 
 
-def _operand(x: Any, name: str) -> NDArray[np.float64]:
-    """``x`` as float64 values of fp32 (rounded to nearest even when it holds wider values)."""
+def _operand(x: Any, name: str) -> NDArray[np.float32]:
+    """``x`` as float32 (C-contiguous), its values rounded to nearest even into fp32 when wider."""
     arr = np.asarray(x)
     if arr.ndim < 2:
         raise ValueError(f"{name} of shape {arr.shape}: expected an array of 2 or more dimensions")
     if arr.dtype.kind not in "fiub":
         raise ValueError(f"{name} of dtype {arr.dtype}: expected real numbers")
-    # fp32 values: the product of two of them has at most 48 significant bits, exact in float64
-    out: NDArray[np.float64] = round_array(arr.astype(np.float64), FP32)
+    if arr.dtype != np.float32:
+        # one rounding, straight from the input's values; the float32 copy of an fp32 value is exact
+        arr = round_array(arr.astype(np.float64), FP32).astype(np.float32)
+    out: NDArray[np.float32] = np.ascontiguousarray(arr)
     return out
+
+
+def _checked(
+    a: Any, b: Any, accumulate: FloatFormat | str, promote_every: int | None, rounding: str
+) -> tuple[NDArray[np.float32], NDArray[np.float32], FloatFormat, int | None, str]:
+    """The arguments of both implementations, checked: operands, format, promotion, mode."""
+    f = accumulator_format(accumulate)
+    n_every = check_promote_every(promote_every)
+    mode = check_rounding(rounding)
+    if mode == "stochastic":
+        raise ValueError(
+            f"rounding={rounding!r}: expected a deterministic mode (rne, rna, rtz, rup, rdown, rodd)"
+        )
+    a32, b32 = _operand(a, "a"), _operand(b, "b")
+    if a32.shape[-1] != b32.shape[-2]:
+        raise ValueError(f"accumulate_matmul of shapes {a32.shape} and {b32.shape}: inner dimensions differ")
+    return a32, b32, f, n_every, mode
 
 
 def accumulate_matmul(
@@ -126,7 +163,11 @@ def accumulate_matmul(
     chunk when N does not divide K) the partial sum is added into an fp32 total (round to nearest
     even) and the accumulator restarts at zero. ``rounding`` is the accumulator's rounding mode (any
     deterministic one); operands holding values outside fp32 are first rounded to nearest even into
-    fp32. With the defaults (fp32, no promotion) the result is a sequential fp32 accumulation.
+    fp32 (float32 operands are taken as they are). With the defaults (fp32, no promotion) the
+    result is a sequential fp32 accumulation. For an IEEE accumulator (acc14, fp32, tf32, bf16,
+    fp16, e5m2, ...) one compiled loop does the whole reduction, with the bits of the readable
+    :func:`accumulate_matmul_reference`; the formats without infinities (e4m3fn, the fnuz ones)
+    take the reference's NumPy path.
 
     A reduction of 4096 products of fp8 (E4M3) values from [0, 1): the largest relative error of
     a 14-bit accumulator, rounding to nearest and truncating, then with promotion every 128:
@@ -143,64 +184,68 @@ def accumulate_matmul(
     promote_every=None: 4.5e-03, 6.6e-02
     promote_every=128: 4.9e-05, 6.8e-04
     """
-    f = accumulator_format(accumulate)
-    n_every = _check_promote_every(promote_every)
-    mode = check_rounding(rounding)
-    if mode == "stochastic":
-        raise ValueError(
-            f"rounding={rounding!r}: expected a deterministic mode (rne, rna, rtz, rup, rdown, rodd)"
-        )
-    a64, b64 = _operand(a, "a"), _operand(b, "b")
-    if a64.shape[-1] != b64.shape[-2]:
-        raise ValueError(f"accumulate_matmul of shapes {a64.shape} and {b64.shape}: inner dimensions differ")
-    m, k, n = a64.shape[-2], a64.shape[-1], b64.shape[-1]
-    batch = tuple(np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]))
-    nb = math.prod(batch)  # (spelled out: a reshape to -1 of an empty array is refused)
-    a3 = np.broadcast_to(a64, (*batch, m, k)).reshape(nb, m, k)
-    b3 = np.broadcast_to(b64, (*batch, k, n)).reshape(nb, k, n)
-    chunk = k if n_every is None else n_every
-    bounds = [(s, min(s + chunk, k)) for s in range(0, k, max(chunk, 1))]
-    outputs = a3.shape[0] * m * n
-    if outputs < _SERIAL_OUTPUTS:
-        sums = _serial_chunks(a3, b3, bounds, f, mode)
-    else:
-        sums = _vector_chunks(a3, b3, bounds, f, mode)
-    if n_every is None:
-        total = sums[0] if sums else np.zeros(outputs)
-    else:
-        total = np.zeros(outputs)
-        for s in sums:  # the promotions: fp32 additions on the CUDA cores
-            total = round_array(odd_sum(total, s, False), FP32)
-    out: NDArray[np.float32] = total.astype(np.float32).reshape(*batch, m, n)
-    return out
+    a32, b32, f, n_every, mode = _checked(a, b, accumulate, promote_every, rounding)
+    if f.encoding != "ieee":
+        return _numpy_sums(a32, b32, f, n_every, mode)
+    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
+    if b32.ndim == 2:
+        # a stack of row blocks times one matrix is one reduction over the stacked rows (the
+        # shapes spelled out: a reshape to -1 of an empty array is refused)
+        lead = a32.shape[:-2]
+        rows = a32.reshape(1, math.prod(lead) * m, k)
+        out = accumulate_products(rows, b32[None], f, mode, promote_every=n_every)
+        return out.reshape(*lead, m, n)
+    batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
+    nb = math.prod(batch)
+    a3 = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k)).reshape(nb, m, k))
+    b3 = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n)).reshape(nb, k, n))
+    return accumulate_products(a3, b3, f, mode, promote_every=n_every).reshape(*batch, m, n)
 
 
-def _vector_chunks(
-    a3: NDArray[np.float64], b3: NDArray[np.float64], bounds: list[tuple[int, int]], f: FloatFormat, mode: str
-) -> list[NDArray[np.float64]]:
-    """Each chunk's partial sums of all outputs (flat), one product index at a time."""
+def accumulate_matmul_reference(
+    a: Any,
+    b: Any,
+    *,
+    accumulate: FloatFormat | str = "fp32",
+    promote_every: int | None = None,
+    rounding: str = "rne",
+) -> NDArray[np.float32]:
+    """:func:`accumulate_matmul` written out in NumPy, the specification its compiled loop is
+    tested against: one product index k at a time over every output, the exact sum rounded to odd
+    at 53 bits, then rounded into the accumulator through :func:`floatlab.round_array`.
+
+    Same arguments, same bits; a NumPy call per product index (and per chunk), so it is slow for
+    few outputs and long reductions.
+
+    >>> a, b = np.full((1, 4096), 2.0**-3), np.full((4096, 1), 2.0**-3)
+    >>> float(accumulate_matmul_reference(a, b, accumulate=ACC14, promote_every=128)[0, 0])
+    64.0
+    """
+    return _numpy_sums(*_checked(a, b, accumulate, promote_every, rounding))
+
+
+def _numpy_sums(
+    a32: NDArray[np.float32], b32: NDArray[np.float32], f: FloatFormat, n_every: int | None, mode: str
+) -> NDArray[np.float32]:
+    """The reference's work, on checked arguments."""
+    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
+    batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
+    nb = math.prod(batch)
+    a3 = np.broadcast_to(a32, (*batch, m, k)).reshape(nb, m, k).astype(np.float64)
+    b3 = np.broadcast_to(b32, (*batch, k, n)).reshape(nb, k, n).astype(np.float64)
     at = np.ascontiguousarray(np.moveaxis(a3, -1, 0))  # (K, B, M): at[k] is column k of every a
     bt = np.ascontiguousarray(np.moveaxis(b3, -2, 0))  # (K, B, N)
-    rdown = mode == "rdown"
-    sums = []
-    for lo, hi in bounds:
-        acc = np.zeros(a3.shape[0] * a3.shape[1] * b3.shape[2])
-        for k in range(lo, hi):
-            prod = (at[k][:, :, None] * bt[k][:, None, :]).reshape(-1)  # exact in float64
-            acc = round_array(odd_sum(acc, prod, rdown), f, mode)
-        sums.append(acc)
-    return sums
-
-
-def _serial_chunks(
-    a3: NDArray[np.float64], b3: NDArray[np.float64], bounds: list[tuple[int, int]], f: FloatFormat, mode: str
-) -> list[NDArray[np.float64]]:
-    """:func:`_vector_chunks` for a few outputs: each output's chunk in one compiled serial loop."""
-    prods = a3[:, :, None, :] * np.swapaxes(b3, -1, -2)[:, None, :, :]  # (B, M, N, K), exact
-    rows = prods.reshape(a3.shape[0] * a3.shape[1] * b3.shape[2], a3.shape[2])
-    sums = []
-    for lo, hi in bounds:
-        # a leading zero term: the accumulator starts at +0 and the first product is rounded too
-        terms = [np.concatenate(([0.0], row[lo:hi])) for row in rows]
-        sums.append(np.array([running_sums(t, f, mode)[0][-1] for t in terms]).reshape(-1))
-    return sums
+    chunk = k if n_every is None else n_every
+    total = np.zeros(nb * m * n)
+    for lo in range(0, k, max(chunk, 1)):
+        acc = np.zeros(nb * m * n)
+        for kk in range(lo, min(lo + chunk, k)):
+            # two fp32 values: their product has at most 48 significant bits, exact in float64
+            # (inf * 0 is NaN, as in the hardware: not a warning)
+            with np.errstate(invalid="ignore"):
+                prod = (at[kk][:, :, None] * bt[kk][:, None, :]).reshape(-1)
+            acc = round_array(odd_sum(acc, prod, mode == "rdown"), f, mode)
+        # the promotion: an fp32 addition on the CUDA cores (without it, the one chunk is the sum)
+        total = acc if n_every is None else round_array(odd_sum(total, acc, False), FP32)
+    out: NDArray[np.float32] = total.astype(np.float32).reshape(*batch, m, n)
+    return out

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from floatlab.backend import Backend, get_backend
 from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_format
 from floatlab.rounding import round_array
+from floatlab.train.accumulate import accumulate_matmul, accumulator_format, check_promote_every
 
 __all__ = [
     "GEMM_FORMATS",
@@ -278,6 +279,8 @@ def gemm(
     alpha: float | None = None,
     rounding: str = "rne",
     rng: np.random.Generator | None = None,
+    accumulate: FloatFormat | str | None = None,
+    promote_every: int | None = None,
 ) -> NDArray[np.float32]:
     """Simulated tensor-core GEMM ``round_out(alpha * round_in(a) @ round_in(b) + bias)``.
 
@@ -286,21 +289,43 @@ def gemm(
     significant bits, so it is exact in fp32, as in the hardware); ``bias`` is added in fp32
     (the epilogue) and the result rounded once to ``out`` (default: ``compute``).
 
+    ``accumulate`` (a format within fp32 or a name: ``"acc14"``, ``"bf16"``, ...) narrows the
+    accumulator as an fp8 tensor core does: the exact products are added in order, k = 0, 1, ...,
+    each partial sum rounded to nearest even into that format, and with ``promote_every=N`` each
+    chunk of N products is added into an fp32 total (DeepSeek-V3, arXiv 2412.19437, section
+    3.3.2); see :func:`floatlab.train.accumulate.accumulate_matmul`, which runs it (other rounding
+    modes of the accumulator are there). A 14-bit accumulator stalls where the product is half an
+    ulp of the sum (2^14 x 2^-6 = 256), and promotion every 128 products avoids it:
+
     >>> a = np.full((1, 4096), 1.0, dtype=np.float32)
     >>> b = np.full((4096, 1), 1e-4, dtype=np.float32)
     >>> float(gemm(a, b, "fp16")[0, 0])     # fp32 accumulation: 4096 * fp16(1e-4), rounded once
     0.40966796875
+    >>> x = np.full((1, 32768), 0.125, np.float32)   # 32768 products 2^-6: 512
+    >>> [float(gemm(x, x.T, "fp16", accumulate=acc, promote_every=n)[0, 0])
+    ...  for acc, n in ((None, None), ("acc14", None), ("acc14", 128))]
+    [512.0, 256.0, 512.0]
     """
     cf = get_format(compute)
     of = cf if out is None else get_format(out)
     if not FP32.contains(cf) or not FP32.contains(of):
         raise ValueError(f"gemm formats {cf.name}, {of.name}: expected formats that fit in fp32")
+    acc_f = None if accumulate is None else accumulator_format(accumulate)
+    every = check_promote_every(promote_every)
+    if acc_f is None and every is not None:
+        raise ValueError(
+            f"promote_every={promote_every!r} needs an accumulator format (accumulate='acc14', say); "
+            "without one the GEMM accumulates in fp32"
+        )
     sr = rng if rounding == "stochastic" else None
     # round in the input's own dtype first: a float64 input then rounds once, straight to `cf`,
     # and the float32 copy of the rounded value is exact
     a32 = round_array(np.asarray(a), cf, rounding, rng=sr).astype(np.float32, copy=False)
     b32 = round_array(np.asarray(b), cf, rounding, rng=sr).astype(np.float32, copy=False)
-    acc = np.matmul(a32, b32)
+    if acc_f is None:
+        acc = np.matmul(a32, b32)
+    else:
+        acc = accumulate_matmul(a32, b32, accumulate=acc_f, promote_every=every)
     if alpha is not None:
         acc *= np.float32(alpha)
     if bias is not None:
