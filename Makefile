@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_histogram.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_blocks.py
+	$(BIN)/python benchmarks/bench_accumulate.py
 	$(BIN)/python benchmarks/bench_trainer.py
 
 # the site, into docs/_build/html: lessons and pages executed (cached in docs/_build/.jupyter_cache)

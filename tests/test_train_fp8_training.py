@@ -22,8 +22,8 @@ import floatlab as fl
 import floatlab.cli as cli
 import floatlab.train as ft
 from floatlab.cli import train_cmds
-from floatlab.rounding import round_rational
 from floatlab.formats import BF16
+from floatlab.rounding import round_rational
 from floatlab.train.model import linear_forward
 from floatlab.train.policy import get_policy
 from floatlab.train.precision import Precision
@@ -56,7 +56,8 @@ def _trainer(precision: str, data: Any, steps: int = 4, **policy: Any) -> ft.Tra
 @pytest.mark.parametrize("kind", ["tensorwise", "delayed", "blockwise"])
 def test_fp8_policies_are_bf16_with_fp8_linear_gemms(kind: str) -> None:
     p = get_policy(f"fp8-{kind}")
-    assert p.fp8 is not None and p.fp8.kind == kind
+    assert p.fp8 is not None
+    assert p.fp8.kind == kind
     assert (p.forward.name, p.backward.name, p.master_weights, p.loss_scaling) == (
         "bf16",
         "bf16",
@@ -100,9 +101,12 @@ def test_bad_recipe_and_accumulator_settings(changes: dict[str, Any], message: s
 
 
 # ---- the linear layer's GEMM --------------------------------------------------------------------
+FP8_MAX = {ml_dtypes.float8_e4m3fn: 448.0, ml_dtypes.float8_e5m2: 57344.0}
+
+
 def _fp8(x: Arr, dtype: Any) -> Arr:
     """The saturating cast to fp8 (ml_dtypes, from float32: exact inputs here), back as float64."""
-    top = float(ml_dtypes.finfo(dtype).max)
+    top = FP8_MAX[dtype]
     return np.clip(x.astype(np.float32), -top, top).astype(dtype).astype(np.float64)
 
 
@@ -142,7 +146,9 @@ def _exact_sequential(a: Arr, b: Arr, p: int, every: int) -> Arr:
     acc_fmt = FloatFormat(exponent_bits=8, mantissa_bits=p - 1, name=f"acc{p}")
 
     def rounded(v: Fraction, fmt: FloatFormat) -> Fraction:
-        return Fraction(fl.decode(round_rational(v, fmt)[0], fmt).exact)
+        exact = fl.decode(round_rational(v, fmt)[0], fmt).exact
+        assert exact is not None
+        return Fraction(exact)
 
     m, k = a.shape
     n = b.shape[1]
@@ -168,6 +174,29 @@ def test_policy_accumulator_in_linear_layers_matches_exact_sums() -> None:
     np.testing.assert_array_equal(got, _exact_sequential(a, b, 14, 8).astype(np.float32))
 
 
+def test_tensorwise_with_a_14_bit_accumulator_matches_exact_sums() -> None:
+    # fp8 operands scaled per tensor, summed in 14 bits and promoted every 8 products, the
+    # epilogue's inverse scales, one rounding to bf16
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 2, (3, 37)).astype(np.float32)
+    W = rng.uniform(0, 0.5, (37, 2)).astype(np.float32)
+    P = Precision(get_policy("fp8-tensorwise").replace(accumulate="acc14", promote_every=8))
+    got = linear_forward(x, W, None, P, site="fc")
+    sx = np.float32(448.0) / np.float32(np.abs(x).max())
+    sw = np.float32(448.0) / np.float32(np.abs(W).max())
+    qx, qw = _fp8(x * sx, ml_dtypes.float8_e4m3fn), _fp8(W * sw, ml_dtypes.float8_e4m3fn)
+    acc = _exact_sequential(qx, qw, 14, 8).astype(np.float32) * ((np.float32(1) / sx) * (np.float32(1) / sw))
+    want = acc.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_block_scaling_promotes_once_a_tile() -> None:
+    with pytest.raises(ValueError, match=r"promote_every=64: block scaling promotes once a tile"):
+        get_policy("fp8-blockwise").replace(accumulate="acc14", promote_every=64)
+    p = get_policy("fp8-blockwise").replace(accumulate="acc14", promote_every=128)
+    assert "accumulate in acc14, promoted to fp32 every 128" in p.describe()
+
+
 # ---- in the trainer -----------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["tensorwise", "delayed", "blockwise"])
 def test_every_linear_operand_is_recorded_each_step(kind: str, text_data: Any) -> None:
@@ -178,7 +207,8 @@ def test_every_linear_operand_is_recorded_each_step(kind: str, text_data: Any) -
     for cols in h.operands.values():
         assert sorted(cols) == ["amax", "flushed", "saturated", "scale", "subnormal"]
         assert all(len(v) == h.n_steps == 3 for v in cols.values())
-        assert all(np.isfinite(cols["scale"])) and min(cols["scale"]) > 0
+        assert all(np.isfinite(cols["scale"]))
+        assert min(cols["scale"]) > 0
     if kind == "delayed":  # TE starts every scale at 1; the next comes from the recorded amax
         amax = h.operands["h0.W1.weight"]["amax"]
         assert h.operands["h0.W1.weight"]["scale"][:2] == [1.0, pytest.approx(448.0 / amax[0], rel=1e-6)]
@@ -224,7 +254,8 @@ def test_resume_under_delayed_scaling_is_bit_for_bit(text_data: Any, tmp_path: P
     for k in straight.params:
         np.testing.assert_array_equal(straight.params[k], resumed.params[k])
     assert resumed.history.operands == straight.history.operands
-    assert resumed.P.fp8 is not None and straight.P.fp8 is not None
+    assert resumed.P.fp8 is not None
+    assert straight.P.fp8 is not None
     assert resumed.P.fp8.state_dict()["steps"] == straight.P.fp8.state_dict()["steps"] == 6
 
 
@@ -267,7 +298,8 @@ def test_train_plot_draws_the_operands(
     argv += ["--context", "16", "--steps", "2", "--precision", "fp8-tensorwise", "-q", "--no-color"]
     assert main([*argv, "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
-    assert plot.exists() and (tmp_path / "run-fp8.png").exists()
+    assert plot.exists()
+    assert (tmp_path / "run-fp8.png").exists()
     assert "fp8 operands   12, scales" in out
 
 
@@ -299,4 +331,6 @@ def test_bad_fp8_options_are_one_line(
         assert code == 0
         return
     assert code == 2
-    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+    assert words in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err

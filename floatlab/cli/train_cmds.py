@@ -269,7 +269,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             out[name] = v
     if out.get("promote_every") is not None and out["promote_every"] < 1:
         raise ValueError(
-            f"--promote-every {out['promote_every']}: expected a number of products >= 1 (leave it out: no promotion)"
+            f"--promote-every {out['promote_every']}: expected a number of products >= 1 "
+            "(leave it out: no promotion)"
         )
     if isinstance(out.get("static_scale"), str):
         out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))

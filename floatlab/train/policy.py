@@ -150,6 +150,10 @@ class Policy:
             raise ValueError(
                 f"promote_every={shown(every)}: expected a number of products >= 1, or 0 for never"
             )
+        if every and self.fp8 is not None and self.fp8.kind == "blockwise" and every != self.fp8.block:
+            raise ValueError(
+                f"promote_every={every}: block scaling promotes once a tile (expected 0 or {self.fp8.block})"
+            )
         if every and not self.accumulate:
             raise ValueError(
                 f"promote_every={every}: promotion needs a narrow accumulator (accumulate, e.g. 'acc14')"

@@ -217,11 +217,13 @@ class Precision:
         """
         if site is None or (self.fp8 is None and not self.policy.accumulate):
             return self.matmul(a, b, out, bias=bias)
+        narrow, every = self.policy.accumulate or None, self.policy.promote_every or None
         if self.fp8 is not None:
-            acc = self.fp8.matmul(site, a, a_role, b, b_role, record=self._training)
+            acc = self.fp8.matmul(
+                site, a, a_role, b, b_role, record=self._training, accumulate=narrow, promote_every=every
+            )
         else:
-            every = self.policy.promote_every or None
-            acc = accumulate_matmul(a, b, accumulate=self.policy.accumulate, promote_every=every)
+            acc = accumulate_matmul(a, b, accumulate=narrow or "fp32", promote_every=every)
         if bias is not None:
             acc += bias
         return self.store(acc, out)

@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import odd_sum, round_array
+from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
 
 __all__ = ["E4M3", "TileCast", "block_quantize", "blockwise_matmul", "expand_scales", "tile_quantize"]
@@ -152,11 +153,15 @@ def blockwise_matmul(
     b: NDArray[np.float32],
     b_inv: NDArray[np.float32],
     block: int,
+    accumulate: FloatFormat | str | None = None,
 ) -> NDArray[np.float32]:
     """The block-scaled GEMM ``a @ b`` of fp8 values ``a`` (M, K) and ``b`` (K, N), held in float32,
     with inverse scales ``a_inv`` (M, ceil(K/block)) and ``b_inv`` (ceil(K/block), N): for each
     slice of ``block`` along K, the partial product in fp32 (exact fp8 products, a float32 BLAS
     sum), then ``acc = fma(a_inv[:, t] * b_inv[t, :], partial, acc)`` in fp32, one rounding.
+    With ``accumulate`` (a narrow tensor-core accumulator such as ``"acc14"``) each slice's
+    partial sum is accumulated in that format, product by product, and the fp32 FMA is its
+    promotion: DeepSeek-V3's promotion every 128 elements, which is the tile.
 
     >>> a, b = np.float32([[1.0, 1.0, 1.0]]), np.float32([[1.0], [1.0], [1.0]])
     >>> blockwise_matmul(a, np.float32([[0.5, 4.0]]), b, np.float32([[2.0], [1.0]]), 2).tolist()
@@ -169,7 +174,10 @@ def blockwise_matmul(
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)
-        partial = np.matmul(a[:, lo:hi], b[lo:hi])  # the tensor core's slice: fp32 sums
+        if accumulate is None:
+            partial = np.matmul(a[:, lo:hi], b[lo:hi])  # the tensor core's slice: fp32 sums
+        else:
+            partial = accumulate_matmul(a[:, lo:hi], b[lo:hi], accumulate=accumulate)
         s = a_inv[:, t : t + 1] * b_inv[t : t + 1, :]  # DeepGEMM's scale_a * scale_b, in fp32
         if acc is None:
             # fma(s, partial, +0) is the product rounded once: a float32 multiply (and + 0 makes

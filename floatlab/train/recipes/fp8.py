@@ -44,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
+from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes.blockwise import block_quantize, blockwise_matmul, expand_scales, tile_quantize
 from floatlab.train.recipes.recipe import ROLES, Fp8Recipe, one_of
 from floatlab.train.recipes.scales import (
@@ -365,7 +366,13 @@ class OperandScaler:
         self.steps, self._scale, self._history, self._step = steps, scale, history, None
 
 
-def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
+def scaled_matmul(
+    a: Quantized,
+    b: Quantized,
+    *,
+    accumulate: FloatFormat | str | None = None,
+    promote_every: int | None = None,
+) -> NDArray[np.float32]:
     """The fp8 GEMM of two cast operands, ``a`` (..., M, K) summed over its last axis and ``b``
     (K, N) over its first, in float32.
 
@@ -374,6 +381,11 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
     are the inverse scales, ``out = (qa * scale_a) @ (qb * scale_b)``. Blockwise (``a`` in tiles
     of 1 x ``block`` or in blocks, ``b`` in tiles of ``block`` x 1 or in blocks): the K loop of
     :func:`~floatlab.train.recipes.blockwise.blockwise_matmul`.
+
+    ``accumulate`` is the tensor core's accumulator (default: exact fp32): per tensor, the
+    products are summed in it (promoted into fp32 every ``promote_every``, as
+    :func:`~floatlab.train.accumulate.accumulate_matmul`); blockwise, each tile's partial sum is,
+    and the tile is the promotion (``promote_every`` must then be None or the block size).
 
     >>> r = Fp8Recipe("tensorwise")
     >>> qa = OperandScaler(r, "input").quantize(np.float32([[3.5, 1.0]]), 1)    # scale 128
@@ -397,7 +409,10 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
     with np.errstate(over="ignore", invalid="ignore"):
         if a.layout == "tensor" and b.layout == "tensor":
             inv = a.inv_scale * b.inv_scale  # one fp32 factor for the epilogue
-            out: NDArray[np.float32] = np.matmul(av, bv) * inv
+            if accumulate is None:
+                out: NDArray[np.float32] = np.matmul(av, bv) * inv
+            else:
+                out = accumulate_matmul(av, bv, accumulate=accumulate, promote_every=promote_every) * inv
             return out
         if a.layout == "tensor" or b.layout == "tensor" or a.block != b.block:
             raise ValueError(
@@ -411,7 +426,12 @@ def scaled_matmul(a: Quantized, b: Quantized) -> NDArray[np.float32]:
         else:
             a_inv = a.inv_scale.reshape(a2.shape[0], -(-k // a.block))
         b_inv = expand_scales(b.inv_scale, b.block, 1, n) if b.layout == "block" else b.inv_scale
-        out = blockwise_matmul(a2, a_inv, bv, b_inv, a.block)
+        if promote_every not in (None, a.block):
+            raise ValueError(
+                f"promote_every={shown(promote_every)}: block scaling promotes once a tile, "
+                f"every {a.block} products (expected None or {a.block})"
+            )
+        out = blockwise_matmul(a2, a_inv, bv, b_inv, a.block, accumulate)
         return out.reshape(*av.shape[:-1], n)
 
 
@@ -464,13 +484,23 @@ class Fp8Scaling:
         return self._scalers[key]
 
     def matmul(
-        self, site: str, a: ArrayLike, a_role: str, b: ArrayLike, b_role: str, *, record: bool = True
+        self,
+        site: str,
+        a: ArrayLike,
+        a_role: str,
+        b: ArrayLike,
+        b_role: str,
+        *,
+        record: bool = True,
+        accumulate: FloatFormat | str | None = None,
+        promote_every: int | None = None,
     ) -> NDArray[np.float32]:
         """``a @ b`` in fp8: ``a`` (..., M, K) cast by the scaler of ``(site, a_role)`` over its last
         axis, ``b`` (K, N) by that of ``(site, b_role)`` over its first; float32 result, which the
         caller rounds or stores as its policy says. ``record=False`` (an evaluation between
         steps) casts with the scales the next step would use and changes no state: an operand
-        not seen yet gets a fresh scaler that is not kept.
+        not seen yet gets a fresh scaler that is not kept. ``accumulate`` and ``promote_every``:
+        the accumulator, as in :func:`scaled_matmul`.
 
         >>> f = Fp8Scaling(Fp8Recipe("tensorwise"))
         >>> w = np.float32([[0.875, 0.0], [0.0, 0.4375]])
@@ -485,7 +515,7 @@ class Fp8Scaling:
         sa, sb = (self._scaler_for(site, role, record) for role in (a_role, b_role))
         qa = sa.quantize(a_arr, a_arr.ndim - 1, record=record)
         qb = sb.quantize(b_arr, 0, record=record)
-        return scaled_matmul(qa, qb)
+        return scaled_matmul(qa, qb, accumulate=accumulate, promote_every=promote_every)
 
     def _scaler_for(self, site: str, role: str, record: bool) -> OperandScaler:
         if record:
