@@ -10,7 +10,9 @@ momentum 0.9):
   (``torch.autocast("cpu", dtype=torch.bfloat16)``); writes ``benchmarks/results/trainer.md``;
 * the decoder-only transformer language model at its default size (4 layers, width 128, 4 heads,
   context 64, vocabulary 65, batch 32 sequences of 64 tokens): floatlab fp32, mixed-fp16,
-  mixed-bf16, pure fp16 and pure bf16, against the same model in torch fp32 (written with
+  mixed-bf16, pure fp16, pure bf16 and the three fp8 recipes (fp8-tensorwise, fp8-delayed,
+  fp8-blockwise: their linear layers' GEMM operands scaled into fp8), against the same model in
+  torch fp32 (written with
   ``torch.nn.functional``: causal ``scaled_dot_product_attention``, and once more with the
   attention spelled out as a masked softmax, as floatlab computes it); torch runs on as many
   threads as numpy's BLAS (found with threadpoolctl when it is installed; ``--threads`` sets
@@ -205,6 +207,9 @@ LM_VARIANTS: dict[str, Maker] = {
     "floatlab mixed-bf16": lambda x, y: lm_floatlab_step("mixed-bf16", x, y),
     "floatlab fp16 (pure)": lambda x, y: lm_floatlab_step("fp16", x, y),
     "floatlab bf16 (pure)": lambda x, y: lm_floatlab_step("bf16", x, y),
+    "floatlab fp8-tensorwise": lambda x, y: lm_floatlab_step("fp8-tensorwise", x, y),
+    "floatlab fp8-delayed": lambda x, y: lm_floatlab_step("fp8-delayed", x, y),
+    "floatlab fp8-blockwise": lambda x, y: lm_floatlab_step("fp8-blockwise", x, y),
     "torch fp32": lambda x, y: lm_torch_step(x, y, sdpa=True),
     "torch fp32, attention spelled out": lambda x, y: lm_torch_step(x, y, sdpa=False),
 }
@@ -463,6 +468,8 @@ def run_model(args: argparse.Namespace, model: str) -> None:
         ratio("floatlab mixed-bf16", "floatlab fp32", "<= 1.6")
         ratio("floatlab fp16 (pure)", "floatlab fp32", "")
         ratio("floatlab bf16 (pure)", "floatlab fp32", "")
+        for recipe in ("tensorwise", "delayed", "blockwise"):
+            ratio(f"floatlab fp8-{recipe}", "floatlab fp32", "<= 2")
         sections = [
             f"Decoder-only transformer, {LM['layers']} layers x {LM['d_model']}, {LM['heads']} heads, "
             f"context {LM['context']}, vocabulary {LM['vocab']} (tied output), batch {LM_BATCH} sequences; "

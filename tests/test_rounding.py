@@ -774,3 +774,36 @@ def test_flags_true_names_the_twin_and_leaves_the_generator_alone() -> None:
         with pytest.raises(TypeError, match=rf"is now {twin}\(\.\.\.\)"):
             fn(np.ones(2), "fp16", "stochastic", rng=g, flags=True)  # type: ignore[arg-type]
     assert g.bit_generator.state == before  # a refused call drew no key
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("mode", ["rne", "rtz", "rup", "rdown"])
+def test_fma_rounds_the_exact_result_once(fmt: str, mode: str) -> None:
+    # the oracle: x * y + z in exact rationals, rounded once by the scalar reference
+    rng = np.random.default_rng(zlib.crc32(f"{fmt} {mode}".encode()))
+    n = 400
+    x = (rng.standard_normal(n) * 2.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    z = (-(x.astype(np.float64) * y) * (1 + rng.standard_normal(n) * 2.0**-20)).astype(np.float32)
+    z[::4] = rng.standard_normal(n // 4).astype(np.float32)  # and unrelated addends
+    got = fl.rounding.fma(x, y, z, fmt, mode)
+    f = fl.get_format(fmt)
+    for i in range(n):
+        exact = Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i]))
+        code, _ = round_rational(exact, f, mode, negative_zero=mode == "rdown" and exact == 0)
+        want = fl.decode(code, f).value
+        assert float(got[i]) == want, (x[i], y[i], z[i])
+    # inf and NaN pass through as IEEE says
+    special = fl.rounding.fma(
+        np.float32([np.inf, np.nan, 1.0]), np.float32([1.0, 1.0, np.inf]), np.float32([1.0, 0.0, -np.inf])
+    )
+    assert special[0] == np.inf
+    assert np.isnan(special[1])
+    assert np.isnan(special[2])
+
+
+def test_fma_refuses_what_it_cannot_do() -> None:
+    with pytest.raises(ValueError, match="fma operand y of dtype float64: expected float32"):
+        fl.rounding.fma(np.float32([1.0]), np.float64([1.0]), np.float32([1.0]))
+    with pytest.raises(ValueError, match="fma format float8_e4m3fn: expected an IEEE format"):
+        fl.rounding.fma(np.float32([1.0]), np.float32([1.0]), np.float32([1.0]), "e4m3fn")

@@ -41,6 +41,7 @@ from floatlab.train.recipes import (
     scaled_matmul,
     tile_quantize,
 )
+from floatlab.train.recipes.scales import cast_shares, saturating_cast
 
 F32_MAX = float(np.finfo(np.float32).max)
 U = 2.0**-24  # fp32's unit roundoff
@@ -847,3 +848,24 @@ def test_a_bad_scaling_state_is_refused_and_changes_nothing() -> None:
             other.load_state_dict(bad)
         assert other.steps == 0
         assert other.history == {}
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2])
+def test_compiled_cast_counts_equal_the_numpy_counts(fmt: fl.FloatFormat) -> None:
+    # the one-pass kernel (C-contiguous operands) against the NumPy counts (the same values laid
+    # out in Fortran order, which the kernel declines), on values that saturate, flush, land
+    # subnormal, tie at the overflow threshold, and are inf or NaN
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((64, 48)) * 10.0 ** rng.uniform(-8, 3, (64, 48))).astype(np.float32)
+    x[0, :4] = [0.0, np.nan, np.inf, -np.inf]
+    threshold = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    x[1, :2] = [threshold, -threshold]
+    q = saturating_cast(x, fmt)
+    fast = cast_shares(x, q, fmt, xs=x, bound=float("inf"))
+    slow = cast_shares(
+        np.asfortranarray(x), np.asfortranarray(q), fmt, xs=np.asfortranarray(x), bound=float("inf")
+    )
+    assert fast == slow
+    assert fast.saturated > 0
+    assert fast.flushed > 0
+    assert fast.subnormal > 0

@@ -196,6 +196,16 @@ def _accumulate_kernel_py(a: Any, b: Any, out: Any, every: Any, rdown: Any, pt: 
             out[g, i, j] = total[j] if every > 0 else acc[j]
 
 
+def _fma_kernel_py(x: Any, y: Any, z: Any, out: Any, pt: Any) -> None:
+    """out = x * y + z for float32 x, y, z, rounded once by ``pt`` (an IEEE format within fp32):
+    the product of two fp32 values is exact in float64, the sum is formed rounded to odd at 53
+    bits, then rounded into the format: a fused multiply-add."""
+    p = EncodeParams(*pt)
+    for i in prange(x.size):
+        u = _odd_sum_bits(np.float64(x[i]) * np.float64(y[i]), np.float64(z[i]), False)
+        out[i] = np.uint64(_round_ieee64(u, p)).view(np.float64)
+
+
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Compile the loops into ``out`` by name (once per process)."""
     g = globals()
@@ -205,6 +215,6 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     for name in ("_prod_err", "_odd_sum_bits", "_round_ieee64"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("odd_sum", "odd_div", "odd_sqrt", "accumulate"):
+    for name in ("odd_sum", "odd_div", "odd_sqrt", "accumulate", "fma"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     out["add_count"] = numba.njit(cache=True, nogil=True, error_model="numpy")(_add_count_kernel_py)

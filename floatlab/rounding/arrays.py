@@ -39,6 +39,7 @@ __all__ = [
     "encode_array",
     "encode_array_with_flags",
     "encode_blocks",
+    "fma",
     "odd_div",
     "odd_sqrt",
     "odd_sum",
@@ -301,6 +302,41 @@ def accumulate_products(
         encode_params(FP64, f, options, lanes=64),
         encode_params(FP64, FP32, RoundingOptions(), lanes=64),  # the promotion: fp32, nearest even
     )
+
+
+def fma(
+    x: ArrayLike, y: ArrayLike, z: ArrayLike, fmt: FloatFormat | str = "fp32", rounding: str = "rne"
+) -> np.ndarray:
+    """The fused multiply-add ``x * y + z`` of float32 values, rounded once into ``fmt`` (an IEEE
+    format within fp32, default fp32; a deterministic mode): what an FMA unit computes, where
+    ``x * y + z`` in NumPy rounds twice. The arrays broadcast; the result is float32.
+
+    >>> x = np.float32(1 + 2.0**-12)
+    >>> float(fma(x, x, np.float32(-1 - 2.0**-11)))   # the exact answer, 2^-24
+    5.960464477539063e-08
+    >>> float(x * x + np.float32(-1 - 2.0**-11))      # x * x rounded first: 0
+    0.0
+    """
+    f = get_format(fmt)
+    if not FP32.contains(f) or f.encoding != "ieee":
+        raise ValueError(
+            f"fma format {f.name or f}: expected an IEEE format within fp32 (fp32, bf16, fp16, ...)"
+        )
+    if check_rounding(rounding) == "stochastic":
+        raise ValueError(
+            f"rounding={rounding!r}: expected a deterministic mode (rne, rna, rtz, rup, rdown, rodd)"
+        )
+    arrays = []
+    for name, v in (("x", x), ("y", y), ("z", z)):
+        arr = np.asarray(v)
+        if arr.dtype != np.float32:
+            raise ValueError(f"fma operand {name} of dtype {arr.dtype}: expected float32 values")
+        arrays.append(arr)
+    bx, by, bz = np.broadcast_arrays(*arrays)
+    shape = bx.shape
+    fx, fy, fz = (np.ascontiguousarray(a).reshape(-1) for a in (bx, by, bz))
+    out = cpu.run_fma(fx, fy, fz, encode_params(FP64, f, RoundingOptions.make(rounding), lanes=64))
+    return out.reshape(shape)
 
 
 class BlockCodes(NamedTuple):

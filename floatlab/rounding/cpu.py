@@ -244,6 +244,23 @@ def run_running_sums(
     return run, comp
 
 
+def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.ndarray:
+    """``x * y + z`` of 1-d contiguous float32 arrays of one size, rounded once by ``p`` (float64
+    into an IEEE format within fp32, deterministic): float32.
+
+    >>> from floatlab.formats import FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> p = encode_params(FP64, FP32, RoundingOptions(), lanes=64)
+    >>> x = np.float32([1 + 2.0**-12]); z = np.float32([-1 - 2.0**-11])
+    >>> run_fma(x, x, z, p).tolist()   # (1 + 2^-12)^2 - (1 + 2^-11) = 2^-24, which fp32's product loses
+    [5.960464477539063e-08]
+    """
+    out = np.empty(x.size, np.float64)
+    launch("fma", x.size, x, y, z, out, tuple(p))
+    return out.astype(np.float32)  # (exact: the values are fp32 values)
+
+
 def run_accumulate(
     a: np.ndarray, b: np.ndarray, every: int, rdown: bool, p: EncodeParams, p32: EncodeParams
 ) -> np.ndarray:

@@ -41,8 +41,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.formats import FP32, FloatFormat
-from floatlab.rounding import odd_sum, round_array
+from floatlab.formats import FloatFormat
+from floatlab.rounding import fma
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
 
@@ -185,10 +185,6 @@ def blockwise_matmul(
             acc = s * partial
             acc += np.float32(0.0)
         else:
-            # the product of two fp32 values is exact in float64; their sum with acc rounded to
-            # odd at 53 bits and then once to fp32 is one rounding of the exact sum: the FMA
-            term = s.astype(np.float64) * partial
-            total = odd_sum(acc.astype(np.float64).reshape(-1), term.reshape(-1), False)
-            acc = round_array(total, FP32).astype(np.float32).reshape(m, n)
+            acc = fma(s, partial, acc)  # DeepGEMM's FMA on the CUDA cores: one fp32 rounding
     assert acc is not None
     return acc

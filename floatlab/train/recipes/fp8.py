@@ -410,9 +410,10 @@ def scaled_matmul(
         if a.layout == "tensor" and b.layout == "tensor":
             inv = a.inv_scale * b.inv_scale  # one fp32 factor for the epilogue
             if accumulate is None:
-                out: NDArray[np.float32] = np.matmul(av, bv) * inv
+                out: NDArray[np.float32] = np.matmul(av, bv)
             else:
-                out = accumulate_matmul(av, bv, accumulate=accumulate, promote_every=promote_every) * inv
+                out = accumulate_matmul(av, bv, accumulate=accumulate, promote_every=promote_every)
+            out *= inv  # (in place: the epilogue, one float32 multiply)
             return out
         if a.layout == "tensor" or b.layout == "tensor" or a.block != b.block:
             raise ValueError(

@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import round_array
+from floatlab.train.recipes._counting import cast_counts
 
 __all__ = [
     "AMAX_EPS",
@@ -240,6 +241,12 @@ def cast_shares(
     if n == 0:
         return CastShares(0.0, 0.0, 0.0)
     threshold, tie_overflows = _overflow_threshold(fmt)
+    counted = cast_counts(
+        x, q, xs if bound >= threshold else None, threshold, tie_overflows, fmt.smallest_normal
+    )
+    if counted is not None:  # the compiled twin of the counts below, in one pass
+        sat, zeros_x, zeros_q, sub = counted
+        return CastShares(sat / n, max(zeros_q - zeros_x, 0) / n, sub / n)
     saturated = 0
     if bound >= threshold and xs is not None:
         t = np.float32(threshold)
