@@ -795,7 +795,9 @@ def test_fma_rounds_the_exact_result_once(fmt: str, mode: str) -> None:
         assert float(got[i]) == want, (x[i], y[i], z[i])
     # inf and NaN pass through as IEEE says
     special = fl.rounding.fma(
-        np.float32([np.inf, np.nan, 1.0]), np.float32([1.0, 1.0, np.inf]), np.float32([1.0, 0.0, -np.inf])
+        np.array([np.inf, np.nan, 1.0], np.float32),
+        np.array([1.0, 1.0, np.inf], np.float32),
+        np.array([1.0, 0.0, -np.inf], np.float32),
     )
     assert special[0] == np.inf
     assert np.isnan(special[1])
@@ -804,6 +806,8 @@ def test_fma_rounds_the_exact_result_once(fmt: str, mode: str) -> None:
 
 def test_fma_refuses_what_it_cannot_do() -> None:
     with pytest.raises(ValueError, match="fma operand y of dtype float64: expected float32"):
-        fl.rounding.fma(np.float32([1.0]), np.float64([1.0]), np.float32([1.0]))
+        fl.rounding.fma(np.array([1.0], np.float32), np.array([1.0], np.float64), np.array([1.0], np.float32))
     with pytest.raises(ValueError, match="fma format float8_e4m3fn: expected an IEEE format"):
-        fl.rounding.fma(np.float32([1.0]), np.float32([1.0]), np.float32([1.0]), "e4m3fn")
+        fl.rounding.fma(
+            np.array([1.0], np.float32), np.array([1.0], np.float32), np.array([1.0], np.float32), "e4m3fn"
+        )

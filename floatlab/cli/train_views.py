@@ -1,0 +1,178 @@
+"""What ``floatlab train`` and ``floatlab compare`` print: a finished run's summary
+(:func:`train_view`) and several runs side by side (:func:`compare_view`), as text and as data.
+
+>>> from floatlab.train import TrainConfig, Trainer
+>>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", epochs=0))
+>>> train_view(tr).data["summary"]["steps"]
+0
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from floatlab.cli._common import View, bold, dim, style, table
+from floatlab.cli.progress import num as _num
+from floatlab.cli.progress import pct as _pct
+
+if TYPE_CHECKING:
+    from floatlab.train import History, Trainer
+
+__all__ = ["compare_view", "train_view"]
+
+
+def _override_lines(trainer: Trainer, color: bool) -> list[str]:
+    """A line naming what the switches changed of a framework preset's recipe (none otherwise)."""
+    from floatlab.train.presets import get_preset, preset_overrides
+
+    cfg = trainer.config
+    if cfg is None or not cfg.policy:
+        return []
+    try:
+        preset = get_preset(cfg.precision)
+    except ValueError:  # a named policy, not a preset
+        return []
+    changed = preset_overrides(preset, trainer.policy)
+    return [dim(f"overrides of {preset.name}: {'; '.join(changed)}", color)] if changed else []
+
+
+def _operands_line(h: History, color: bool) -> str:
+    """The fp8 recipe's operands in one line: how many, the range of their scales, the worst
+    saturation and where it happened."""
+    from floatlab.train.operands import operand_summary
+
+    rows = operand_summary(h)
+    lo = min((r["scale_min"] for r in rows if r["scale_min"] is not None), default=None)
+    hi = max((r["scale_max"] for r in rows if r["scale_max"] is not None), default=None)
+    worst = max(rows, key=lambda r: r["saturated_max"] or 0.0)
+    scales = f"scales {lo:.3g} to {hi:.3g}" if lo is not None and hi is not None else "no finite scale"
+    sat = worst["saturated_max"] or 0.0
+    where = f" ({worst['operand']}, step {worst['saturated_at']})" if sat > 0 else ""
+    return f"{len(rows)}, {scales}" + dim(f"; saturated at most {_pct(sat)} of a tensor{where}", color)
+
+
+def train_view(trainer: Trainer, *, color: bool = False) -> View:
+    """The summary of a finished run; for a character model, its validation loss in bits per
+    character.
+
+    >>> from floatlab.train import TrainConfig, Trainer
+    >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", epochs=0))
+    >>> train_view(tr).data["summary"]["steps"]
+    0
+    """
+    h = trainer.history
+    s = h.summary()
+    m = trainer.model.config()
+    d = trainer.data.info()
+    hyper = trainer.opt.hyper()
+    text = trainer.data.kind == "text"
+    if text:
+        seen = f"{d['n_train']:,} training windows, {d['n_test']} validation, {d['vocab_size']} characters"
+    else:
+        seen = f"{d['n_train']} train, {d['n_test']} test"
+    by_steps = trainer.config is not None and trainer.config.steps is not None
+    length = f"{trainer.step} steps" if by_steps else f"{trainer.epoch} epochs"
+    lines = [
+        bold(trainer.policy.describe(), color),
+        *_override_lines(trainer, color),
+        dim(
+            f"{trainer.model.describe()} on {d['name']} ({seen}), {hyper['name']} "
+            f"lr {hyper['lr']:g}, batch {trainer.batch_size}, {length}, seed {trainer.seed}",
+            color,
+        ),
+        "",
+    ]
+    scales = h.column("scale")
+    start = f"{scales[0]:g}" if len(scales) else "-"
+    acc = s["test_accuracy"]
+    rows: list[list[str]] = []
+    if text:
+        from floatlab.train.history import bits_per_char
+
+        bpc = s["bits_per_char"]
+        rows += [
+            [
+                "validation",
+                f"{_num(bpc, '.3f')} bits/char"
+                + dim(f"  (loss {_num(s['test_loss'])}; next character right {_pct(acc)})", color),
+            ],
+            [
+                "train loss",
+                f"{_num(bits_per_char(s['train_loss']), '.3f')} bits/char"
+                + dim(f"  (loss {_num(s['train_loss'])}, last tenth of the steps)", color),
+            ],
+        ]
+    else:
+        acc_text = _pct(acc)
+        rows += [
+            [
+                "test accuracy",
+                style(acc_text, "green", color=color) if acc is not None and acc > 0.9 else acc_text,
+            ],
+            ["test loss", _num(s["test_loss"])],
+            ["train loss", _num(s["train_loss"]) + dim("  (last tenth of the steps)", color)],
+        ]
+    rows += [
+        ["steps", f"{s['steps']} ({s['skipped_steps']} skipped)"],
+        ["loss scale", f"{trainer.scaler.scale:g} (start {start})" if trainer.scaler.enabled else "none"],
+        ["flushed", _pct(s["mean_flushed"]) + dim("  of the non-zero gradients, per step", color)],
+        ["swallowed", _pct(s["mean_swallowed"]) + dim("  of the non-zero updates, per step", color)],
+    ]
+    if h.operands:
+        rows.append(["fp8 operands", _operands_line(h, color)])
+    if s["stopped"]:
+        rows.append(["stopped", style(s["stopped"], "red", color=color)])
+    lines += ["  " + f"{k:<15}{v}" for k, v in rows]
+    data = {"policy": trainer.policy.to_dict(), "summary": s, "model": m, "data": d, "optimizer": hyper}
+    if h.operands:  # the fp8 recipe's record: per operand, per-step lists of amax, scale and shares
+        data["operands"] = h.to_dict()["operands"]
+    return View("\n".join(lines), data)
+
+
+def compare_view(histories: list[History], *, color: bool = False) -> View:
+    """The runs side by side (character models: validation bits per character and loss); a
+    run that stopped early is named under the table. The memory column is the step's total from
+    :func:`floatlab.train.memory.ledger_for` (model, policy, optimizer and batch size of the run;
+    "-" for a history that does not record them).
+
+    >>> from floatlab.train import History
+    >>> print(compare_view([History("fp32")]).text)  # doctest: +NORMALIZE_WHITESPACE
+      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale  memory
+      fp32    -         -          -           0        -        -          -            -
+    """
+    from floatlab.train.memory import ledger_for, mib_text
+
+    text = bool(histories) and all(h.is_text for h in histories)
+    rows = []
+    notes = []
+    ledgers = []
+    for h in histories:
+        s = h.summary()
+        scale = s["final_scale"]
+        try:
+            led = ledger_for(h)
+        except ValueError:  # a history that does not record its model, policy or batch size
+            led = None
+        ledgers.append(None if led is None else led.to_dict())
+        rows.append(
+            [
+                h.label,
+                _num(s["bits_per_char"], ".3f") if text else _pct(s["test_accuracy"]),
+                _num(s["test_loss"]),
+                _num(s["train_loss"]),
+                str(s["skipped_steps"]),
+                _pct(s["mean_flushed"], 1),
+                _pct(s["mean_swallowed"], 1),
+                "-" if scale is None else f"{scale:g}",
+                "-" if led is None else mib_text(led.total),
+            ]
+        )
+        if s["stopped"]:
+            at = s["stopped"].split(":")[0]  # "step 12"
+            notes.append(f"  {h.label} stopped early, {at}: its loss became inf or NaN")
+    first = ["bits/char", "val loss"] if text else ["test acc", "test loss"]
+    header = ["policy", *first, "train loss", "skipped", "flushed", "swallowed", "final scale", "memory"]
+    out = table(header, rows, align="<>>>>>>>>", color=color)
+    if notes:
+        out += "\n" + dim("\n".join(notes), color)
+    return View(out, {"runs": [h.summary() for h in histories], "memory": ledgers})
