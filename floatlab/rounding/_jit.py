@@ -16,8 +16,11 @@ _compiled: dict[str, Any] = {}
 
 #: arrays smaller than this run on one thread. Waking the other cores costs more than they save
 #: on a small array, and worse, between the GEMMs of a training step the BLAS threads and the
-#: loop threads (OpenMP's spin-wait) then take turns on the same cores, which costs milliseconds.
-SERIAL_BELOW = 1 << 18
+#: loop threads (OpenMP's spin-wait) then take turns on the same cores, which costs milliseconds:
+#: a step of the default transformer under an fp8 recipe, whose operands (up to a million values
+#: each) are rounded between GEMMs, took 443 ms with those arrays on two threads and 269 ms on
+#: one (2 cores; fp32's step 120 ms either way). Above two million values the threads pay.
+SERIAL_BELOW = 1 << 21
 
 
 def loops() -> dict[str, Any]:
