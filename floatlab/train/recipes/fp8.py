@@ -238,9 +238,10 @@ class OperandScaler:
             # rounding is monotonic: max |fl(x * s)| is fl(amax * s), inf when x holds one
             return amax, self._scale, float(np.float32(amax) * self._scale)
         amax = amax_of(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
-        # the scale maps amax to fp8_max within a rounding; an infinite amax gives the scale 0
-        # and NaNs (inf * 0): no value overflows, no infinity reaches the cast
-        return amax, np.float32(current_scale(amax, self.fmt, self.recipe.pow2_scale)), self.fmt.max
+        # the scale maps a finite amax to fp8_max within a rounding: nothing overflows; an inf
+        # or NaN amax gets the scale 1 (TE's rule), and an infinity then meets the clamp
+        bound = self.fmt.max if math.isfinite(amax) else math.inf
+        return amax, np.float32(current_scale(amax, self.fmt, self.recipe.pow2_scale)), bound
 
     def _quantize_tensor(self, x32: NDArray[np.float32], axis: int, record: bool = True) -> Quantized:
         step = self._step

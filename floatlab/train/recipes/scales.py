@@ -108,11 +108,13 @@ def round_down_pow2(scale: ArrayLike) -> NDArray[np.float32]:
 def current_scale(amax: ArrayLike, fmt: FloatFormat, pow2: bool = False) -> NDArray[np.float32]:
     """The scale of current scaling for each amax: ``float32(fmt.max / max(amax, AMAX_EPS))``,
     divided in float64 and rounded once to float32 (torchao's ``amax_to_scale``), and with
-    ``pow2`` rounded down to a power of two. An amax of 0 meets the floor 1e-12 (a finite scale);
-    an infinite amax gives the scale 0 and a NaN amax the scale NaN, as in torchao.
+    ``pow2`` rounded down to a power of two. An amax of 0 meets the floor 1e-12 (a finite scale).
+    An infinite or NaN amax gives the scale 1, as Transformer Engine's current scaling does
+    (``compute_scale_from_amax`` in ``transformer_engine/common/recipe/recipe_common.cuh``): torchao
+    would give 0 and NaN there, and a NaN scale would turn every value of the tensor into NaN.
 
-    >>> current_scale(np.float32([448.0, 0.0, np.inf]), E4M3).tolist()
-    [1.0, 447999985582080.0, 0.0]
+    >>> current_scale(np.float32([448.0, 0.0, np.inf, np.nan]), E4M3).tolist()
+    [1.0, 447999985582080.0, 1.0, 1.0]
     >>> float(current_scale(0.3, E5M2, pow2=True))          # 57344 / 0.3 = 191146.7 -> 2^17
     131072.0
     """
@@ -120,6 +122,7 @@ def current_scale(amax: ArrayLike, fmt: FloatFormat, pow2: bool = False) -> NDAr
     # the float64 division then one rounding to float32: torchao's arithmetic, step for step
     ratio = fmt.max / np.maximum(a.astype(np.float64), AMAX_EPS)
     scale: NDArray[np.float32] = round_array(ratio, FP32).astype(np.float32)
+    scale = np.where(np.isfinite(a), scale, np.float32(1.0)).astype(np.float32)
     return round_down_pow2(scale) if pow2 else scale
 
 
