@@ -879,3 +879,17 @@ def test_compiled_cast_counts_equal_the_numpy_counts(fmt: fl.FloatFormat) -> Non
     assert fast.saturated > 0
     assert fast.flushed > 0
     assert fast.subnormal > 0
+
+
+@pytest.mark.parametrize("kind", ["tensorwise", "blockwise"])
+def test_a_non_finite_amax_never_gives_a_nan_scale(kind: str) -> None:
+    # the tile (or tensor) holding an infinity or a NaN gets the scale 1: its infinities saturate,
+    # its NaN stays, and the other tiles are cast as usual (Transformer Engine's rule)
+    x = np.ones((2, 8), np.float32)
+    x[0, 1], x[1, 6] = np.inf, np.nan
+    recipe = Fp8Recipe(kind, block=4) if kind == "blockwise" else Fp8Recipe(kind)
+    q = OperandScaler(recipe, "input").quantize(x, 1)
+    assert not np.isnan(q.scale).any()
+    assert q.values[0, 1] == 448.0
+    assert np.isnan(q.values[1, 6])
+    assert np.isnan(q.values).sum() == 1

@@ -104,12 +104,16 @@ def tile_quantize(
     amax = _amax_over(xt, (axis + 1,))
     scale = current_scale(amax, fmt, pow2)
     xs = (xt * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
-    # each tile's scale maps its amax to fmt.max (to within a rounding): nothing overflows, and an
-    # infinite amax gives the scale 0 (inf * 0 is NaN), so no infinity reaches the cast
-    q = saturating_cast(xs, fmt, bound=fmt.max)
+    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
     if xp is not x:
         q = np.ascontiguousarray(q[tuple(slice(0, s) for s in x.shape)])
     return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+
+
+def _bound(amax: NDArray[np.float32], fmt: FloatFormat) -> float:
+    # each tile's scale maps a finite amax to fmt.max (to within a rounding): nothing overflows;
+    # a tile with an inf or NaN has the scale 1, and its infinities meet the cast's clamp
+    return fmt.max if bool(np.isfinite(amax).all()) else float("inf")
 
 
 def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False) -> TileCast:
@@ -130,7 +134,7 @@ def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: b
     amax = _amax_over(xb, (1, 3))
     scale = current_scale(amax, fmt, pow2)
     xs = (xb * scale[:, None, :, None]).reshape(xp.shape)
-    q = saturating_cast(xs, fmt, bound=fmt.max)  # (no overflow: as in tile_quantize)
+    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
     if xp is not x:
         q = np.ascontiguousarray(q[:rows, :cols])
     return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
