@@ -440,6 +440,90 @@ def test_explain_add_text_and_values() -> None:
     json.dumps(d)
 
 
+def test_explain_add_names_the_tie_and_the_neighbour_that_wins() -> None:
+    # the weight of lesson 04 where fp16 descent freezes: 1.05078125 = 1 + 52/1024 (a last bit of
+    # 0) plus 2^-11, exactly half its ulp 2^-10: the exact sum lies halfway between two fp16 values
+    w, u = Fraction(1076, 1024), Fraction(1, 2048)
+    assert float(w) == 1.05078125
+    e = sim.explain_add("1.05078125", "0.00048828125", "fp16")
+    # numpy: the float32 sum is exact (12 significant bits), the cast to float16 the one rounding
+    assert np.float16(np.float32(w) + np.float32(u)) == np.float16(w)
+    assert e.tie
+    assert e.swallowed
+    assert e.sum_value == float(w)
+    assert e.exact_sum == w + u
+    text = e.report()
+    assert "1.05126953125 is exactly halfway between 1.05078125 (0x3C34) and 1.0517578125 (0x3C35)" in text
+    assert "Ties go to the neighbour whose last bit is 0 (ties to even): 1.05078125 (0x3C34)." in text
+    assert "the update is exactly half an ulp, so the tie rule decided" in text
+    assert "anything below half an ulp vanishes" not in text
+    assert e.to_dict()["tie"] is True
+    # ties away from zero send the same sum up: w + 2^-10
+    away = sim.explain_add("1.05078125", "0.00048828125", "fp16", "rna")
+    assert away.tie
+    assert not away.swallowed
+    assert away.sum_value == float(w + 2 * u)
+    assert "Ties go to the neighbour farther from zero (ties away from zero): 1.0517578125 (0x3C35)." in (
+        away.report()
+    )
+    # one code up the last bit is 1: the same half-ulp update moves the weight on, to the even code
+    odd = sim.explain_add("1.0517578125", "0.00048828125", "fp16")
+    assert odd.tie
+    assert not odd.swallowed
+    assert odd.sum_value == float(np.float16(np.float32(w + 2 * u) + np.float32(u))) == float(w + 4 * u)
+    # below a power of two the gap is 2^-11: the tie is a downward update of 2^-12
+    down = sim.explain_add("1", -(2.0**-12), "fp16")
+    assert down.tie
+    assert down.swallowed
+    assert "0.999755859375 is exactly halfway between 0.99951171875 (0x3BFF) and 1 (0x3C00)" in down.report()
+    assert "the gap below 1 is 2^-11; the update is exactly half that gap" in down.report()
+    # a tie at the top of the range: 65520 lies halfway between 65504 and 2^16, which overflows
+    over = sim.explain_add("65504", "16", "fp16")
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.float16(np.float32(65520)))
+    assert over.tie
+    assert over.sum_value == math.inf
+    assert "65520 is exactly halfway between 65504 (0x7BFF) and 65536 (beyond the range of fp16)" in (
+        over.report()
+    )
+    assert "(ties to even): 65536, out of range: the sum becomes inf (0x7C00)." in over.report()
+    # e4m3fn has no 480: the tie 464 goes back to the even 448 (ml_dtypes rounds the same)
+    e4 = sim.explain_add("448", "16", "float8_e4m3fn")
+    assert e4.tie
+    assert e4.sum_value == 448 == float(np.float32(464).astype(ml_dtypes.float8_e4m3fn))
+    assert "(ties to even): 448 (0x7E)." in e4.report()
+    # not ties: an update below half an ulp, and an exact sum
+    assert not sim.explain_add("1", "0.0001", "fp16").tie
+    assert not sim.explain_add("1", "0.5", "fp16").tie
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_explain_add_finds_every_tie(fmt: str) -> None:
+    """A sum is a tie exactly when it is the midpoint of its neighbours in the sorted list of values."""
+    f = get_format(fmt)
+    values = np.unique(finite_values(f))
+    rng = np.random.default_rng(21)
+    w = rng.choice(values[(np.abs(values) > 2.0**-8) & (np.abs(values) < 2.0**8)], 300)
+    _, e = np.frexp(np.abs(w))  # |w| = m 2^e with m in [0.5, 1): ulp 2^(e - 1 - m) (all normal)
+    ulp = np.ldexp(1.0, e - 1 - f.mantissa_bits)
+    # half an ulp (a tie except below a power of two), a quarter of one (a tie below a power of
+    # two) and three eighths (never a tie), of either sign
+    u = ulp * rng.choice([0.5, 0.25, 0.375], 300) * rng.choice([-1.0, 1.0], 300)
+    ties = 0
+    for wi, ui in zip(w.tolist(), u.tolist(), strict=True):
+        s = wi + ui  # exact in float64
+        i = int(np.searchsorted(values, s))
+        lo, hi = values[i - 1], values[i]
+        expected = bool(lo < s < hi and s - lo == hi - s)
+        ties += expected
+        for mode in ("rne", "rna"):
+            ex = sim.explain_add(wi, ui, f, mode)
+            assert ex.tie == expected, (wi, ui)
+            assert any("a tie." in line for line in ex.lines) == expected
+            assert ex.sum_value == ref(Fraction(s), f, mode)
+    assert 50 < ties < 250
+
+
 def test_explain_add_specials_and_stochastic() -> None:
     inf = sim.explain_add("inf", "-inf", "fp16")
     assert math.isnan(inf.sum_value)

@@ -221,6 +221,66 @@ def test_update_explorer_bad_input_and_views() -> None:
     assert "<pre" in e.html()
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_update_explorer_negative_updates_agree_with_numpy(fmt: str) -> None:
+    ftype = np.float16 if fmt == "fp16" else ml_dtypes.bfloat16
+    m = fl.get_format(fmt).mantissa_bits
+    rng = np.random.default_rng(6)
+    # powers of two (where the gap below is half the gap above) and weights between them
+    weights = np.concatenate([np.exp2(rng.integers(-3, 4, 40)), rng.uniform(0.5, 8, 40)])
+    ratios = np.exp2(rng.uniform(m + 0.5, m + 2.5, 80))  # between 2^(m+1) and 2^(m+2), mostly
+    e = UpdateExplorer(1.0, 2048, fmt, sign=-1)
+    for w, ratio in zip(weights, ratios, strict=True):
+        e.set(weight=float(w), ratio=float(ratio))
+        assert e.update == -w / ratio
+        w_s = np.array([w]).astype(ftype)
+        u_s = np.array([-w / ratio]).astype(ftype)
+        kept = (w_s.astype(np.float32) + u_s.astype(np.float32)).astype(ftype) != w_s
+        assert e.lost == (not bool(kept[0])), (fmt, w, ratio)
+    # the asymmetry at w = 1: between 2^(m+1) and 2^(m+2) an update up is lost, one down survives
+    r = 1.5 * 2.0 ** (m + 1)
+    assert UpdateExplorer(1.0, r, fmt).lost
+    assert not UpdateExplorer(1.0, r, fmt, sign=-1).lost
+    # a negative weight: sign is the update's own sign, not relative to the weight
+    assert UpdateExplorer(-1.0, 100, fmt, sign=1).update == 0.01
+    with pytest.raises(ValueError, match="sign=0"):
+        UpdateExplorer(1.0, 2048, fmt, sign=0)
+
+
+def test_update_explorer_shows_the_tie() -> None:
+    # 1 + 2^-11 in fp16 is halfway between 1 and 1 + 2^-10; numpy rounds it to the even 1
+    assert np.float16(np.float32(1) + np.float32(2**-11)) == 1
+    e = UpdateExplorer(1.0, 2048, "fp16")
+    assert e.explanation().tie
+    assert "1.00048828125 is exactly halfway between 1 (0x3C00) and 1.0009765625 (0x3C01): a tie." in repr(e)
+    assert "(ties to even): 1 (0x3C00)." in repr(e)
+    assert "a tie: ties to even" in e.figure().axes[0].get_title()
+    # below 1 the gap is 2^-11: the downward tie is u = -2^-12, ratio 4096
+    down = UpdateExplorer(1.0, 4096, "fp16", sign=-1)
+    assert down.update == -(2.0**-12)
+    assert down.lost
+    assert down.explanation().tie
+    assert "u = -|w| / 4096" in down.figure().axes[0].get_title()
+    assert not UpdateExplorer(1.5, 2048, "fp16").explanation().tie
+
+
+def test_update_explorer_sign_toggle_drives_the_state() -> None:
+    pytest.importorskip("ipywidgets")
+    e = UpdateExplorer(1.0, 3000, "fp16")
+    w = e.widget()
+    ratio, toggle = w.children[1].children
+    assert e.explanation().swallowed  # 1 + 1/3000 rounds back to 1
+    before = e._view.value
+    toggle.value = -1
+    assert e.sign == -1
+    assert e.update == -1 / 3000
+    assert not e.explanation().swallowed  # 1/3000 is more than 2^-12, half the gap below 1
+    assert e._view.value != before
+    ratio.value = 4096
+    assert e.ratio == 4096
+    assert e.explanation().swallowed
+
+
 # ---- ScaleExplorer -------------------------------------------------------------------------------
 def test_scale_explorer_verdict_is_the_histograms() -> None:
     rng = np.random.default_rng(5)

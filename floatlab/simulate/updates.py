@@ -190,6 +190,10 @@ class AddExplanation:
     swallowed: bool
     """b was nonzero and the sum is the stored a."""
     lines: tuple[str, ...]
+    tie: bool = False
+    """The exact sum lay exactly halfway between two neighbouring values of the format (or between
+    the largest value and the next one beyond the range): round to nearest settles it by its tie
+    rule, ties to even or away from zero, and the explanation says which neighbour won."""
 
     @property
     def a_value(self) -> float:
@@ -228,6 +232,7 @@ class AddExplanation:
             "sum_hex": hex_code(self.sum_code, self.fmt),
             "sum_value": self.sum_value,
             "swallowed": self.swallowed,
+            "tie": self.tie,
             "text": list(self.lines),
         }
 
@@ -275,7 +280,15 @@ def _threshold_lines(
     if mode in ("rne", "rna"):
         r0 = threshold_ratio(fmt)
         r = _ratio_text(abs(w) / (gap / 2))
-        if gap == ulp:
+        half = "half an ulp" if gap == ulp else "half that gap"
+        if abs(u) == gap / 2:
+            # the one size of update that round to nearest cannot settle by distance
+            lines = [
+                f"{head}; the update is exactly {half}, so the tie rule decided.",
+                f"Anything less vanishes: an update more than {r} times smaller than the weight"
+                " is always lost.",
+            ]
+        elif gap == ulp:
             lines = [
                 f"{head}; anything below half an ulp vanishes, so an update more than",
                 f"{r} times smaller than the weight is always lost.",
@@ -318,6 +331,50 @@ def _threshold_lines(
     return [f"{head};", f"{MODE_DESCRIPTIONS[mode]} never swallows an update in this direction."]
 
 
+def _tie_lines(q: Fraction, s_code: int, fmt: FloatFormat, mode: str, store: dict[str, Any]) -> list[str]:
+    """When the exact value ``q`` lies exactly halfway between two neighbouring values of ``fmt``:
+    the tie, and which neighbour round to nearest gave it to and by which rule (``s_code`` is
+    the result); an empty list otherwise. Beyond the largest value the upper neighbour is the
+    next value the exponent would allow, as IEEE 754 rounds (65520 is a tie in fp16)."""
+    if q == 0 or (not store["subnormals"] and abs(q) < fmt.smallest_normal_exact):
+        return []
+    away = "rup" if q > 0 else "rdown"
+    near = decode(int(encode(q, fmt, "rtz", **store)), fmt)
+    far = decode(int(encode(q, fmt, away, **store)), fmt)
+    near_q, far_q, ulp = near.exact, far.exact, near.ulp
+    if near_q is None or ulp is None:
+        return []
+    beyond = far_q is None or far_q == near_q
+    if beyond:
+        if abs(near_q) != fmt.max_exact:
+            return []
+        # the value after the largest one, had the format one more binade
+        far_q = near_q + ulp if q > 0 else near_q - ulp
+    if far_q is None or q != (near_q + far_q) / 2:
+        return []
+    far_text = (
+        f"{exact_decimal(far_q)} (beyond the range of {fmt.name})" if beyond else f"{far.decimal} ({far.hex})"
+    )
+    texts = {near_q: f"{near.decimal} ({near.hex})", far_q: far_text}
+    lo, hi = sorted(texts)
+    # neighbouring codes: one has a last bit of 0, the other of 1 (the sign bit is the top bit)
+    to_near = mode == "rne" and near.code % 2 == 0
+    won = decode(s_code, fmt)
+    if to_near or not beyond:
+        winner = texts[near_q] if to_near else texts[far_q]
+    else:
+        winner = f"{exact_decimal(far_q)}, out of range: the sum becomes {won.decimal} ({won.hex})"
+    rule = (
+        "Ties go to the neighbour whose last bit is 0 (ties to even)"
+        if mode == "rne"
+        else "Ties go to the neighbour farther from zero (ties away from zero)"
+    )
+    return [
+        f"{exact_decimal(q)} is exactly halfway between {texts[lo]} and {texts[hi]}: a tie.",
+        f"{rule}: {winner}.",
+    ]
+
+
 def explain_add(
     a: float | str | Fraction | int,
     b: float | str | Fraction | int,
@@ -342,6 +399,18 @@ def explain_add(
       2048 times smaller than the weight is always lost.
       For any normal weight in fp16: more than 4,096 times smaller is always lost,
       less than 2,048 times smaller never is.
+
+    An update of exactly half the gap makes the exact sum a tie, and the tie rule picks the result:
+
+    >>> e = explain_add("1.05078125", "0.00048828125", "fp16")   # w + 2^-11, half of ulp(w)
+    >>> e.tie, e.swallowed
+    (True, True)
+    >>> for line in e.lines[2:4]:
+    ...     print(line)
+    1.05126953125 is exactly halfway between 1.05078125 (0x3C34) and 1.0517578125 (0x3C35): a tie.
+    Ties go to the neighbour whose last bit is 0 (ties to even): 1.05078125 (0x3C34).
+    >>> explain_add("1.05078125", "0.00048828125", "fp16", "rna").sum_value   # away from zero
+    1.0517578125
     """
     f = get_format(fmt)
     mode = check_rounding(rounding)
@@ -384,6 +453,9 @@ def explain_add(
         lines.append(f"exact sum {exact_decimal(exact)} = {result}: no rounding needed")
     else:
         lines.append(f"exact sum {exact_decimal(exact)} -> {result}")
+    tie_lines = [] if exact is None else _tie_lines(exact, s_code, f, mode, store)
+    if mode in ("rne", "rna"):
+        lines += tie_lines
     if a_q is not None and b_q is not None and a_q != 0 and b_q != 0 and abs(b_q) < abs(a_q):
         w_text = a_text if isinstance(a_in, Fraction) and a_q == a_in else a_dec.decimal
         lines += _threshold_lines(a_q, b_q, a_code, f, mode, w_text)
@@ -398,4 +470,5 @@ def explain_add(
         exact_sum=exact,
         swallowed=swallowed,
         lines=tuple(lines),
+        tie=bool(tie_lines),
     )

@@ -183,45 +183,63 @@ class RoundingExplorer(Interactive):
 
 # ---- lesson 04: does this update survive? ---------------------------------------------------------
 class UpdateExplorer(Interactive):
-    """A weight ``w`` and an update ``u = w / ratio``: is ``w + u`` still ``w`` in the format?
+    """A weight ``w`` and an update ``u`` of size ``|w| / ratio`` and sign ``sign``: is ``w + u``
+    still ``w`` in the format?
+
+    The sign matters at a power of two, where the gap below ``w`` is half the gap above it.
 
     >>> e = UpdateExplorer(1.0, 2048, "fp16")
     >>> e.update, e.lost              # 1 + 2^-11 is a tie, and the tie goes to the even 1
     (0.00048828125, True)
     >>> e.set(weight=1.5).lost        # the same ratio next to 1.5 survives
     False
+    >>> e.set(weight=1.0, ratio=3000).lost, e.set(sign=-1).lost   # below 1 the gap is 2^-11
+    (True, False)
     """
 
-    def __init__(self, weight: float = 1.0, ratio: float = 2048.0, fmt: FloatFormat | str = "fp16") -> None:
+    def __init__(
+        self, weight: float = 1.0, ratio: float = 2048.0, fmt: FloatFormat | str = "fp16", *, sign: int = 1
+    ) -> None:
         super().__init__()
         self.fmt = get_format(fmt)
         self.weight = 1.0
         self.ratio = 2048.0
-        self._apply(weight, ratio)
+        self.sign = 1
+        self._apply(weight, ratio, sign)
 
-    def _apply(self, weight: float | None, ratio: float | None) -> None:
+    def _apply(self, weight: float | None, ratio: float | None, sign: int | None = None) -> None:
         w = self.weight if weight is None else float(weight)
         r = self.ratio if ratio is None else float(ratio)
+        sg = self.sign if sign is None else sign
         if not (math.isfinite(w) and w != 0):
             raise ValueError(f"weight={weight!r}: expected a finite nonzero number")
         if not (math.isfinite(r) and r >= 1):
-            raise ValueError(f"ratio={ratio!r}: expected a finite number >= 1 (weight / update)")
-        self.weight, self.ratio = w, r
+            raise ValueError(
+                f"ratio={ratio!r}: expected a finite number >= 1 (|weight| / |update|; sign= gives the sign)"
+            )
+        if isinstance(sg, bool) or sg not in (1, -1):
+            raise ValueError(f"sign={sign!r}: expected 1 (a positive update) or -1 (a negative one)")
+        self.weight, self.ratio, self.sign = w, r, int(sg)
 
     def set(
-        self, *, weight: float | None = None, ratio: float | None = None, fmt: str | None = None
+        self,
+        *,
+        weight: float | None = None,
+        ratio: float | None = None,
+        fmt: str | None = None,
+        sign: int | None = None,
     ) -> UpdateExplorer:
-        """Change any of the three and redraw; returns self."""
+        """Change any of the four and redraw; returns self."""
         if fmt is not None:
             self.fmt = get_format(fmt)
-        self._apply(weight, ratio)
+        self._apply(weight, ratio, sign)
         self._refresh()
         return self
 
     @property
     def update(self) -> float:
-        """The update, weight / ratio (in float64)."""
-        return self.weight / self.ratio
+        """The update, sign x |weight| / ratio (in float64)."""
+        return self.sign * abs(self.weight) / self.ratio
 
     def explanation(self) -> AddExplanation:
         """:func:`floatlab.simulate.explain_add` for ``weight + update``."""
@@ -259,8 +277,11 @@ class UpdateExplorer(Interactive):
         ax.set_yticks([])
         ax.set_xlabel("value")
         verdict = "lost" if ex.swallowed else "kept"
+        if ex.tie:
+            verdict += " (a tie: ties to even)"
+        sign = "+" if self.sign > 0 else "-"
         ax.set_title(
-            f"{self.fmt.name}: w = {w:g}, u = w / {self.ratio:g} = {self.update:.3g}: "
+            f"{self.fmt.name}: w = {w:g}, u = {sign}|w| / {self.ratio:g} = {self.update:.3g}: "
             f"the update is {verdict}",
             fontsize=10,
         )
@@ -298,6 +319,12 @@ class UpdateExplorer(Interactive):
             layout=w.Layout(width="34em"),
         )
         fmt = w.Dropdown(options=["fp16", "bf16", "fp32", "tf32"], value=self.fmt.name, description="format")
+        sign = w.ToggleButtons(
+            options=[("u > 0", 1), ("u < 0", -1)],
+            value=self.sign,
+            description="update",
+            style={"button_width": "5em"},
+        )
         message = w.HTML("")
 
         def apply(**kw: Any) -> None:
@@ -311,7 +338,8 @@ class UpdateExplorer(Interactive):
         weight.observe(lambda c: apply(weight=c["new"]), names="value")
         ratio.observe(lambda c: apply(ratio=c["new"]), names="value")
         fmt.observe(lambda c: apply(fmt=c["new"]), names="value")
-        return [w.HBox([weight, fmt]), ratio, message]
+        sign.observe(lambda c: apply(sign=c["new"]), names="value")
+        return [w.HBox([weight, fmt]), w.HBox([ratio, sign]), message]
 
 
 # ---- lesson 05: slide the loss scale over a gradient histogram ------------------------------------
