@@ -101,6 +101,24 @@ class GradHistogram:
             self._e0, self._cells = lo, grown
         self._cells[:, e0 - self._e0 : e0 - self._e0 + n] += block
 
+    @classmethod
+    def from_files(
+        cls, source: Any, *, chunk: int = 1 << 24, dask: bool = False, scheduler: Any = None
+    ) -> GradHistogram:
+        """The histogram of every value in many files: a folder, a glob or a list of ``.npy``/``.npz``
+        shards, or a Zarr array, read ``chunk`` values at a time (memory stays about one chunk), or
+        counted as Dask tasks with ``dask``. Bin for bin the histogram of the values in memory.
+
+        >>> import numpy as np, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "g.npy")
+        >>> np.save(p, np.array([1.0, 2.0**-30, 0.0], np.float32))
+        >>> GradHistogram.from_files([p], chunk=2) == GradHistogram(np.load(p))
+        True
+        """
+        from floatlab.gradhist._shards import histogram_files
+
+        return histogram_files(source, chunk=chunk, dask=dask, scheduler=scheduler)
+
     def copy(self) -> GradHistogram:
         """An independent copy.
 
