@@ -5,6 +5,7 @@ SciPy's Student t."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -167,8 +168,11 @@ def test_a_sweep_file(tmp_path: Path, suffix: str) -> None:
         )
     else:
         path.write_text("grid:\n  precision: [fp32]\n  seeds: 0-1\nfixed:\n  data: underflow\n  steps: 2\n")
-    out = tmp_path / "t.csv"
-    assert main(["sweep", "--config", str(path), "--hidden", "4", "--serial", "-q", "--out", str(out)]) == 0
+    out, report = tmp_path / "t.csv", tmp_path / "summary.json"
+    argv = ["sweep", "--config", str(path), "--hidden", "4", "--serial", "-q", "--out", str(out)]
+    assert main([*argv, "--json", str(report)]) == 0
+    summary = json.loads(report.read_text())["summary"]
+    assert [(r["precision"], r["runs"], r["ok"]) for r in summary] == [("fp32", 2, 2)]
     t = read_table(out)
     assert t["seed"].tolist() == [0, 1]
     assert set(t["steps"]) == {2}

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_command, dim, table
 from floatlab.cli.progress import SweepProgress, num, pct
-from floatlab.cli.train_cmds import _on_off, _output_options, _run_options, _switch_options, config_from_args
+from floatlab.cli.train_cmds import (
+    _on_off,
+    _output_options,
+    _run_options,
+    _switch_options,
+    _write_json,
+    config_from_args,
+)
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
 from floatlab.text import parse_scale, safe
 
@@ -177,8 +184,10 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
     grid = build_grid(args)  # every key and value checked: before any run
     plot = None if args.plot is None else figure_name(args.plot)
+    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
     check_outputs(
-        [("--out", args.out), ("--plot", plot)], suffixes={"--out": TABLE_SUFFIXES, "--plot": FIGURE_SUFFIXES}
+        [("--out", args.out), ("--plot", plot), ("--json", json_file)],
+        suffixes={"--out": TABLE_SUFFIXES, "--plot": FIGURE_SUFFIXES},
     )
     executor = "serial" if args.serial else "dask" if (args.dask or args.scheduler) else "process"
     progress = None if args.quiet or sys.stderr is None else SweepProgress(sys.stderr)
@@ -210,7 +219,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         view = View(
             view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color), {**view.data, "plot": plot}
         )
-    ui.show(view)
+    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
+    if json_file is not None:  # --json FILE: the summary there, the text here
+        _write_json(json_file, view.data)
+        UI(color=ui.color, json=False, stream=ui.stream).show(view)
+    else:
+        ui.show(view)
     return 0
 
 

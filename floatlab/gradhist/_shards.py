@@ -199,9 +199,9 @@ def _zarr_blocks(shard: Shard, chunk: int) -> Iterator[np.ndarray[Any, Any]]:
 
 def _fill(
     shard: Shard, chunk: int, take: Callable[[], np.ndarray[Any, Any]]
-) -> Iterator[np.ndarray[Any, Any]]:
+) -> Iterator[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
     """The values of a .npy shard or .npz entry, ``chunk`` at a time, each read into a buffer from
-    ``take()`` (the caller hands it back when counted)."""
+    ``take()``: the values and their buffer (the caller hands it back when counted)."""
     size = shard.dtype.itemsize
     zf = zipfile.ZipFile(shard.path) if shard.entry else None
     try:
@@ -216,7 +216,7 @@ def _fill(
                 raw = take()
                 view = memoryview(raw)[: n * size]  # type: ignore[arg-type,unused-ignore]
                 _read_into(fh, view, shard.label)
-                yield np.frombuffer(view, shard.dtype)
+                yield np.frombuffer(view, shard.dtype), raw
     finally:
         if zf is not None:
             zf.close()
@@ -230,7 +230,7 @@ def _count(shard: Shard, chunk: int) -> GradHistogram:
             h.update(block)
         return h
     buf = np.empty(min(chunk, max(shard.count, 1)) * shard.dtype.itemsize, np.uint8)
-    for values in _fill(shard, chunk, lambda: buf):
+    for values, _ in _fill(shard, chunk, lambda: buf):
         h.update(values)
     return h
 
@@ -241,7 +241,7 @@ def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
     h = GradHistogram()
     for shard in plan:
         h.update(np.zeros(0, shard.dtype))
-    width = max((s.dtype.itemsize for s in plan if s.offset >= 0), default=1)
+    width = max((s.dtype.itemsize for s in plan if s.offset >= 0), default=0)
     free: queue.Queue[np.ndarray[Any, Any]] = queue.Queue()
     for _ in range(2):
         free.put(np.empty(chunk * width, np.uint8))
@@ -257,9 +257,12 @@ def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
     def produce() -> None:
         try:
             for shard in plan:
-                blocks = _zarr_blocks(shard, chunk) if shard.offset < 0 else _fill(shard, chunk, take)
-                for block in blocks:  # (a .npy chunk's buffer goes back to `free` once counted)
-                    ready.put(block)
+                if shard.offset < 0:  # a Zarr block holds a buffer's place: two in flight at most
+                    for block in _zarr_blocks(shard, chunk):
+                        ready.put((block, take()))
+                else:  # (a chunk's buffer goes back to `free` once counted)
+                    for values_and_buffer in _fill(shard, chunk, take):
+                        ready.put(values_and_buffer)
             ready.put(None)
         except _Stopped:
             pass
@@ -272,9 +275,9 @@ def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
         while (item := ready.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            h.update(item)
-            if isinstance(item.base, memoryview) and isinstance(item.base.obj, np.ndarray):
-                free.put(item.base.obj)  # a buffer of `take()`: free for the next read
+            values, buffer = item
+            h.update(values)
+            free.put(buffer)  # counted: its buffer (or place) is free for the next read
     finally:
         stop.set()
         reader.join()

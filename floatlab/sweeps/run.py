@@ -115,6 +115,19 @@ class _Table:
             write_table(self.rows, self.path)
 
 
+def _start_method() -> Any:
+    """How the pool starts its workers: never a plain fork (a forked child would inherit the
+    parent's compiler and BLAS threads mid-state), but a fork server that has imported the trainer
+    once where the platform has one (each worker then starts in a fraction of a second), else spawn."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["floatlab.sweeps.run", "floatlab.train"])
+    return ctx
+
+
 def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: float) -> Any:
     try:
         from distributed import Client, LocalCluster
@@ -189,10 +202,8 @@ def run_grid(
             finished(task, execute(task, threads))
         return table.rows
     if executor == "process":
-        import multiprocessing
-
-        # spawn: a forked child would inherit the parent's compiler and BLAS threads mid-state
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(n, mp_context=_start_method())
+        try:
             pending: dict[Future[list[dict[str, Any]]], Task] = {
                 pool.submit(execute, t, threads): t for t in todo
             }
@@ -201,6 +212,8 @@ def run_grid(
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for f in sorted(done, key=lambda f: pending[f].index):
                     finished(pending.pop(f), f.result())
+        finally:  # interrupted: the runs not started are dropped, the running ones end
+            pool.shutdown(wait=True, cancel_futures=True)
         return table.rows
     client = _dask_client(scheduler, n, processes, timeout)
     try:
