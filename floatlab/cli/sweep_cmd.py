@@ -238,7 +238,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = add_command(
         subparsers,
         NAME,
-        help="train a grid of runs (policies x seeds x options) and give 95% confidence intervals",
+        help="train a grid of runs (policies x seeds x options) and give 95%% confidence intervals",
         description="Train every combination of the grid's values, in a process pool, on a Dask cluster "
         "or one after another, keep one row per run and evaluation in a Parquet or CSV table, and print "
         "per configuration the mean final test accuracy and loss with a 95% confidence interval over the "
