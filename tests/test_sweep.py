@@ -215,3 +215,14 @@ def test_a_table_that_is_not_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot be read"):
         sweep({"seed": [0]}, {"data": "underflow", "steps": 1}, executor="serial", out=bad)
     assert bad.read_bytes() == b"PAR1 not really"
+
+
+def test_a_sweep_on_a_running_cluster_by_its_address(serial: pd.DataFrame) -> None:
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with cluster:
+        df = sweep(AXES, FIXED, scheduler=cluster.scheduler_address, timeout=30)
+    pd.testing.assert_frame_equal(df, serial)
