@@ -38,8 +38,8 @@ loaded when drawing; :mod:`floatlab.plotting` is its public address).
 """
 
 from floatlab.gradhist._classes import CLASSES
-from floatlab.gradhist._histogram import GradHistogram, histogram
-from floatlab.gradhist._shards import Shard, histogram_files, shard_plan
+from floatlab.gradhist._histogram import GradHistogram, histogram, histogram_files
+from floatlab.gradhist._shards import Shard, read_shard, read_shards, shard_plan
 from floatlab.gradhist._verdict import ScaleAdvice, Verdict
 
 __all__ = [
@@ -50,5 +50,7 @@ __all__ = [
     "Verdict",
     "histogram",
     "histogram_files",
+    "read_shard",
+    "read_shards",
     "shard_plan",
 ]

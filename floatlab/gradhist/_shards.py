@@ -1,21 +1,20 @@
-"""Histograms of gradient dumps larger than memory: many shards, counted chunk by chunk (private).
+"""Reading gradient dumps larger than memory: many shards, chunk by chunk (private).
 
 A source is a folder, a glob pattern, a list of files (``.npy``, ``.npz``: every entry) or a Zarr
 array (a folder holding ``.zarray`` or ``zarr.json``). Every shard's header is read first, so that
 a shard that is not a float array, or whose data is shorter than its header says (a truncated
 file), is named in the error before any counting; nothing is ever written. The values are then
-read into one reused buffer of ``chunk`` values at a time and folded into one histogram, so the
-memory held stays about ``chunk`` values whatever the data size; with ``dask`` the shards are
-counted in parallel (one buffer per thread) and the partial histograms merged in a tree. Counting
-is order-free, so the result equals the in-memory histogram of all the values, bin for bin.
+read into reused buffers of ``chunk`` values, so the memory held stays about two chunks whatever
+the data size. :meth:`floatlab.gradhist.GradHistogram.from_files` counts them: counting is
+order-free, so the result equals the in-memory histogram of all the values, bin for bin.
 
 >>> import numpy as np, tempfile, os
 >>> folder = tempfile.mkdtemp()
 >>> x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
 >>> for i in range(4):
 ...     np.save(os.path.join(folder, f"g{i}.npy"), x[250 * i : 250 * (i + 1)])
->>> histogram_files(folder, chunk=64) == histogram(x)
-True
+>>> sum(a.size for a in read_shards(shard_plan(folder), chunk=64))
+1000
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import math
-import operator
 import os
 import queue
 import threading
@@ -34,10 +32,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from floatlab.gradhist._histogram import GradHistogram, histogram
 from floatlab.gradhist._inputs import _format_of_dtype
 
-__all__ = ["Shard", "histogram_files", "shard_plan"]
+__all__ = ["CHUNK", "Shard", "read_shard", "read_shards", "shard_plan"]
 
 #: values per read: 16 Mi values (64 MiB of float32; two such buffers while counting)
 CHUNK = 1 << 24
@@ -222,25 +219,40 @@ def _fill(
             zf.close()
 
 
-def _count(shard: Shard, chunk: int) -> GradHistogram:
-    """The histogram of one shard, read ``chunk`` values at a time (one Dask task)."""
-    h = GradHistogram().update(np.zeros(0, shard.dtype))  # an empty shard still names its dtype
+def read_shard(shard: Shard, chunk: int = CHUNK) -> Iterator[np.ndarray[Any, Any]]:
+    """The values of one shard, ``chunk`` at a time, read into one reused buffer (each array is
+    valid until the next is asked for); first an empty array of the shard's dtype, so that an
+    empty shard still names its dtype.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "g.npy")
+    >>> np.save(p, np.arange(5, dtype=np.float32))
+    >>> [a.tolist() for a in read_shard(shard_plan(p)[0], chunk=2)]
+    [[], [0.0, 1.0], [2.0, 3.0], [4.0]]
+    """
+    yield np.zeros(0, shard.dtype)
     if shard.offset < 0:
-        for block in _zarr_blocks(shard, chunk):
-            h.update(block)
-        return h
+        yield from _zarr_blocks(shard, chunk)
+        return
     buf = np.empty(min(chunk, max(shard.count, 1)) * shard.dtype.itemsize, np.uint8)
     for values, _ in _fill(shard, chunk, lambda: buf):
-        h.update(values)
-    return h
+        yield values
 
 
-def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
-    """Every shard in turn, with the next chunk read from disk (a thread) while this one is counted
-    (the counting loops release the GIL): two buffers of ``chunk`` values in all."""
-    h = GradHistogram()
+def read_shards(plan: Sequence[Shard], chunk: int = CHUNK) -> Iterator[np.ndarray[Any, Any]]:
+    """The values of every shard in turn, ``chunk`` at a time, the next chunk read from disk (a
+    thread) while the caller works on this one (the counting loops release the GIL): two buffers of
+    ``chunk`` values in all, each array valid until the next is asked for. An empty array of each
+    shard's dtype comes first.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "g.npy")
+    >>> np.save(p, np.arange(3, dtype=np.float16))
+    >>> [a.tolist() for a in read_shards(shard_plan([p, p]), chunk=2)]
+    [[], [], [0.0, 1.0], [2.0], [0.0, 1.0], [2.0]]
+    """
     for shard in plan:
-        h.update(np.zeros(0, shard.dtype))
+        yield np.zeros(0, shard.dtype)
     width = max((s.dtype.itemsize for s in plan if s.offset >= 0), default=0)
     free: queue.Queue[np.ndarray[Any, Any]] = queue.Queue()
     for _ in range(2):
@@ -260,13 +272,13 @@ def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
                 if shard.offset < 0:  # a Zarr block holds a buffer's place: two in flight at most
                     for block in _zarr_blocks(shard, chunk):
                         ready.put((block, take()))
-                else:  # (a chunk's buffer goes back to `free` once counted)
+                else:  # (a chunk's buffer goes back to `free` once the caller is done with it)
                     for values_and_buffer in _fill(shard, chunk, take):
                         ready.put(values_and_buffer)
             ready.put(None)
         except _Stopped:
             pass
-        except BaseException as e:  # handed to the counting side, which raises it
+        except BaseException as e:  # handed to the caller's side, which raises it
             ready.put(e)
 
     reader = threading.Thread(target=produce, name="floatlab-shard-reader", daemon=True)
@@ -276,46 +288,12 @@ def _count_all(plan: list[Shard], chunk: int) -> GradHistogram:
             if isinstance(item, BaseException):
                 raise item
             values, buffer = item
-            h.update(values)
-            free.put(buffer)  # counted: its buffer (or place) is free for the next read
+            yield values
+            free.put(buffer)  # used: its buffer (or place) is free for the next read
     finally:
         stop.set()
         reader.join()
-    return h
 
 
 class _Stopped(Exception):
-    """The counting side stopped (an error): the reader ends too."""
-
-
-def histogram_files(
-    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    *,
-    chunk: int = CHUNK,
-    dask: bool = False,
-    scheduler: Any = None,
-) -> GradHistogram:
-    """The :class:`GradHistogram` of every value in the shards of ``source`` (a folder, a glob, a list
-    of ``.npy``/``.npz`` files, or a Zarr array), read ``chunk`` values at a time. With ``dask``, the
-    shards are counted as Dask tasks (``scheduler``: Dask's, "threads" by default, or a
-    ``distributed.Client``) and their histograms merged in a tree. Equal, bin for bin, to
-    :func:`histogram` of the values held in memory.
-
-    >>> histogram_files([], chunk=8).total
-    0
-    """
-    if not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk={chunk!r}: expected a number of values >= 1")
-    plan = shard_plan(source)
-    if not dask:
-        return _count_all(plan, chunk)
-    try:
-        import dask.bag as db  # type: ignore[import-untyped,unused-ignore]
-    except ImportError as e:
-        raise ValueError("histogram_files(dask=True) needs dask: pip install 'floatlab[scale]'") from e
-    if not plan:
-        return histogram()
-    bag = db.from_sequence(plan, npartitions=len(plan))  # type: ignore[no-untyped-call,unused-ignore]
-    merged = bag.map(_count, chunk).fold(operator.add)  # a tree of merges, not one long chain
-    out: GradHistogram = merged.compute(scheduler=scheduler or "threads")
-    return out
+    """The caller stopped (an error, or it had enough): the reader ends too."""
