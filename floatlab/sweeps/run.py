@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -230,14 +229,3 @@ def run_grid(
         if cluster is not None:
             cluster.close()
     return table.rows
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``fn()`` and the seconds it took (the benchmark's clock).
-
-    >>> timed(lambda: 3)[0]
-    3
-    """
-    t0 = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - t0
