@@ -14,7 +14,7 @@ TORCH ?= torch==2.13.0 torchao==0.18.0
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,lessons,docs]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,lessons,docs,scale]' $(TORCH)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -27,6 +27,7 @@ from floatlab.rounding import (
 if TYPE_CHECKING:
     from floatlab import simulate
     from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
+    from floatlab.sweeps import sweep
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ _LAZY = {
     "ScaleAdvice": "floatlab.gradhist",
     "Verdict": "floatlab.gradhist",
     "histogram": "floatlab.gradhist",
+    "sweep": "floatlab.sweeps",  # pandas, and dask for a cluster: the scale extra
 }
 
 
@@ -72,4 +74,5 @@ __all__ = [
     "round_array",
     "round_array_with_flags",
     "simulate",
+    "sweep",
 ]

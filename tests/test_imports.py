@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("sympy", "matplotlib", "numba", "llvmlite", "cupy", "torch", "scipy")
+HEAVY = (
+    "sympy", "matplotlib", "numba", "llvmlite", "cupy", "torch", "scipy",
+    "dask", "distributed", "pandas", "pyarrow", "zarr",
+)  # fmt: skip
 
 
 def _heavy_modules_after(code: str) -> list[str]:
@@ -44,3 +47,10 @@ def test_the_decode_path_loads_neither_the_simulators_nor_numpy_random() -> None
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]"
     assert "65504" in out.stdout
+
+
+def test_the_sweep_command_line_and_floatlab_sweep_load_their_extras_only_when_used() -> None:
+    # the command list knows `sweep`, and `floatlab.sweep` resolves, with neither pandas nor dask:
+    # they load when a sweep runs
+    assert _heavy_modules_after("import floatlab.cli; floatlab.cli.build_parser()") == []
+    assert _heavy_modules_after("import floatlab; floatlab.sweep") == []

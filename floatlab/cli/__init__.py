@@ -40,6 +40,7 @@ from floatlab.cli import (
     presets_cmd,
     sample_cmd,
     simulate_cmds,
+    sweep_cmd,
     train_cmds,
 )
 from floatlab.cli._common import UI, add_common_options, want_color
@@ -63,6 +64,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     simulate_cmds,
     histogram_cmd,
     train_cmds,
+    sweep_cmd,
     sample_cmd,
     presets_cmd,
     memory_cmd,

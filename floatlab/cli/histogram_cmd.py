@@ -46,6 +46,7 @@ __all__ = [
     "NAME",
     "histogram_view",
     "load_histograms",
+    "load_shards",
     "register",
     "run",
     "synthetic_gradients",
@@ -62,6 +63,8 @@ examples:
   floatlab histogram grads.npy -f fp16 --scale 2^12    ... at a loss scale of 4096
   floatlab histogram step*.npz -f fp16,bf16,e5m2       every array of several files, three formats
   floatlab histogram model_grads.pt --plot grads.png   a torch state file, and a figure
+  floatlab histogram dump/ --shards -f fp16,bf16       every shard of a dump larger than memory
+  floatlab histogram 'dump/step-*.npz' --shards --dask the same, counted as Dask tasks
 """
 
 
@@ -133,6 +136,23 @@ def load_histograms(paths: list[str], *, max_bytes: int = MAX_BYTES) -> dict[str
             key = safe(base if not name else (name if len(paths) == 1 else f"{base}:{name}"))
             out[key] = out[key] + h if key in out else h
     return out
+
+
+def load_shards(sources: list[str], *, chunk: int = 1 << 24, dask: bool = False) -> GradHistogram:
+    """One histogram of every value in ``sources`` (folders, glob patterns, .npy/.npz files, Zarr
+    arrays), read ``chunk`` values at a time (or counted as Dask tasks): a dump larger than memory.
+
+    >>> import numpy as np, tempfile, os
+    >>> folder = tempfile.mkdtemp()
+    >>> for i in range(3):
+    ...     np.save(os.path.join(folder, f"g{i}.npy"), np.full(4, 2.0**-30, np.float32))
+    >>> h = load_shards([os.path.join(folder, "g*.npy")], chunk=3)
+    >>> h.total, h.verdict("fp16").flushed
+    (12, 12)
+    """
+    from floatlab.gradhist import histogram_files
+
+    return histogram_files(sources, chunk=chunk, dask=dask)
 
 
 # ---- the view ---------------------------------------------------------------------------------
@@ -223,7 +243,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         plots = _plot_paths(args.plot, [f.name for f in parse_formats(args.fmt, default=["fp16"])])
         inputs = [("FILE", f) for f in args.files]
         check_outputs([("--plot", p) for p in plots], inputs, suffixes={"--plot": FIGURE_SUFFIXES})
-    hists = load_histograms(args.files, max_bytes=args.max_bytes)
+    if args.chunk < 1:
+        raise ValueError(f"--chunk {args.chunk}: expected a number of values >= 1")
+    if args.shards or args.dask:
+        hists = {"shards": load_shards(args.files, chunk=args.chunk, dask=args.dask)}
+    else:
+        hists = load_histograms(args.files, max_bytes=args.max_bytes)
     options = {k: getattr(args, k) for k in ("recommend", "headroom", "rounding", "plot", "width")}
     ui.show(histogram_view(hists, args.fmt, scale=scale, **options, color=ui.color))
     return 0
@@ -243,7 +268,24 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         run=run,
         output_options=True,
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .pt/.pth (torch) files")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help=".npy, .npz or .pt/.pth (torch) files; with --shards also folders, glob patterns and "
+        "Zarr arrays",
+    )
+    big = p.add_argument_group("dumps larger than memory")
+    big.add_argument(
+        "--shards",
+        action="store_true",
+        help="count every FILE (a folder, a glob such as 'dump/*.npy', a Zarr array) as one dump, "
+        "chunk by chunk, in memory bounded by the chunk",
+    )
+    big.add_argument(
+        "--chunk", type=int, default=1 << 24, metavar="N", help="values read at a time (default: 16777216)"
+    )
+    big.add_argument("--dask", action="store_true", help="with --shards: count the shards as Dask tasks")
     p.add_argument(
         "-f",
         "--format",

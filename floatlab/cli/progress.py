@@ -10,9 +10,10 @@ import math
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from floatlab.sweeps import SweepEvent
     from floatlab.train import History, StepStats, Trainer
 
-__all__ = ["Progress", "eval_line", "num", "pct"]
+__all__ = ["Progress", "SweepProgress", "eval_line", "num", "pct"]
 
 #: tqdm's settings for the training bar
 _BAR: dict[str, Any] = {"unit": "step", "leave": False, "dynamic_ncols": True}
@@ -124,3 +125,57 @@ class Progress:
                 self.stream.write(line + "\n")
                 self.stream.flush()
         self.seen = len(rows["step"])
+
+
+class SweepProgress:
+    """What a sweep shows while it runs, on ``stream``: on a terminal a tqdm bar of the runs (done,
+    and how many are running and have failed); otherwise one line per finished run.
+
+    >>> import io
+    >>> from floatlab.sweeps import Grid, SweepEvent
+    >>> task = Grid({"seed": [2]}, {"data": "underflow"}).tasks[0]
+    >>> buf = io.StringIO()
+    >>> p = SweepProgress(buf, tty=False)
+    >>> p(SweepEvent(total=3, skipped=1))
+    >>> p(SweepEvent(total=3, done=1, running=2, task=task, status="ok"))
+    >>> p.close()
+    >>> print(buf.getvalue(), end="")
+    sweep: 3 runs to do, 1 in the table already
+    sweep 1/3: mixed-fp16 seed 2 ok (running 2, failed 0)
+    """
+
+    def __init__(self, stream: TextIO, *, tty: bool | None = None, refresh: float = 0.2) -> None:
+        self.stream = stream
+        if tty is None:
+            tty = not getattr(stream, "closed", False) and bool(getattr(stream, "isatty", lambda: False)())
+        self.tty = tty
+        self.refresh = refresh
+        self.bar: Any = None
+
+    def __call__(self, event: SweepEvent) -> None:
+        """The sweep's callback: at the start and after each run."""
+        if event.task is None:
+            if self.tty:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=event.total, desc="sweep", unit="run", file=self.stream,
+                                mininterval=self.refresh, leave=False, dynamic_ncols=True)  # fmt: skip
+            else:
+                already = f", {event.skipped} in the table already" if event.skipped else ""
+                self.stream.write(f"sweep: {event.total} runs to do{already}\n")
+                self.stream.flush()
+            return
+        state = f"running {event.running}, failed {event.failed}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(state, refresh=False)
+            self.bar.update(1)
+        else:
+            cfg = event.task.config
+            head = f"sweep {event.done}/{event.total}: {cfg.precision} seed {cfg.seed}"
+            self.stream.write(f"{head} {event.status} ({state})\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        """Take the bar down."""
+        if self.bar is not None:
+            self.bar.close()

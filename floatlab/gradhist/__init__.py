@@ -9,6 +9,9 @@ NaNs and inputs that were subnormal in their own format. It is
 * streaming: :meth:`GradHistogram.update` folds in one chunk at a time, so a dump larger than
   memory, or the gradients of many steps, make one histogram;
 * mergeable: ``h1 + h2`` is the histogram of both inputs (say, of two workers);
+* sharded: :func:`histogram_files` (or :meth:`GradHistogram.from_files`) counts a dump of many
+  ``.npy``/``.npz`` shards or a Zarr array chunk by chunk, through Dask when asked, in memory
+  bounded by the chunk;
 * exact: inside each binade it keeps 599 cells of the significand (see
   :mod:`floatlab.gradhist._kernels`), fine enough that for power-of-two scales every class
   boundary of a rounding falls between cells. :meth:`GradHistogram.verdict` then says exactly
@@ -17,9 +20,9 @@ NaNs and inputs that were subnormal in their own format. It is
 
 The package: ``_histogram`` holds the class, ``_verdict`` its answers (:class:`Verdict`,
 :class:`ScaleAdvice`), ``_classes`` where each outcome of a rounding begins on the cells,
-``_inputs`` the reading of arrays and tensors, ``_kernels`` the counting loops (numba, compiled
-on first use) and ``plot`` the figure (matplotlib, loaded when drawing;
-:mod:`floatlab.plotting` is its public address).
+``_inputs`` the reading of arrays and tensors, ``_shards`` the reading of dumps on disk,
+``_kernels`` the counting loops (numba, compiled on first use) and ``plot`` the figure (matplotlib,
+loaded when drawing; :mod:`floatlab.plotting` is its public address).
 
 >>> import numpy as np
 >>> from floatlab.gradhist import histogram
@@ -35,7 +38,19 @@ on first use) and ``plot`` the figure (matplotlib, loaded when drawing;
 """
 
 from floatlab.gradhist._classes import CLASSES
-from floatlab.gradhist._histogram import GradHistogram, histogram
+from floatlab.gradhist._histogram import GradHistogram, histogram, histogram_files
+from floatlab.gradhist._shards import Shard, read_shard, read_shards, shard_plan
 from floatlab.gradhist._verdict import ScaleAdvice, Verdict
 
-__all__ = ["CLASSES", "GradHistogram", "ScaleAdvice", "Verdict", "histogram"]
+__all__ = [
+    "CLASSES",
+    "GradHistogram",
+    "ScaleAdvice",
+    "Shard",
+    "Verdict",
+    "histogram",
+    "histogram_files",
+    "read_shard",
+    "read_shards",
+    "shard_plan",
+]

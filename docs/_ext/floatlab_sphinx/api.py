@@ -26,6 +26,7 @@ PACKAGES = (
     "floatlab.codec",
     "floatlab.simulate",
     "floatlab.gradhist",
+    "floatlab.sweeps",
     "floatlab.widgets",
 )
 API_DIR = Path("reference") / "api"

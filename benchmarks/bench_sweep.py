@@ -1,0 +1,181 @@
+"""Sweeps and sharded histograms: the speed-up of two workers, and the cost of reading from disk.
+
+1. A sweep of 8 short runs (4 policies x 2 seeds, an MLP on the digits) run serially in this
+   process, in a local pool of two processes and on a two-worker Dask ``LocalCluster`` (one thread
+   per run everywhere, as the sweep runs them); the tables must be identical, and the figure is the
+   serial time over the parallel one (the pool's start-up included). The target: at least 1.7x.
+2. A gradient histogram of 2x10^8 float32 values (800 MB) held in 20 ``.npy`` shards on disk,
+   counted chunk by chunk (:func:`floatlab.gradhist.histogram_files`, also through Dask) against
+   the in-memory histogram of the same values: the speed ratio (target at least 0.5x; the files
+   are in the page cache, read once before timing) and the peak memory of the sharded count
+   (tracemalloc: every NumPy buffer; target under a quarter of the data size). The histograms
+   must be equal bin for bin.
+
+The machine may be shared: the load average before and after each part is in the table.
+Writes ``benchmarks/results/sweep.md`` and ``sweep.json``. Run: ``python benchmarks/bench_sweep.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, Table, fmt_ratio, machine_header, write_results
+
+AXES: dict[str, Any] = {"precision": ["fp32", "bf16", "mixed-fp16", "mixed-bf16"], "seed": [0, 1]}
+FIXED: dict[str, Any] = {"data": "digits", "hidden": (64, 64), "steps": 1500, "eval_every": 500}
+N_VALUES = 200_000_000
+N_SHARDS = 20
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f}"
+
+
+def bench_sweep() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    import pandas as pd
+
+    from floatlab.sweeps import Grid, execute, sweep
+
+    execute(Grid({"precision": ["fp32"]}, {**FIXED, "steps": 2}).tasks[0])  # compile outside the clock
+    rows: list[dict[str, Any]] = []
+    tables = {}
+    for label, kwargs in (
+        ("serial (this process)", {"executor": "serial"}),
+        ("process pool, 2 workers", {"executor": "process", "workers": 2}),
+        ("Dask LocalCluster, 2 workers", {"executor": "dask", "workers": 2}),
+    ):
+        before = _load()
+        t0 = time.perf_counter()
+        tables[label] = sweep(AXES, FIXED, **kwargs)
+        seconds = time.perf_counter() - t0
+        rows.append({"how": label, "seconds": seconds, "load_before": before, "load_after": _load()})
+        print(f"{label}: {seconds:.1f} s", flush=True)
+    first = next(iter(tables.values()))
+    for t in tables.values():
+        pd.testing.assert_frame_equal(first, t)
+    serial = rows[0]["seconds"]
+    for r in rows:
+        r["speedup"] = serial / r["seconds"]
+    return rows, {"runs": len(first["run_id"].unique()), "identical_tables": True}
+
+
+def bench_histogram() -> list[dict[str, Any]]:
+    import numpy as np
+
+    from floatlab.gradhist import GradHistogram, histogram_files
+
+    folder = Path(tempfile.mkdtemp(prefix="floatlab-shards-"))
+    try:
+        rng = np.random.default_rng(0)
+        per = N_VALUES // N_SHARDS
+        for i in range(N_SHARDS):  # gradient-like: a normal bulk scaled over many binades
+            part = rng.standard_normal(per, np.float32) * np.exp2(rng.integers(-30, 0, per)).astype(
+                np.float32
+            )
+            np.save(folder / f"grad-{i:02d}.npy", part)
+        del part
+        histogram_files(folder)  # the files in the page cache, the loops compiled
+        x = np.concatenate([np.load(folder / f"grad-{i:02d}.npy") for i in range(N_SHARDS)])
+        GradHistogram(x[:1_000_000])
+        out: list[dict[str, Any]] = []
+
+        def best(fn: Any, repeat: int = 3) -> tuple[Any, float]:
+            times, value = [], None
+            for _ in range(repeat):
+                gc.collect()
+                t0 = time.perf_counter()
+                value = fn()
+                times.append(time.perf_counter() - t0)
+            return value, min(times)
+
+        before = _load()
+        held = {"x": x}
+        del x
+        h_mem, t_mem = best(lambda: GradHistogram(held["x"]))
+        out.append(
+            {"how": "in memory (one array)", "seconds": t_mem, "load_before": before, "load_after": _load()}
+        )
+        nbytes = held["x"].nbytes
+        held.clear()  # the sharded count runs without the data in memory
+        gc.collect()
+        for label, kwargs in (
+            ("20 shards on disk, chunk by chunk", {}),
+            ("20 shards, Dask threads", {"dask": True}),
+        ):
+            before = _load()
+            h, t = best(lambda kw=kwargs: histogram_files(folder, **kw))
+            assert h == h_mem, label
+            tracemalloc.start()
+            histogram_files(folder, **kwargs)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            out.append(
+                {"how": label, "seconds": t, "load_before": before, "load_after": _load(), "peak_bytes": peak}
+            )
+        for r in out:
+            r["speed_vs_memory"] = t_mem / r["seconds"]
+            r["data_bytes"] = nbytes
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    sweep_rows, facts = bench_sweep()
+    hist_rows = bench_histogram()
+    t1 = Table(["how", "seconds", "speed-up vs serial", "load avg before (1/5/15 min)", "after"])
+    for r in sweep_rows:
+        t1.add(r["how"], f"{r['seconds']:.1f}", fmt_ratio(r["speedup"]), r["load_before"], r["load_after"])
+    t2 = Table(
+        ["how", "seconds", "speed vs in memory", "peak memory (tracemalloc)", "load avg before", "after"]
+    )
+    for r in hist_rows:
+        peak = r.get("peak_bytes")
+        share = (
+            "-"
+            if peak is None
+            else f"{peak / 2**20:.0f} MiB ({100 * peak / r['data_bytes']:.0f}% of the data)"
+        )
+        t2.add(
+            r["how"],
+            f"{r['seconds']:.2f}",
+            fmt_ratio(r["speed_vs_memory"]),
+            share,
+            r["load_before"],
+            r["load_after"],
+        )
+    cores = os.cpu_count()
+    sections = [
+        f"## A sweep of {facts['runs']} short runs on two workers\n\n"
+        f"{AXES['precision']} x seeds {AXES['seed']}, MLP {FIXED['hidden']} on the digits, "
+        f"{FIXED['steps']} steps each, one thread per run. The three tables are identical. "
+        f"Target: two workers at least 1.7x faster than serial ({cores} logical cores here, shared: "
+        "see the load).\n\n" + t1.markdown(),
+        f"## A histogram of {N_VALUES:.0e} float32 values in {N_SHARDS} shards\n\n"
+        f"{N_VALUES * 4 / 1e6:.0f} MB of .npy files (in the page cache), default chunk of 2^24 values with "
+        "the next chunk read while this one is counted; equal bin for bin to the in-memory histogram. "
+        "Targets: at least 0.5x the in-memory speed, peak memory under a quarter of the data.\n\n"
+        + t2.markdown(),
+    ]
+    path = write_results("sweep", "Sweeps on two workers, and histograms of sharded dumps", sections,
+                         packages=["dask", "distributed", "pandas", "pyarrow"])  # fmt: skip
+    data = {"machine": machine_header(["dask", "distributed", "pandas", "pyarrow"]), "sweep": sweep_rows,
+            "sweep_facts": facts, "histogram": hist_rows}  # fmt: skip
+    (RESULTS / "sweep.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwritten to {path} and sweep.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""``floatlab sweep``: a grid of training runs (policies x seeds x loss scales x any option), with
+a 95% confidence interval over the seeds.
+
+The axes come from ``--precision``/``--preset`` (repeat them), ``--seeds 0-4``, ``--loss-scale``
+(repeat it: static loss scaling at each scale), ``--grid KEY=V1,V2`` (any trainer or policy
+option) and ``--config FILE`` (TOML or YAML, tables ``grid`` and ``fixed``); every other option
+is the ``train`` command's, shared by every run. Runs go to a local process pool on every core,
+to a Dask ``LocalCluster`` (``--dask``) or to a running Dask cluster (``--scheduler ADDRESS``).
+``--out`` keeps the tidy table (Parquet or CSV), written after each run; running the same sweep
+again skips the runs in it. Every grid key and value is checked before the first run.
+
+>>> parser = argparse.ArgumentParser()
+>>> _ = register(parser.add_subparsers())
+>>> args = parser.parse_args(["sweep", "--precision", "fp32", "--seeds", "0-1", "--data", "underflow",
+...                           "--hidden", "4", "--steps", "2", "--serial", "-q"])
+>>> run(args, UI())  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+  precision runs ok test accuracy (95% CI) ...
+  fp32          2   2 ...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from floatlab.cli._common import UI, View, add_command, dim, table
+from floatlab.cli.progress import SweepProgress, num, pct
+from floatlab.cli.train_cmds import (
+    _on_off,
+    _output_options,
+    _run_options,
+    _switch_options,
+    _write_json,
+    config_from_args,
+)
+from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
+from floatlab.text import parse_scale, safe
+
+if TYPE_CHECKING:
+    from floatlab.cli._common import Subparsers
+    from floatlab.sweeps import Grid
+
+__all__ = ["NAME", "build_grid", "parse_grid_option", "register", "run", "sweep_view"]
+
+NAME = "sweep"
+
+#: the options whose value is a tuple of sizes: their values in --grid are written 8x8
+_TUPLE_KEYS = ("hidden", "channels", "histogram_steps")
+
+_EPILOG = """\
+examples:
+  floatlab sweep --precision fp32 --precision mixed-fp16 --seeds 0-4 --epochs 5 --out results.parquet
+  floatlab sweep --precision fp16 --loss-scale 2^8 --loss-scale 2^16 --seeds 0-2 --data underflow
+  floatlab sweep --precision bf16 --grid lr=0.01,0.05 --grid hidden=32x32,128x128 --seeds 0-3 --dask
+  floatlab sweep --config sweep.toml --scheduler tcp://10.0.0.5:8786 --out runs.parquet --plot curves.png
+"""
+
+
+def _value(key: str, text: str) -> Any:
+    """One value of ``--grid KEY=...``: a number, on/off, sizes (for hidden, channels), or text."""
+    t = text.strip()
+    if key in _TUPLE_KEYS:
+        try:
+            return tuple(int(s) for s in t.split("x"))
+        except ValueError:
+            raise ValueError(f"--grid {key}={text!r}: expected sizes such as 64x64") from None
+    low = t.lower()
+    if low in ("on", "true", "yes", "off", "false", "no"):
+        return _on_off(low)
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_grid_option(text: str) -> tuple[str, list[Any]]:
+    """``KEY=V1,V2,...`` as a key and its values (sizes written ``8x8``).
+
+    >>> parse_grid_option("lr=0.01,0.05"), parse_grid_option("hidden=8x8,16")
+    (('lr', [0.01, 0.05]), ('hidden', [(8, 8), (16,)]))
+    >>> parse_grid_option("lr")
+    Traceback (most recent call last):
+    ...
+    ValueError: --grid 'lr': expected KEY=VALUE1,VALUE2 such as lr=0.01,0.05
+    """
+    key, sep, values = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key or not values.strip():
+        raise ValueError(f"--grid {text!r}: expected KEY=VALUE1,VALUE2 such as lr=0.01,0.05")
+    return key, [_value(key, v) for v in values.split(",") if v.strip()]
+
+
+def _explicit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> set[str]:
+    """The trainer options the command line gave a value other than its default."""
+    return {k for k, v in vars(args).items() if v is not None and v != parser.get_default(k)}
+
+
+def build_grid(args: argparse.Namespace) -> Grid:
+    """The sweep the options describe: axes from --precision, --preset, --seeds, --loss-scale,
+    --grid and --config; fixed settings from the other options (with --config, only those given on
+    the command line override the file's)."""
+    from floatlab.sweeps import Grid, load_grid_file, parse_seeds
+
+    axes: dict[str, list[Any]] = {}
+    fixed: dict[str, Any] = {}
+    if args.config is not None:
+        axes, fixed = load_grid_file(args.config)
+        axes = {k.replace("-", "_"): v for k, v in axes.items()}
+        axes = {
+            ("seed" if k == "seeds" else "precision" if k == "policies" else k): v for k, v in axes.items()
+        }
+    names = [*args.precision, *args.preset]
+    if names:
+        axes["precision"] = [*axes.get("precision", []), *names]
+    if args.seeds is not None:
+        axes["seed"] = parse_seeds(args.seeds)
+    if args.loss_scale:
+        axes["static_scale"] = [float(parse_scale(s, "--loss-scale")) for s in args.loss_scale]
+        if "loss_scaling" not in axes:
+            fixed.setdefault("loss_scaling", "static")
+    for item in args.grid:
+        key, values = parse_grid_option(item)
+        axes[key] = [*axes.get(key, []), *values] if key in axes else values
+    axes.setdefault("precision", ["mixed-fp16"])
+    axes.setdefault("seed", [args.seed])
+    cfg = config_from_args(args, "fp32")  # the trainer options, parsed as `train` parses them
+    given = _explicit(args, args.parser) if args.config is not None else None
+    cli = {k: v for k, v in cfg.to_dict().items() if k not in ("precision", "seed", "policy")}
+    cli.update(cfg.policy)  # (only the switches given)
+    if args.backend != "numpy":
+        cli["backend"] = args.backend
+    for k, v in cli.items():
+        if given is not None and k not in given and k not in cfg.policy:
+            continue  # the file's setting (or the default) stands
+        fixed[k] = v
+    for k in list(fixed):
+        if k in axes or k.replace("-", "_") in axes:
+            del fixed[k]  # an axis wins over a shared setting
+    return Grid(axes, fixed)
+
+
+def _ci(mean: float, low: float, high: float, fmt: Any) -> str:
+    if mean != mean:  # NaN: no run ended ok
+        return "-"
+    if low != low:
+        return f"{fmt(mean)} (1 run)"
+    return f"{fmt(mean)} [{fmt(low)}, {fmt(high)}]"
+
+
+def sweep_view(summary: Any, *, failures: list[str], out: str | None, color: bool) -> View:
+    """The summary table: per configuration, the runs and the final test accuracy and loss with
+    their 95% confidence intervals."""
+    from floatlab.sweeps import config_columns
+
+    keys = [c for c in config_columns(summary) if c not in ("runs", "ok", "stopped", "failed")]
+    keys = [c for c in keys if not c.endswith(("_mean", "_low", "_high"))]
+    rows = []
+    for r in summary.to_dict("records"):
+        rows.append(
+            [str(r[k]) for k in keys]
+            + [str(r["runs"]), str(r["ok"])]
+            + [_ci(r["test_accuracy_mean"], r["test_accuracy_low"], r["test_accuracy_high"], pct)]
+            + [_ci(r["test_loss_mean"], r["test_loss_low"], r["test_loss_high"], num)]
+            + [str(r["stopped"] + r["failed"])]
+        )
+    header = [*keys, "runs", "ok", "test accuracy (95% CI)", "test loss (95% CI)", "stopped/failed"]
+    lines = [table(header, rows, align="<" * len(keys) + ">>>>>", color=color)]
+    lines += [dim(f"  failed: {safe(f)}", color) for f in failures]
+    if out is not None:
+        lines.append(dim(f"  table written to {safe(out)}", color))
+    data = {"summary": summary.to_dict("records"), "failed": failures, "table": out}
+    return View("\n".join(lines), data)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """Check the grid, run it, print the summary (see the module docstring)."""
+    from floatlab.sweeps import TABLE_SUFFIXES, plot_curves, run_grid, summarize, to_frame
+
+    grid = build_grid(args)  # every key and value checked: before any run
+    plot = None if args.plot is None else figure_name(args.plot)
+    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
+    check_outputs(
+        [("--out", args.out), ("--plot", plot), ("--json", json_file)],
+        suffixes={"--out": TABLE_SUFFIXES, "--plot": FIGURE_SUFFIXES},
+    )
+    executor = "serial" if args.serial else "dask" if (args.dask or args.scheduler) else "process"
+    progress = None if args.quiet or sys.stderr is None else SweepProgress(sys.stderr)
+    try:
+        rows = run_grid(
+            grid,
+            args.out,
+            executor=executor,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            retry_failed=args.retry_failed,
+            timeout=args.timeout,
+            callback=progress,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    ids = {t.run_id for t in grid.tasks}
+    df = to_frame([r for r in rows if r["run_id"] in ids])
+    failures = sorted({f"{r['precision']} seed {r['seed']}: {r['reason']}" for r in rows
+                       if r["run_id"] in ids and r["status"] == "failed"})  # fmt: skip
+    if failures and sys.stderr is not None:
+        sys.stderr.write(f"floatlab: warning: {len(failures)} of {len(grid)} runs failed (see the table)\n")
+    summary = summarize(df)
+    view = sweep_view(summary, failures=failures, out=args.out, color=ui.color)
+    if plot is not None:
+        with atomic_output(plot) as tmp:
+            plot_curves(df, tmp, metric=args.metric)
+        view = View(
+            view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color), {**view.data, "plot": plot}
+        )
+    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
+    if json_file is not None:  # --json FILE: the summary there, the text here
+        _write_json(json_file, view.data)
+        UI(color=ui.color, json=False, stream=ui.stream).show(view)
+    else:
+        ui.show(view)
+    return 0
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add ``sweep`` to ``subparsers``.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> register(parser.add_subparsers()).prog.split()[-1]
+    'sweep'
+    """
+    p = add_command(
+        subparsers,
+        NAME,
+        help="train a grid of runs (policies x seeds x options) and give 95%% confidence intervals",
+        description="Train every combination of the grid's values, in a process pool, on a Dask cluster "
+        "or one after another, keep one row per run and evaluation in a Parquet or CSV table, and print "
+        "per configuration the mean final test accuracy and loss with a 95% confidence interval over the "
+        "seeds. Every option of 'floatlab train' is a setting shared by every run.",
+        epilog=_EPILOG,
+    )
+    grid = p.add_argument_group("the grid")
+    grid.add_argument("--precision", action="append", default=[], metavar="POLICY", help="a policy (repeat)")
+    grid.add_argument(
+        "--preset", action="append", default=[], metavar="NAME", help="a framework preset (repeat)"
+    )
+    grid.add_argument("--seeds", metavar="SEEDS", help="seeds such as 0-4 or 0,2,5 (default: --seed)")
+    grid.add_argument(
+        "--loss-scale", action="append", default=[], metavar="S", help="static loss scaling at S (repeat)"
+    )
+    grid.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="any trainer or policy option as an axis: lr=0.01,0.05, hidden=32x32,64x64, "
+        "rounding=rne,stochastic (repeat for several axes)",
+    )
+    grid.add_argument("--config", metavar="FILE", help="a TOML or YAML file with the tables grid and fixed")
+    where = p.add_argument_group("where the runs go (default: a process pool on every core)")
+    how = where.add_mutually_exclusive_group()
+    how.add_argument("--serial", action="store_true", help="one run after another, in this process")
+    how.add_argument("--dask", action="store_true", help="on a Dask LocalCluster")
+    how.add_argument(
+        "--scheduler", metavar="ADDRESS", help="on the Dask cluster at ADDRESS (tcp://host:8786)"
+    )
+    where.add_argument(
+        "--workers", type=int, metavar="N", help="processes or Dask workers (default: every core)"
+    )
+    where.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds to reach the scheduler (default: 30)",
+    )
+    files = p.add_argument_group("files")
+    files.add_argument("--out", metavar="FILE", help="the table, .parquet or .csv, written as runs finish")
+    files.add_argument("--retry-failed", action="store_true", help="run the failed runs of --out again")
+    files.add_argument("--plot", metavar="FILE.png", help="curves with their 95%% confidence bands")
+    files.add_argument(
+        "--metric", default="test_loss", metavar="NAME", help="the curves' metric: test_loss, test_accuracy"
+    )
+    _run_options(p)
+    _switch_options(p)
+    _output_options(p)
+    p.set_defaults(run=run, parser=p)
+    return p

@@ -1,0 +1,99 @@
+"""Sweeps: a grid of runs (policies and presets x seeds x loss scales x any trainer option), run one
+after another, in a local process pool or on a Dask cluster, kept in one tidy table (Parquet or
+CSV) written as runs finish, and summarised per configuration with 95% confidence intervals over
+the seeds.
+
+The package: ``grid`` (the runs and their keys), ``run`` (the executors), ``table`` (the rows and
+their files), ``summary`` (means, intervals, curves with bands). It needs the ``scale`` extra
+(pandas, pyarrow; dask[distributed] for a cluster): ``import floatlab`` loads none of it.
+
+>>> df = sweep({"precision": ["fp32", "bf16"], "seed": [0, 1]}, {"data": "underflow", "hidden": (4,),
+...            "steps": 3}, executor="serial")
+>>> df[["precision", "seed", "status", "step"]].values.tolist()
+[['fp32', 0, 'ok', 3], ['fp32', 1, 'ok', 3], ['bf16', 0, 'ok', 3], ['bf16', 1, 'ok', 3]]
+>>> summarize(df)[["precision", "runs", "ok"]].values.tolist()
+[['fp32', 2, 2], ['bf16', 2, 2]]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from floatlab.sweeps.grid import Grid, Task, load_grid_file, parse_seeds, sweep_keys
+from floatlab.sweeps.run import EXECUTORS, SweepEvent, execute, run_grid
+from floatlab.sweeps.summary import METRICS, config_columns, final_rows, plot_curves, summarize
+from floatlab.sweeps.table import TABLE_SUFFIXES, read_table, to_frame, write_table
+
+__all__ = [
+    "EXECUTORS",
+    "METRICS",
+    "TABLE_SUFFIXES",
+    "Grid",
+    "SweepEvent",
+    "Task",
+    "config_columns",
+    "execute",
+    "final_rows",
+    "load_grid_file",
+    "parse_seeds",
+    "plot_curves",
+    "read_table",
+    "run_grid",
+    "summarize",
+    "sweep",
+    "sweep_keys",
+    "to_frame",
+    "write_table",
+]
+
+
+def sweep(
+    grid: Mapping[str, Sequence[Any]] | Grid | str | os.PathLike[str],
+    fixed: Mapping[str, Any] | None = None,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    processes: bool = True,
+    threads: int = 1,
+    retry_failed: bool = False,
+    timeout: float = 30.0,
+    callback: Callable[[SweepEvent], None] | None = None,
+) -> Any:
+    """Run every combination of ``grid``'s values (a mapping of axes, a :class:`Grid`, or a TOML or
+    YAML file with the tables ``grid`` and ``fixed``) with the settings ``fixed``; return the tidy
+    table as a pandas DataFrame (one row per run and evaluation). With ``out`` (.parquet or .csv) the
+    table is written after every run, and the runs already there are skipped. ``executor``:
+    "serial", "process" (a local pool of ``workers`` processes, default every core) or "dask" (a
+    ``LocalCluster``, or the cluster at ``scheduler``). See :func:`floatlab.sweeps.run.run_grid`.
+
+    >>> df = sweep({"seed": [0, 1]}, {"precision": "bf16", "data": "underflow", "hidden": (4,), "steps": 2},
+    ...            executor="serial")
+    >>> df[["precision", "seed", "status", "step"]].values.tolist()
+    [['bf16', 0, 'ok', 2], ['bf16', 1, 'ok', 2]]
+    """
+    if isinstance(grid, (str, os.PathLike)):
+        axes, from_file = load_grid_file(grid)
+        grid = Grid(axes, {**from_file, **(fixed or {})})
+    elif not isinstance(grid, Grid):
+        grid = Grid(grid, fixed)
+    elif fixed:
+        raise ValueError("sweep of a Grid with fixed settings: expected the settings inside the Grid")
+    path = None if out is None else os.fspath(out)
+    rows = run_grid(
+        grid,
+        path,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        processes=processes,
+        threads=threads,
+        retry_failed=retry_failed,
+        timeout=timeout,
+        callback=callback,
+    )
+    in_grid = {t.run_id for t in grid.tasks}
+    return to_frame([r for r in rows if r["run_id"] in in_grid])

@@ -1,0 +1,277 @@
+"""A sweep's grid: every combination of the values of its axes, each a run's full configuration.
+
+An axis is a :class:`~floatlab.train.TrainConfig` field (``precision``, ``seed``, ``lr``,
+``hidden``, ...) or a field of the precision policy (``loss_scaling``, ``static_scale``,
+``rounding``, ``amax_history``, ...), which goes into the config's ``policy`` overrides. A
+precision names a policy or a framework preset alike. Every configuration is built and its policy
+resolved when the grid is made, so that an unknown key or value is one line naming it and the
+choices, before any run starts.
+
+>>> g = Grid({"precision": ["fp32", "bf16"], "seed": [0, 1]}, {"data": "underflow", "steps": 2})
+>>> len(g), [(t.config.precision, t.config.seed) for t in g.tasks][:3]
+(4, [('fp32', 0), ('fp32', 1), ('bf16', 0)])
+>>> one = Grid({"precision": ["fp32"], "seed": [0]}, {"data": "underflow", "steps": 2})
+>>> g.tasks[0].run_id == one.tasks[0].run_id   # the key is the configuration, not the grid
+True
+>>> Grid({"sead": [0]})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: unknown sweep key 'sead': did you mean seed? (choices: model, data, precision, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import itertools
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from floatlab.train.config import TrainConfig
+
+__all__ = ["CONFIG_KEYS", "POLICY_KEYS", "Grid", "Task", "load_grid_file", "parse_seeds", "sweep_keys"]
+
+#: the TrainConfig fields a sweep may vary or fix (``policy`` is filled from :data:`POLICY_KEYS`)
+CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "policy")
+#: where a run's arrays live: the one setting outside TrainConfig
+_EXTRA_KEYS = ("backend",)
+
+
+def _policy_keys() -> tuple[str, ...]:
+    from floatlab.train.policy import Policy, get_policy
+
+    fields = [f.name for f in dataclasses.fields(Policy) if f.name not in ("name", "fp8")]
+    recipe = get_policy("fp8-delayed").fp8  # the fp8 recipe's fields change the recipe
+    assert recipe is not None
+    fields += [f.name for f in dataclasses.fields(recipe) if f.name != "kind"]
+    return tuple(fields)
+
+
+#: the policy fields a sweep may vary or fix (they override the named precision's)
+POLICY_KEYS: tuple[str, ...] = _policy_keys()
+
+
+def sweep_keys() -> tuple[str, ...]:
+    """Every key a grid or its fixed settings may use.
+
+    >>> "precision" in sweep_keys() and "static_scale" in sweep_keys()
+    True
+    """
+    return (*CONFIG_KEYS, *POLICY_KEYS, *_EXTRA_KEYS)
+
+
+def _check_key(key: str) -> str:
+    keys = sweep_keys()
+    k = key.strip().replace("-", "_")
+    if k in ("seeds", "policies"):  # the natural plurals
+        k = k[:-1] if k == "seeds" else "precision"
+    if k not in keys:
+        close = difflib.get_close_matches(k, keys, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"unknown sweep key {key!r}: {hint}(choices: {', '.join(keys)})")
+    return k
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run of a sweep: its configuration, where its arrays live, its place in the grid and its
+    key (:attr:`run_id`: a hash of the full configuration and the floatlab version).
+
+    >>> t = Grid({"seed": [3]}, {"data": "underflow"}).tasks[0]
+    >>> t.config.seed, t.index, len(t.run_id)
+    (3, 0, 16)
+    """
+
+    config: TrainConfig
+    backend: str
+    index: int
+    run_id: str
+
+    def columns(self) -> dict[str, Any]:
+        """The configuration as the table's columns: every TrainConfig field (tuples as text such as
+        ``"8,8"``, the policy overrides as sorted JSON) and the backend.
+
+        >>> Grid({"hidden": [(8, 8)]}).tasks[0].columns()["hidden"]
+        '8,8'
+        """
+        out: dict[str, Any] = {}
+        for k, v in self.config.to_dict().items():
+            if k == "policy":
+                out[k] = json.dumps(v, sort_keys=True, default=str)
+            elif isinstance(v, list):
+                out[k] = ",".join(str(x) for x in v)
+            else:
+                out[k] = v
+        out["backend"] = self.backend
+        return out
+
+
+def run_key(config: TrainConfig, backend: str = "numpy") -> str:
+    """The hash that names a run: its full configuration and the floatlab version (16 hex digits).
+
+    >>> run_key(TrainConfig(seed=1)) != run_key(TrainConfig(seed=2))
+    True
+    """
+    from floatlab import __version__
+
+    blob = json.dumps(
+        {"config": config.to_dict(), "backend": backend, "floatlab": __version__}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Grid:
+    """The runs of a sweep: ``axes`` maps each key to its values (every combination is a run, in
+    the order the axes are given, the last varying fastest); ``fixed`` holds the settings shared by
+    every run. A key may not be both. Each configuration is checked (its policy resolved, its model
+    and data matched) here.
+
+    >>> Grid({"lr": [0.1, 0.01]}, {"data": "underflow", "lr": 1.0})
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep key 'lr' is both an axis and a fixed setting: expected one of them
+    """
+
+    def __init__(self, axes: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any] | None = None) -> None:
+        from floatlab.train.text import check_model_and_data
+
+        self.axes: dict[str, list[Any]] = {}
+        for key, values in axes.items():
+            k = _check_key(key)
+            vals = (
+                [values] if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) else values
+            )
+            if not len(vals):
+                raise ValueError(f"sweep key {key!r} has no values: expected at least one")
+            self.axes[k] = list(vals)
+        self.fixed: dict[str, Any] = {_check_key(k): v for k, v in (fixed or {}).items()}
+        both = sorted(set(self.axes) & set(self.fixed))
+        if both:
+            raise ValueError(
+                f"sweep key {both[0]!r} is both an axis and a fixed setting: expected one of them"
+            )
+        self.tasks: list[Task] = []
+        seen: set[str] = set()
+        for combo in itertools.product(*self.axes.values()):
+            cfg, backend = self._config({**self.fixed, **dict(zip(self.axes, combo, strict=True))})
+            check_model_and_data(cfg.model, cfg.data)
+            key = run_key(cfg, backend)
+            if key in seen:
+                raise ValueError(f"sweep runs {_describe(cfg)} twice: expected distinct values on each axis")
+            seen.add(key)
+            self.tasks.append(Task(cfg, backend, len(self.tasks), key))
+
+    @staticmethod
+    def _config(settings: Mapping[str, Any]) -> tuple[TrainConfig, str]:
+        policy = dict(settings.get("policy", {}))
+        config: dict[str, Any] = {}
+        backend = "numpy"
+        for k, v in settings.items():
+            if k == "backend":
+                backend = str(v)
+            elif k in POLICY_KEYS:
+                policy[k] = v
+            elif k != "policy":
+                config[k] = tuple(v) if isinstance(v, list) else v
+        try:
+            cfg = TrainConfig(policy=policy, **config)
+        except TypeError as e:  # a value of the wrong kind for its field
+            raise ValueError(f"sweep settings {dict(settings)!r}: {e}") from None
+        cfg.make_policy()  # an unknown precision, preset or policy value: one line, before any run
+        return cfg, backend
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks)
+
+
+def _describe(cfg: TrainConfig) -> str:
+    return f"precision={cfg.precision} seed={cfg.seed}"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Seeds written as ``0-4``, ``0,2,5`` or both (``0-2,7``).
+
+    >>> parse_seeds("0-3,7")
+    [0, 1, 2, 3, 7]
+    >>> parse_seeds("3-1")
+    Traceback (most recent call last):
+    ...
+    ValueError: seeds '3-1': expected seeds such as 0-4 or 0,2,5 (a range low-high with low <= high)
+    """
+    out: list[int] = []
+    bad = ValueError(
+        f"seeds {text!r}: expected seeds such as 0-4 or 0,2,5 (a range low-high with low <= high)"
+    )
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise bad from None
+        if a < 0 or b < a:
+            raise bad
+        out.extend(range(a, b + 1))
+    if not out:
+        raise bad
+    return list(dict.fromkeys(out))
+
+
+def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """The axes and fixed settings of a TOML or YAML sweep file: a table ``grid`` (each key a list of
+    values) and a table ``fixed`` (each key one value); ``seeds`` may be written ``"0-4"``.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "s.toml")
+    >>> text = '[grid]\\nprecision = ["fp32", "bf16"]\\nseeds = "0-2"\\n[fixed]\\nsteps = 3\\n'
+    >>> with open(p, "w") as fh:
+    ...     _ = fh.write(text)
+    >>> load_grid_file(p)
+    ({'precision': ['fp32', 'bf16'], 'seeds': [0, 1, 2]}, {'steps': 3})
+    """
+    from floatlab.io import first_bytes
+
+    name = os.fspath(path)
+    first_bytes(name, "a sweep file (.toml, .yaml)")
+    low = name.lower()
+    with open(name, "rb") as fh:
+        raw = fh.read()
+    try:
+        if low.endswith(".toml"):
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover - Python 3.10
+                import tomli as tomllib
+            doc: Any = tomllib.loads(raw.decode("utf-8"))
+        elif low.endswith((".yaml", ".yml")):
+            import yaml  # type: ignore[import-untyped,unused-ignore]
+
+            doc = yaml.safe_load(raw.decode("utf-8"))
+        else:
+            raise ValueError(f"sweep file {name!r}: expected a .toml, .yaml or .yml file")
+    except ValueError:
+        raise
+    except Exception as e:  # a syntax error of either parser
+        raise ValueError(f"sweep file {name!r}: {e}") from None
+    if not isinstance(doc, dict) or not set(doc) <= {"grid", "fixed"}:
+        raise ValueError(f"sweep file {name!r}: expected the tables grid and fixed only")
+    grid, fixed = doc.get("grid", {}), doc.get("fixed", {})
+    if not isinstance(grid, dict) or not isinstance(fixed, dict):
+        raise ValueError(f"sweep file {name!r}: expected grid and fixed to be tables of keys")
+    axes: dict[str, list[Any]] = {}
+    for k, v in grid.items():
+        if k in ("seed", "seeds") and isinstance(v, str):
+            v = parse_seeds(v)
+        axes[k] = list(v) if isinstance(v, list) else [v]
+    return axes, dict(fixed)

@@ -1,0 +1,231 @@
+"""Running a sweep's tasks: one after another, in a local process pool, or on a Dask cluster.
+
+Each task trains one configuration (:func:`execute`) and returns its rows of the table; the
+runner writes the whole table after each run that finishes, in the grid's order (so that the
+table does not depend on which worker finished first), and skips the runs whose key is in the
+table already. Every run limits BLAS and numba to ``threads`` threads (1 by default) wherever it
+runs, so that serial, pool and cluster give the same numbers bit for bit and the workers do not
+fight over cores. A run that raises is recorded as failed with its reason; the others go on.
+
+>>> from floatlab.sweeps.grid import Grid
+>>> g = Grid({"precision": ["fp32"], "seed": [0]}, {"data": "underflow", "hidden": (4,), "steps": 2})
+>>> rows = execute(g.tasks[0])
+>>> [(r["status"], r["step"]) for r in rows]
+[('ok', 2)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from floatlab.sweeps.grid import Grid, Task
+from floatlab.sweeps.table import read_table, records, run_rows, write_table
+
+__all__ = ["EXECUTORS", "SweepEvent", "execute", "run_grid"]
+
+#: where the runs go
+EXECUTORS: tuple[str, ...] = ("serial", "process", "dask")
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """BLAS and numba limited to ``n`` threads inside the block (numba's setting is per thread)."""
+    import numba
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped,unused-ignore]
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined,unused-ignore]
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        numba.set_num_threads(before)
+
+
+def execute(task: Task, threads: int = 1) -> list[dict[str, Any]]:
+    """Train ``task``'s configuration with ``threads`` threads; its rows of the table. An exception
+    is a failed run (its rows say why), never an exception here; training faults (warnings) are
+    counted in the history, not raised.
+
+    >>> bad = Grid({"seed": [0]}, {"data": "underflow", "hidden": (4,), "steps": 2, "backend": "nope"})
+    >>> execute(bad.tasks[0])[0]["status"]
+    'failed'
+    """
+    from floatlab.train import Trainer
+
+    try:
+        with _threads(threads), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a training fault is in the history already
+            trainer = Trainer.from_config(task.config, backend=task.backend)
+            history = trainer.run()
+        return run_rows(task, history, stopped=str(trainer.stopped or ""))
+    except Exception as e:  # a failed run is a result; the sweep goes on
+        return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split()))
+
+
+@dataclass
+class SweepEvent:
+    """Where a sweep stands, as the progress callback sees it: the runs to do, done, running and
+    failed (of those done), and the run that just finished (None at the start).
+
+    >>> SweepEvent(total=4).done
+    0
+    """
+
+    total: int
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    skipped: int = 0
+    task: Task | None = None
+    status: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Table:
+    """The rows so far, kept in the grid's order and written after every run."""
+
+    def __init__(self, grid: Grid, path: str | None, retry_failed: bool) -> None:
+        self.path = path
+        self.order = {t.run_id: t.index for t in grid.tasks}
+        self.rows: list[dict[str, Any]] = []
+        if path is not None and os.path.exists(path):
+            old = records(read_table(path))
+            if retry_failed:
+                old = [r for r in old if r["status"] != "failed"]
+            self.rows = old
+        self.have = {r["run_id"] for r in self.rows}
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.rows.extend(rows)
+        self.have.update(r["run_id"] for r in rows)
+        big = len(self.order)
+        # the grid's order, then runs from elsewhere in the order they came; evaluations in order
+        self.rows.sort(
+            key=lambda r: (self.order.get(r["run_id"], big), r["eval"] if r["eval"] is not None else -1)
+        )
+        if self.path is not None:
+            write_table(self.rows, self.path)
+
+
+def _start_method() -> Any:
+    """How the pool starts its workers: never a plain fork (a forked child would inherit the
+    parent's compiler and BLAS threads mid-state), but a fork server that has imported the trainer
+    once where the platform has one (each worker then starts in a fraction of a second), else spawn."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["floatlab.sweeps.run", "floatlab.train"])
+    return ctx
+
+
+def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: float) -> Any:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise ValueError("a Dask sweep needs dask[distributed]: pip install 'floatlab[scale]'") from e
+    if scheduler is None:
+        cluster = LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
+        )
+        return Client(cluster, timeout=timeout)  # type: ignore[no-untyped-call]
+    try:
+        return Client(scheduler, timeout=timeout)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as e:
+        raise ValueError(
+            f"Dask scheduler {scheduler!r} unreachable within {timeout:g} s: expected a running "
+            f"scheduler's address such as tcp://host:8786 ({type(e).__name__})"
+        ) from None
+
+
+def run_grid(
+    grid: Grid,
+    out: str | None = None,
+    *,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    processes: bool = True,
+    threads: int = 1,
+    retry_failed: bool = False,
+    timeout: float = 30.0,
+    callback: Callable[[SweepEvent], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``grid``'s tasks not yet in the table ``out`` on ``executor`` ("serial", "process": a
+    local pool of ``workers`` processes (default: every core), "dask": a ``LocalCluster`` of
+    ``workers`` workers, processes or threads, or the cluster at ``scheduler``); write the table
+    after each run; return its rows. Failed runs in the table are run again with ``retry_failed``.
+    ``timeout``: seconds to reach a Dask scheduler.
+
+    >>> g = Grid({"seed": [0, 1]}, {"data": "underflow", "hidden": (4,), "steps": 2})
+    >>> rows = run_grid(g, executor="serial")
+    >>> [(r["seed"], r["status"]) for r in rows]
+    [(0, 'ok'), (1, 'ok')]
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"sweep executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if scheduler is not None:
+        executor = "dask"
+    if threads < 1:
+        raise ValueError(f"threads={threads!r}: expected at least 1 thread per run")
+    table = _Table(grid, out, retry_failed)
+    todo = [t for t in grid.tasks if t.run_id not in table.have]
+    event = SweepEvent(total=len(todo), skipped=len(grid.tasks) - len(todo))
+    n = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
+    if callback is not None:
+        callback(event)
+
+    def finished(task: Task, rows: list[dict[str, Any]]) -> None:
+        table.add(rows)
+        event.done += 1
+        event.task, event.status = task, rows[0]["status"]
+        event.failed += rows[0]["status"] == "failed"
+        if callback is not None:
+            callback(event)
+
+    if not todo:
+        if out is not None and not os.path.exists(out):
+            table.add([])
+        return table.rows
+    if executor == "serial":
+        for task in todo:
+            event.running = 1
+            finished(task, execute(task, threads))
+        return table.rows
+    if executor == "process":
+        pool = ProcessPoolExecutor(n, mp_context=_start_method())
+        try:
+            pending: dict[Future[list[dict[str, Any]]], Task] = {
+                pool.submit(execute, t, threads): t for t in todo
+            }
+            while pending:
+                event.running = min(n, len(pending))
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=lambda f: pending[f].index):
+                    finished(pending.pop(f), f.result())
+        finally:  # interrupted: the runs not started are dropped, the running ones end
+            pool.shutdown(wait=True, cancel_futures=True)
+        return table.rows
+    client = _dask_client(scheduler, n, processes, timeout)
+    try:
+        from distributed import as_completed
+
+        futures = {client.submit(execute, t, threads, pure=False): t for t in todo}
+        event.running = min(n, len(futures))
+        for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
+            finished(futures[f], f.result())
+            event.running = min(n, len(todo) - event.done)
+    finally:
+        cluster = client.cluster if scheduler is None else None
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return table.rows
