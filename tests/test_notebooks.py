@@ -23,6 +23,7 @@ LESSONS = (
     "08-checking-the-claims",
     "09-precision-in-a-language-model",
     "10-framework-recipes-side-by-side",
+    "11-fp8-training",
 )
 STRIP_HINT = "strip it with: jupyter nbconvert --clear-output --inplace"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
