@@ -329,6 +329,39 @@ def test_formats_detail_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "2^-24" in text  # the smallest subnormal
 
 
+def _oracle_nan_codes(fmt: str) -> list[int]:
+    """The codes numpy / ml_dtypes read as NaN, by enumerating every code of a format of <= 16 bits."""
+    t = np.dtype(ORACLE_TYPES[fmt])
+    bits = 16 if t.itemsize == 2 else int(ml_dtypes.finfo(t).bits)  # type: ignore[no-untyped-call]
+    codes = np.arange(1 << bits, dtype=UINT[t.itemsize])  # the 6- and 4-bit formats: a byte's low bits
+    with np.errstate(invalid="ignore"):  # bf16's signalling NaN codes raise "invalid" when tested
+        return [int(c) for c in codes[np.isnan(codes.view(t))]]
+
+
+@pytest.mark.parametrize("fmt", [f for f in ORACLE_TYPES if f not in ("fp64", "fp32")])
+def test_formats_count_the_nan_codes(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """fn formats have one NaN code per sign, fnuz formats one in all (the code of -0), IEEE many."""
+    nans = _oracle_nan_codes(fmt)
+    assert run_json(capsys, "formats", fmt)["nan_codes"] == len(nans)
+    row = next(r for r in run_json(capsys, "formats") if r["name"] == fmt)
+    assert row["nan_codes"] == len(nans)
+    table_row = next(line for line in run_text(capsys, "formats").splitlines() if f" {fmt} " in f" {line} ")
+    assert table_row.split()[-1] == {0: "no", 1: "1", 2: "2"}.get(len(nans), "many")
+    detail = next(
+        line for line in run_text(capsys, "formats", fmt).splitlines() if line.split()[:1] == ["NaN"]
+    )
+    if len(nans) in (1, 2):
+        assert detail.split()[1] == str(len(nans))
+        for code in nans:
+            assert f"0x{code:02X}" in detail
+    if fmt.endswith("fnuz"):
+        assert nans == [0x80]  # one NaN in all: the code of -0
+        assert "one in all" in run_text(capsys, "formats")
+    if fmt == "float8_e4m3fn":
+        assert nans == [0x7F, 0xFF]  # one per sign
+    assert "per sign)" not in run_text(capsys, "formats")  # the old note said so of every finite format
+
+
 # ---- demo ---------------------------------------------------------------------------------------
 def test_demo_runs_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     text = run_text(capsys, "demo")

@@ -333,3 +333,186 @@ def test_page_code_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# ---- the README: every command and code block runs as shown ----------------------------------------
+README = DOCS.parent / "README.md"
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """The README's fenced blocks, in order: (language, body)."""
+    return [(m.group(1), m.group(2)) for m in _FENCE.finditer(README.read_text(encoding="utf-8"))]
+
+
+def shell_commands(body: str) -> list[tuple[list[str], list[str]]]:
+    """A terminal block split into its commands: (``$`` line as argv, the output lines shown after
+    it). A line ending in a backslash goes on on the next one, as in a shell."""
+    import shlex
+
+    out: list[tuple[list[str], list[str]]] = []
+    lines = body.splitlines()
+    i = 0
+    while i < len(lines):
+        assert lines[i].startswith("$ "), f"README: expected a command, got {lines[i]!r}"
+        command = lines[i][2:]
+        while command.endswith("\\"):
+            i += 1
+            command = command[:-1] + lines[i]
+        i += 1
+        shown = []
+        while i < len(lines) and not lines[i].startswith("$ "):
+            shown.append(lines[i])
+            i += 1
+        out.append((shlex.split(command), shown))
+    return out
+
+
+def shown_matches(shown: list[str], printed: str) -> bool:
+    """The printed text is what the README shows, line for line (trailing blanks aside), where a
+    line ``...`` alone stands for any number of lines cut from the listing."""
+    pattern = "".join(
+        r"(?:[^\n]*\n)*?" if line.strip() == "..." else re.escape(line.rstrip()) + r"[ \t]*\n"
+        for line in shown
+    )
+    return (
+        re.fullmatch(pattern, printed if printed.endswith("\n") or not printed else printed + "\n")
+        is not None
+    )
+
+
+def test_the_readme_matcher() -> None:
+    assert shown_matches(["a", "...", "d"], "a\nb\nc\nd\n")
+    assert shown_matches(["a", "...", "b"], "a\nb\n")
+    assert shown_matches(["a  "], "a\n")
+    assert not shown_matches(["a", "d"], "a\nb\nd\n")
+    assert not shown_matches(["a", "...", "d"], "a\nb\nc\n")
+    assert not shown_matches(["a.c"], "abc\n")
+    assert shell_commands("$ floatlab a \\\n      --b c\nout\n$ floatlab d 'e f'\n") == [
+        (["floatlab", "a", "--b", "c"], ["out"]),
+        (["floatlab", "d", "e f"], []),
+    ]
+
+
+@pytest.mark.slow
+def test_the_readme_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command of the README prints, on stdout and nothing on stderr, what the README shows
+    after it, and every Python block runs pasted as it is, in order, in a fresh directory: a code
+    block followed by an untitled block without commands prints that block."""
+    import contextlib
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    blocks = readme_blocks()
+    # the first block is the set-up: `make demo` and `make test` create .venv, install and run the
+    # suite (this test among it); they are targets of the Makefile
+    assert blocks[0] == ("", "make demo\nmake test\n")
+    makefile = (DOCS.parent / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^demo:", makefile, re.MULTILINE)
+    assert re.search(r"^test:", makefile, re.MULTILINE)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    printed: str | None = None
+    n_commands = n_python = 0
+    for lang, body in blocks[1:]:
+        if lang == "python":
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(body, f"README.md (Python block {n_python + 1})", "exec"), namespace)
+            printed, n_python = out.getvalue(), n_python + 1
+            continue
+        assert lang == "", f"README: a block in {lang!r}"
+        if body.startswith("$ "):
+            for argv, shown in shell_commands(body):
+                assert argv[0] == "floatlab", argv
+                status, out_text, err = commands.run_floatlab(argv[1:], tmp_path)
+                assert (status, err) == (0, ""), (argv, status, err)
+                assert shown_matches(shown, out_text), f"{' '.join(argv)} printed:\n{out_text}"
+                n_commands += 1
+        else:  # the output of the Python block above it
+            assert printed is not None, "README: an output block with no code before it"
+            assert shown_matches(body.splitlines(), printed), f"the Python block printed:\n{printed}"
+        printed = None
+    assert n_commands >= 8
+    assert n_python >= 2
+
+
+# ---- facts the concept pages state, against independent oracles ------------------------------------
+def _page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def test_fp16_flushes_at_or_below_2_to_the_minus_25_as_the_pages_say() -> None:
+    """Values between 2^-25 and 2^-24 round up to 2^-24; only those at or below 2^-25 flush (NumPy's
+    float16 cast, round to nearest even, is the oracle)."""
+    between = np.array([np.nextafter(2.0**-25, 1), 1.5 * 2.0**-25, np.nextafter(2.0**-24, 0)])
+    assert (between.astype(np.float16) == np.float16(2.0**-24)).all()
+    assert np.array([2.0**-25, 2.0**-26]).astype(np.float16).tolist() == [0.0, 0.0]  # a tie goes to 0
+    assert floatlab.FP16.smallest_subnormal == 2.0**-24
+    for name in ("concepts/formats.md", "concepts/loss-scaling.md", "concepts/underflow.md"):
+        text = " ".join(_page(name).split())
+        assert not re.search(r"below (fp16's smallest subnormal, )?2\^-24[^.]*flush", text), name
+        assert "2^-25" in text, name
+
+
+def test_the_fnuz_ranges_as_the_formats_page_says() -> None:
+    """The larger bias halves the bottom of the range; the top stays (e5m2) or falls to 240 (e4m3)."""
+    fi = {
+        n: _finfo(getattr(ml_dtypes, n))
+        for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    }
+    for ieee, fnuz in (("float8_e4m3fn", "float8_e4m3fnuz"), ("float8_e5m2", "float8_e5m2fnuz")):
+        assert float(fi[fnuz].smallest_normal) == float(fi[ieee].smallest_normal) / 2
+        assert float(fi[fnuz].smallest_subnormal) == float(fi[ieee].smallest_subnormal) / 2
+    assert float(fi["float8_e5m2fnuz"].max) == float(fi["float8_e5m2"].max) == 57344
+    assert (float(fi["float8_e4m3fnuz"].max), float(fi["float8_e4m3fn"].max)) == (240, 448)
+    section = " ".join(_page("concepts/formats.md").split("## fp8 FNUZ")[1].split("\n## ")[0].split())
+    for fact in ("one NaN code in all", "both reach 57344", "reaches 240 where float8_e4m3fn reaches 448"):
+        assert fact in section
+    assert "shifts the range down by one binade" not in section
+
+
+def test_the_tensor_core_row_states_the_cost_of_the_fp16_inputs() -> None:
+    """The concepts index does not call an fp16 GEMM nearly as accurate as fp32: its inputs err by
+    up to fp16's unit roundoff, 2^-11 (the tensor-cores page measures it in a code cell)."""
+    row = next(line for line in _page("concepts/index.md").splitlines() if "{doc}`tensor-cores`" in line)
+    assert "nearly as accurate" not in row
+    assert "2^-11" in row
+    assert "2^-24" in row
+    assert floatlab.FP16.unit_roundoff == 2.0**-11 == float(np.finfo(np.float16).eps) / 2
+    assert "assert abs(np.log2(errors[" in _page("concepts/tensor-cores.md")
+
+
+def test_the_docs_index_leads_to_every_howto() -> None:
+    toctree = _page("howto/index.md").split("```{toctree}")[1].split("```")[0]
+    pages = [line.strip() for line in toctree.splitlines()[1:] if line.strip() and not line.startswith(":")]
+    assert "mx-block-scaling" in pages
+    start = _page("index.md").split("## Where to start")[1].split("\n## ")[0]
+    for page in pages:
+        assert f"(howto/{page}.md)" in start, page
+
+
+def test_the_dynamic_scalers_of_the_scale_and_flush_figure_never_move() -> None:
+    """The loss-scaling page says so of its figure's runs: 96 steps, no overflow, and growth only
+    after 2000 clean steps."""
+    import floatlab.train as ft
+
+    # the figure's runs (64 hidden units), and the README's and getting-started's `floatlab compare
+    # ... --data underflow --epochs 3` (the default MLP)
+    default = ft.TrainConfig().hidden
+    for scaler, init, hidden in (
+        ("torch", 2.0**16, (64,)),
+        ("mindspore", 2.0**24, (64,)),
+        ("torch", 2.0**16, default),
+    ):
+        h = ft.train(
+            "mlp", "underflow", "mixed-fp16", epochs=3, seed=0, policy={"scaler": scaler}, hidden=hidden
+        )
+        assert ft.LossScaler.preset(scaler).growth_interval == 2000
+        assert h.summary()["steps"] == 96
+        assert h.summary()["skipped_steps"] == 0
+        assert set(h.column("scale").tolist()) == {init}
+    caption = " ".join(_page("concepts/loss-scaling.md").split("scale-and-flush")[1].split("```")[0].split())
+    assert "never move in these 96 steps" in caption
+    assert "more than these 96" in " ".join(README.read_text(encoding="utf-8").split())
+    assert "never moves in these 96 steps" in " ".join(_page("getting-started.md").split())
+    assert "2000 clean steps" in caption

@@ -125,3 +125,70 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
     assert not stderr, f"{path.name} wrote to stderr (warnings?):\n" + "\n".join(stderr)
     has_widget = any("floatlab.widgets import" in _source(c) for c in nb.cells if c.cell_type == "code")
     assert (widgets > 0) == has_widget, f"{path.name}: {widgets} widget outputs"
+
+
+# lessons whose exercises follow the predict-then-run pattern, at least three each
+EXERCISED = ("05-", "06-", "08-", "09-", "10-")
+
+
+def exercise_problems(nb: dict[str, Any], least: int = 3) -> list[str]:
+    """What is missing from a lesson's exercises: each a question (a markdown cell naming
+    "**Exercise"), then an empty code cell for the learner, then the answer in a ``<details>`` block
+    of a markdown cell, then a check cell with an assert; and a "Check your understanding" at the end,
+    before the last code cell."""
+    cells = nb.get("cells", [])
+    problems, found = [], 0
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "markdown" or "**Exercise" not in _source(cell):
+            continue
+        found += 1
+        kinds = [(c.get("cell_type"), _source(c)) for c in cells[i + 1 : i + 4]]
+        if len(kinds) < 3:
+            problems.append(f"exercise at cell {i}: not followed by a try, an answer and a check")
+            continue
+        (k1, s1), (k2, s2), (k3, s3) = kinds
+        if k1 != "code" or s1.strip():
+            problems.append(f"exercise at cell {i}: the next cell should be an empty code cell")
+        if k2 != "markdown" or "<details>" not in s2:
+            problems.append(f"exercise at cell {i}: the answer should follow in a <details> block")
+        if "<details>" in _source(cell):
+            problems.append(f"exercise at cell {i}: the answer sits in the question's cell")
+        if k3 != "code" or "assert " not in s3:
+            problems.append(f"exercise at cell {i}: no check cell with an assert after the answer")
+    if found < least:
+        problems.append(f"{found} exercise(s), expected at least {least}")
+    headings = [i for i, c in enumerate(cells) if "## Check your understanding" in _source(c)]
+    code = [i for i, c in enumerate(cells) if c.get("cell_type") == "code"]
+    if not headings or not code or headings[-1] > code[-1]:
+        problems.append("no 'Check your understanding' before the last code cell")
+    return problems
+
+
+def test_exercise_check_catches_a_bad_exercise() -> None:
+    def cell(kind: str, source: str) -> dict[str, Any]:
+        return {"cell_type": kind, "source": source}
+
+    good = [
+        cell("markdown", "**Exercise 1.** Predict."),
+        cell("code", ""),
+        cell("markdown", "<details><summary>Answer</summary>\n2\n</details>"),
+        cell("code", "assert 1 + 1 == 2"),
+    ]
+    end = [cell("markdown", "## Check your understanding"), cell("code", "assert True")]
+    assert exercise_problems({"cells": good + end}, least=1) == []
+    assert exercise_problems({"cells": good + end}, least=2) == ["1 exercise(s), expected at least 2"]
+    no_try = [good[0], good[2], good[3], cell("code", "assert True")]
+    assert len(exercise_problems({"cells": no_try + end}, least=1)) == 2
+    together = [cell("markdown", "**Exercise 1.** <details>x</details>"), *good[1:]]
+    assert exercise_problems({"cells": together + end}, least=1) == [
+        "exercise at cell 0: the answer sits in the question's cell"
+    ]
+    assert exercise_problems({"cells": good}, least=1) == [
+        "no 'Check your understanding' before the last code cell"
+    ]
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name.startswith(EXERCISED)], ids=lambda p: p.stem)
+def test_exercises_follow_predict_then_run(path: Path) -> None:
+    problems = exercise_problems(_load(path))
+    assert not problems, f"{path.name}: {'; '.join(problems)}"

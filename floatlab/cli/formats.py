@@ -60,10 +60,32 @@ def _g(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _nan_word(fmt: FloatFormat) -> str:
+def _nan_count(fmt: FloatFormat) -> int:
+    """How many codes of ``fmt`` are NaN."""
     if not fmt.has_nan:
+        return 0
+    if fmt.encoding == "ieee":
+        return 2 * ((1 << fmt.mantissa_bits) - 1)  # top exponent, any nonzero fraction, either sign
+    # fn: all bits below the sign set, once per sign; fnuz: the code of -0 alone, so one in all
+    return 2 if fmt.encoding == "fn" else 1
+
+
+def _nan_word(fmt: FloatFormat) -> str:
+    n = _nan_count(fmt)
+    return "no" if n == 0 else "many" if fmt.encoding == "ieee" else str(n)
+
+
+def _nan_detail(fmt: FloatFormat) -> str:
+    n = _nan_count(fmt)
+    if n == 0:
         return "no"
-    return "yes" if fmt.encoding == "ieee" else "one"
+    if fmt.encoding == "ieee":
+        return f"yes, {n:,} codes (the top exponent with a nonzero fraction, either sign)"
+    nan = fmt.nan_code
+    assert nan is not None
+    if n == 2:
+        return f"2 codes, one per sign ({hex_code(nan, fmt)} and {hex_code(nan | fmt.sign_mask, fmt)})"
+    return f"1 code in all ({hex_code(nan, fmt)}, the code of -0)"
 
 
 def _pow2(k: int) -> str:
@@ -100,6 +122,7 @@ def _summary(fmt: FloatFormat) -> dict[str, Any]:
         "decimal_digits": fmt.decimal_digits,
         "has_inf": fmt.has_inf,
         "has_nan": fmt.has_nan,
+        "nan_codes": _nan_count(fmt),
         "has_negative_zero": fmt.has_negative_zero,
     }
 
@@ -143,7 +166,10 @@ def formats_table_view(*, color: bool = False) -> View:
         for f in FORMATS.values()
     ]
     text = table(header, rows, align="<>>>>>>>>><<", color=color)
-    note = "  digits: decimal digits always kept; NaN 'one': a single NaN code (per sign)"
+    note = (
+        "  digits: decimal digits always kept\n"
+        "  NaN: how many codes are NaN: 2, one per sign; 1, one in all (the code of -0); many (IEEE)"
+    )
     return View(text + "\n" + dim(note, color), [_summary(f) for f in FORMATS.values()])
 
 
@@ -195,7 +221,7 @@ def format_detail_view(fmt: FloatFormat | str, *, color: bool = False) -> View:
         ("smallest subnormal", _exact_words(f.smallest_subnormal_exact) if f.mantissa_bits else "none"),
         ("dynamic range", f"{f.dynamic_range_log2} binades"),
         ("infinities", "yes" if f.has_inf else "no"),
-        ("NaN", {"no": "no", "yes": "yes, many codes", "one": "one code"}[_nan_word(f)]),
+        ("NaN", _nan_detail(f)),
         ("negative zero", "yes" if f.has_negative_zero else "no"),
     ]
     width = max(len(k) for k, _ in props)
