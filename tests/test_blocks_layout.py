@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from floatlab.blocks import mx_block_reference, mx_quantize, mx_round
+from floatlab.blocks import get_mx_format, mx_block_reference, mx_quantize, mx_round
 
 FORMATS = [("mxfp8_e4m3", "floor"), ("mxfp4_e2m1", "rceil"), ("mxfp6_e3m2", "floor"), ("nvfp4", None)]
 
@@ -133,3 +133,28 @@ def test_empty_and_scalar_inputs() -> None:
 def test_bad_axes_are_one_value_error(axis: object, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         mx_quantize(np.ones((4, 4)), "mxfp8_e4m3", axis=axis)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "mode"), [*FORMATS, ("mxfp8_e5m2", "rceil"), ("mxfp6_e2m3", None)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fake_quantization_equals_the_dequantized_codes(name: str, mode: str | None, dtype: type) -> None:
+    """mx_round's one pass (no codes) and encode_blocks' values pass give the values that the
+    codes and scales stand for (decode_array times the scales, in float64), NaN blocks included."""
+    from floatlab.rounding import encode_blocks, round_blocks
+
+    rng = np.random.default_rng(7)
+    x = _data(rng, (6, 40, 33)).astype(dtype)
+    x[0, 3, 4] = np.nan
+    x[2, 0, 0] = -np.inf
+    x[4, :, :] *= 2.0**-120  # tiny blocks: scales near the bottom of E8M0
+    for axis in (-1, 1, (1, 2)):
+        for rounding, seed in (("rne", None), ("rtz", None), ("stochastic", 5)):
+            kw = {"scale_mode": mode, "rounding": rounding, "rng": seed, "axis": axis}
+            q = mx_quantize(x, name, **kw)  # type: ignore[arg-type]
+            want = q.dequantize().astype(dtype)
+            np.testing.assert_array_equal(mx_round(x, name, **kw), want)  # type: ignore[arg-type]
+    f = get_mx_format(name)
+    rule = "e4m3" if f.scale == "e4m3" else mode or "floor"
+    b = encode_blocks(np.ascontiguousarray(x), f.element, f.block_size, "rup", values=True, scale=rule)
+    assert b.values is not None
+    np.testing.assert_array_equal(b.values, round_blocks(x, f.element, f.block_size, "rup", scale=rule))

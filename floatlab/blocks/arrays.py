@@ -22,7 +22,7 @@ import numpy.typing as npt
 from floatlab.blocks.formats import E8M0_BIAS, E8M0_NAN, SCALE_MODES, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.formats import get_format
-from floatlab.rounding import as_float_array, check_rounding, encode_blocks, round_array
+from floatlab.rounding import as_float_array, check_rounding, encode_blocks, round_array, round_blocks
 from floatlab.text import percent
 
 __all__ = ["BlockArray", "MXArray", "QuantError", "mx_quantize", "mx_round"]
@@ -260,57 +260,19 @@ def mx_quantize(
     >>> mx_quantize(np.ones((32, 48)), "nvfp4", axis=(0, 1)).scale_codes.shape   # 16 x 16 tiles
     (2, 3)
     """
-    return _quantize(x, fmt, axis, rounding, rng, block_size, scale_mode, tensor_scale, values=False)[0]
-
-
-def _quantize(
-    x: npt.ArrayLike,
-    fmt: BlockFormat | str,
-    axis: Axis,
-    rounding: str,
-    rng: np.random.Generator | int | None,
-    block_size: int | None,
-    scale_mode: str | None,
-    tensor_scale: float | None,
-    values: bool,
-) -> tuple[BlockArray, npt.NDArray[Any] | None]:
-    """The work of :func:`mx_quantize` (and, with ``values``, the dequantized values in the
-    loop's dtype, float32 or float64), the blocks laid over the last axes of a view of ``x``."""
-    a = np.atleast_1d(as_float_array(x)[0])
-    f = get_mx_format(fmt, block_size)
+    lay = _Layout(x, fmt, axis, block_size, scale_mode, tensor_scale)
     mode = check_rounding(rounding)
-    rule = _scale_rule(f, scale_mode, tensor_scale)
-    ax = _check_axis(axis, a.ndim)
-    work = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)  # (fp16, bf16: exact)
-    k = f.block_size
-    shape = a.shape
-    if isinstance(ax, int):
-        lead, n, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])
-        view = work.reshape(lead, n) if inner == 1 else work.reshape(lead, n, inner)
-        bs: int | tuple[int, int] = k if inner == 1 else (k, 1)
-    else:
-        view = (
-            work if ax == (a.ndim - 2, a.ndim - 1) else np.ascontiguousarray(np.moveaxis(work, ax, (-2, -1)))
-        )
-        bs = (k, k)
+    f = lay.format
     b = encode_blocks(
-        view, f.element, bs, mode, rng=rng, values=values, scale=rule, tensor_scale=tensor_scale
+        lay.view, f.element, lay.block, mode, rng=rng, scale=lay.rule, tensor_scale=tensor_scale
     )
-
-    def back(arr: npt.NDArray[Any], cut: int) -> npt.NDArray[Any]:
-        """``arr`` (laid out as the view, its blocked axes cut into ``cut``-sized blocks) in x's layout."""
-        if isinstance(ax, int):
-            return arr.reshape(*shape[:ax], -(-shape[ax] // cut), *shape[ax + 1 :])
-        moved = arr if view is work else np.moveaxis(arr, (-2, -1), ax)
-        return np.ascontiguousarray(moved)
-
-    scales = back(b.scale_codes, k)
+    scales = lay.back(b.scale_codes, f.block_size)
     nan_code = (_E4M3.nan_code or 0) if f.scale == "e4m3" else E8M0_NAN
-    q = BlockArray(
+    return BlockArray(
         format=f,
-        axis=ax,
+        axis=lay.axis,
         scale_codes=scales,
-        element_codes=back(b.element_codes, 1),
+        element_codes=lay.back(b.element_codes, 1),
         inexact=b.inexact,
         nonzero=b.nonzero,
         flushed=b.flushed,
@@ -318,10 +280,50 @@ def _quantize(
         clamped=b.overflow,
         nan_blocks=int(np.count_nonzero(scales == nan_code)),
         rounding=mode,
-        scale_mode=rule,
+        scale_mode=lay.rule,
         tensor_scale=b.tensor_scale,
     )
-    return q, None if b.values is None else back(b.values, 1)
+
+
+class _Layout:
+    """How the blocks of ``fmt`` along ``axis`` lie over the last axes of a view of ``x``: the
+    view (float32 or float64), the block shape and the scale rule for
+    :func:`floatlab.rounding.encode_blocks`, and the way back to x's layout."""
+
+    def __init__(
+        self,
+        x: npt.ArrayLike,
+        fmt: BlockFormat | str,
+        axis: Axis,
+        block_size: int | None,
+        scale_mode: str | None,
+        tensor_scale: float | None,
+    ) -> None:
+        a = np.atleast_1d(as_float_array(x)[0])
+        self.format = f = get_mx_format(fmt, block_size)
+        self.rule = _scale_rule(f, scale_mode, tensor_scale)
+        self.axis = ax = _check_axis(axis, a.ndim)
+        self.work = work = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)  # (exact)
+        self.shape = shape = a.shape
+        k = f.block_size
+        self.block: int | tuple[int, int]
+        if isinstance(ax, int):
+            lead, n, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])
+            self.view = work.reshape(lead, n) if inner == 1 else work.reshape(lead, n, inner)
+            self.block = k if inner == 1 else (k, 1)
+        else:
+            last_two = ax == (a.ndim - 2, a.ndim - 1)
+            self.view = work if last_two else np.ascontiguousarray(np.moveaxis(work, ax, (-2, -1)))
+            self.block = (k, k)
+
+    def back(self, arr: npt.NDArray[Any], cut: int) -> npt.NDArray[Any]:
+        """``arr`` (laid out as the view, its blocked axes cut into ``cut``-sized blocks) in x's
+        layout."""
+        ax, shape = self.axis, self.shape
+        if isinstance(ax, int):
+            return arr.reshape(*shape[:ax], -(-shape[ax] // cut), *shape[ax + 1 :])
+        moved = arr if self.view is self.work else np.moveaxis(arr, (-2, -1), ax)
+        return np.ascontiguousarray(moved)
 
 
 def mx_round(
@@ -346,9 +348,18 @@ def mx_round(
     array([1., 0., 8.], dtype=float32)
     """
     a, src = as_float_array(x)  # integers and booleans become float64
-    _, out = _quantize(a, fmt, axis, rounding, rng, block_size, scale_mode, tensor_scale, values=True)
-    assert out is not None
-    out = out.reshape(a.shape)
+    lay = _Layout(a, fmt, axis, block_size, scale_mode, tensor_scale)
+    f = lay.format
+    values = round_blocks(
+        lay.view,
+        f.element,
+        lay.block,
+        check_rounding(rounding),
+        rng=rng,
+        scale=lay.rule,
+        tensor_scale=tensor_scale,
+    )
+    out = lay.back(values, 1).reshape(a.shape)
     if out.dtype != a.dtype:  # float16 or bfloat16: the float32 values rounded into it, as a cast
         out = round_array(out, src).astype(a.dtype)
     return out

@@ -17,7 +17,9 @@ The element functions (``_core``, ``_encode_one``, ``_decode_one``, ``_random32`
 ``_flags_one``) are plain Python until :func:`compile_into` wraps them: for the CPU here, and
 for CUDA by :mod:`floatlab.rounding.cuda`, which binds the same functions to device functions.
 The loops and the element functions stay in this one file: numba's cache notices a change in
-the file of a loop, not in the files of the functions it inlines.
+the file of a loop, not in the files of the functions it inlines (the block loops of
+:mod:`floatlab.rounding._block_kernels`, which inline them too, are compiled under names that
+carry a fingerprint of this file).
 """
 
 from __future__ import annotations
@@ -45,16 +47,10 @@ _mix32: Any = None
 _flags_one: Any = None
 _bf16: Any = None
 _step: Any = None
-_f32: Any = None
-_bits32: Any = None
-_tile: Any = None
-_e8m0_rule: Any = None
 
 #: the element functions, bound per target (CPU here, CUDA in floatlab.rounding.cuda)
 ELEMENT_FUNCTIONS = ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one")
 INTRINSICS = ("_u", "_s", "_shl", "_shr", "_clz")
-#: the pieces of the block loops (CPU only)
-BLOCK_FUNCTIONS = ("_tile", "_e8m0_rule")
 
 
 # ---- intrinsics: integer operations that keep the lane width ----------------------------------
@@ -130,29 +126,6 @@ def _unhalf_typer(typingctx: Any, code: Any) -> Any:
         return builder.bitcast(builder.fpext(h, ir.FloatType()), ir.IntType(32))
 
     return types.uint32(code), codegen
-
-
-def _f32_typer(typingctx: Any, bits: Any) -> Any:
-    """The float32 whose bit pattern is ``bits`` (a uint32, or the low half of a wider lane)."""
-    from llvmlite import ir
-    from numba.core import types
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        b = context.cast(builder, args[0], sig.args[0], types.uint32)
-        return builder.bitcast(b, ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-def _bits32_typer(typingctx: Any, f: Any) -> Any:
-    """The bit pattern (uint32) of the float32 ``f``."""
-    from llvmlite import ir
-    from numba.core import types
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
 
 
 def _clz_typer(typingctx: Any, a: Any) -> Any:
@@ -483,265 +456,6 @@ def _general_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: boo
         out[i] = _decode_one(r.code, r.sign, z, d, True) if to_input else r.code
 
 
-# ---- block scaling: a strip of blocks per work item --------------------------------------------
-# The array is a C-contiguous (outer, R, C) view; a block is br rows by bc columns of it (1 x k:
-# blocks along the last axis; k x 1: down a middle axis; k x k: 2-d tiles). A work item is one
-# strip of br rows and ``chunk`` columns (whole blocks), done in passes that each run along
-# contiguous memory: the columns' largest magnitudes, the block scales (a scalar rule per
-# block), the elements, the values. The per-block numbers are spread over per-column scratch, so
-# that the element loop never asks which block a value is in, and it touches three arrays only
-# (more, and LLVM stops vectorising it: its checks that the arrays do not overlap grow past its
-# limit). The loops are written out in the kernels (LLVM vectorises a loop of the compiled
-# function itself, not one inlined from a helper), and every inner loop indexes a slice with
-# its own counter: an index such as ``row + c`` could be negative for all numba knows, and its
-# wrap-around check makes the loop scalar.
-def _tile_py(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
-    """Work item ``it``: (its strip's first value, rows r0..r1, columns c0..c1, first scale)."""
-    _, rows, cols = shape
-    br, bc = block
-    nbr = (rows + br - 1) // br
-    nbc = (cols + bc - 1) // bc
-    nch = (cols + chunk - 1) // chunk
-    o = it // (nbr * nch)
-    rest = it - o * (nbr * nch)
-    bi = rest // nch
-    c0 = (rest - bi * nch) * chunk
-    r0 = bi * br
-    return (
-        o * rows * cols + c0,
-        r0,
-        min(r0 + br, rows),
-        c0,
-        min(c0 + chunk, cols),
-        (o * nbr + bi) * nbc + c0 // bc,
-    )
-
-
-#: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
-#: is its E8M0 code, 255)
-NAN_SHIFT = 128
-
-
-def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
-    """The shared exponent of a block whose largest magnitude has the bits ``a``, or NAN_SHIFT
-    (see the E8M0 loop)."""
-    emax_e, rceil, max_frac = rule
-    m_in = p.in_mantissa_bits
-    ai = np.int64(a)
-    ex = ai >> m_in
-    # floor(log2(amax)) from the bit fields: the exponent, or a subnormal's highest set bit
-    hb = np.int64(_s(_clz(_u(0, z)) - _clz(a), z)) - 1  # (ctlz(0) is the lane width)
-    sub = ex == 0
-    top = hb - (p.in_bias - 1 + m_in) if sub else ex - p.in_bias
-    frac = ((ai << max(m_in - hb, 0)) if sub else ai) & ((1 << m_in) - 1)
-    # rceil: one binade more when amax's significand exceeds the element max's, so that the
-    # scale is amax / max rounded up to a power of two and nothing saturates
-    s = top - emax_e + ((rceil != 0) & (frac > max_frac))
-    s = -127 if ai == 0 else max(s, -127)
-    special = ai >= np.int64(p.in_exponent_mask) << m_in  # an inf or NaN in the block
-    # floor: a scale above 2^127 is the NaN scale; rceil saturates there
-    return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
-
-
-def _e8m0_blocks_kernel_py(
-    x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    table: Any, counts: Any, z: Any, pt: Any,
-) -> None:  # fmt: skip
-    """Block scaling with E8M0 (power-of-two) scales: the bits ``x`` (float32 or float64) of an
-    (outer, R, C) array in blocks of ``block`` = (br, bc), ``chunk`` columns per work item.
-
-    ``rule`` = (emax of the element, rceil, the element max's fraction in the input's fraction
-    bits). A block's shared exponent is floor(log2(amax)) - emax (the OCP rule, "floor"), plus one
-    under ``rceil`` when amax's significand exceeds the element max's; clamped below at -127;
-    above 127 it is the NaN scale (floor) or 127 (rceil). A block holding an inf or NaN gets the
-    NaN scale (255) and zero codes. Each value is rounded into the element format with its
-    exponent range moved by the shared exponent (no ``v / 2^s`` is formed, so nothing rounds on
-    the way). ``values`` (empty: not wanted) gets element value times scale from ``table`` (every
-    element code's value, in values' dtype); ``counts[it]`` the item's nonzero, flushed,
-    subnormal, inexact and saturated values over its finite blocks.
-    """
-    p = EncodeParams(*pt)
-    cols = shape[2]
-    bc = block[1]
-    one = _u(1, z)
-    mag_mask = _shr(_u(_u(0, z) - one, z), 1)
-    code_mag = _u(_shl(one, p.sign_bit) - one, z)
-    m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
-    key0 = _u(p.key0, np.uint32(0))
-    key1 = _u(p.key1, np.uint32(0))
-    for it in prange(counts.shape[0]):
-        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
-        w = c1 - c0
-        amax = np.zeros(w, x.dtype)
-        for r in range(r0, r1):
-            xs = x[base + r * cols : base + r * cols + w]
-            for c in range(w):
-                amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))  # (a NaN above inf above all)
-        nb = (w + bc - 1) // bc
-        shift_b = np.empty(nb, np.int32)
-        shift = np.empty(w, np.int32)
-        for b in range(nb):
-            seg = amax[b * bc : b * bc + bc]
-            a = _u(0, z)
-            for c in range(seg.size):
-                a = max(a, seg[c])
-            s = _e8m0_rule(a, z, p, rule)
-            shift_b[b] = s
-            scales[s0 + b] = s + 127  # (NAN_SHIFT + 127 is the NaN code, 255)
-            shift[b * bc : b * bc + bc] = s
-        n_nonzero = 0
-        n_flushed = 0
-        n_subnormal = 0
-        n_inexact = 0
-        n_saturated = 0
-        for r in range(r0, r1):
-            row = base + r * cols
-            xs = x[row : row + w]
-            cs = codes[row : row + w]
-            for c in range(w):
-                u = _u(xs[c], z)
-                rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                sh = shift[c]
-                res = _encode_one(u, z, rnd, p, sh)
-                ok = sh != NAN_SHIFT
-                code = res.code if ok else _u(0, z)
-                cs[c] = code
-                mag = _u(code & code_mag, z)
-                nonzero = ok & ((u & mag_mask) != 0)
-                n_nonzero += nonzero
-                n_flushed += nonzero & (mag == 0)
-                n_subnormal += ok & (mag != 0) & (_shr(mag, m_t) == 0)
-                n_inexact += ok & (res.inexact | res.overflow)
-                n_saturated += ok & res.overflow
-        counts[it, 0] = n_nonzero
-        counts[it, 1] = n_flushed
-        counts[it, 2] = n_subnormal
-        counts[it, 3] = n_inexact
-        counts[it, 4] = n_saturated
-        if values.size > 0:
-            scale = np.empty(w, values.dtype)
-            for b in range(nb):
-                s = shift_b[b]
-                scale[b * bc : b * bc + bc] = np.ldexp(1.0, s) if s != NAN_SHIFT else np.nan
-            for r in range(r0, r1):
-                row = base + r * cols
-                cs = codes[row : row + w]
-                vs = values[row : row + w]
-                for c in range(w):
-                    vs[c] = table[cs[c]] * scale[c]
-
-
-def _e4m3_blocks_kernel_py(
-    x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    table: Any, scale_table: Any, counts: Any, z: Any, pt: Any, ps: Any,
-) -> None:  # fmt: skip
-    """Block scaling with E4M3 scales over a float32 tensor scale (NVFP4), in float32 arithmetic
-    as NVIDIA's recipe and torchao's ``nvfp4_quantize`` compute it: the float32 bits ``x`` of an
-    (outer, R, C) array in blocks of ``block``, ``chunk`` columns per work item.
-
-    ``rule`` = (tensor scale t, fl(1 / t), the element's max, the smallest and largest block
-    scale), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
-    even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is fl(v * fl(fl(1 / t) /
-    scale)) rounded into the element format (``pt``, saturating). A block holding an inf or NaN
-    gets the NaN scale and zero codes. ``scale_table`` holds the float32 value of every E4M3 code
-    (NaN for the NaN code), ``table`` the float64 value of every element code; ``values`` and
-    ``counts`` as in the E8M0 loop, a value counting as inexact when element times block scale
-    times t differs from it.
-    """
-    p = EncodeParams(*pt)
-    q = EncodeParams(*ps)
-    t, inv_t, elem_max, lo, hi = rule
-    cols = shape[2]
-    bc = block[1]
-    one = _u(1, z)
-    mag_mask = _shr(_u(_u(0, z) - one, z), 1)
-    inf_bits = _u(_shl(_u(p.in_exponent_mask, z), p.in_mantissa_bits), z)
-    code_mag = _u(_shl(one, p.sign_bit) - one, z)
-    m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
-    key0 = _u(p.key0, np.uint32(0))
-    key1 = _u(p.key1, np.uint32(0))
-    for it in prange(counts.shape[0]):
-        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
-        w = c1 - c0
-        amax = np.zeros(w, x.dtype)
-        for r in range(r0, r1):
-            xs = x[base + r * cols : base + r * cols + w]
-            for c in range(w):
-                amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
-        nb = (w + bc - 1) // bc
-        rcp = np.empty(w, np.float32)
-        scale = np.empty(w, np.float64)
-        for b in range(nb):
-            seg = amax[b * bc : b * bc + bc]
-            a = _u(0, z)
-            for c in range(seg.size):
-                a = max(a, seg[c])
-            # fl(amax / max) / t, clamped: the block's decode scale relative to the tensor's
-            s = min(max((_f32(a) / elem_max) / t, lo), hi)
-            code = _encode_one(_bits32(s), z, np.uint32(0), q, 0).code if a < inf_bits else q.nan_base
-            scales[s0 + b] = code
-            s8 = scale_table[code]
-            r8 = inv_t / s8  # the recipe multiplies by this reciprocal, rounded once (NaN: a NaN block)
-            f = np.float64(s8) * np.float64(t)  # (exact: 4 by 24 bits)
-            rcp[b * bc : b * bc + bc] = r8
-            scale[b * bc : b * bc + bc] = f
-        n_nonzero = 0
-        n_flushed = 0
-        n_subnormal = 0
-        n_inexact = 0
-        n_saturated = 0
-        for r in range(r0, r1):
-            row = base + r * cols
-            xs = x[row : row + w]
-            cs = codes[row : row + w]
-            for c in range(w):
-                u = _u(xs[c], z)
-                rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                k = rcp[c]
-                res = _encode_one(_bits32(_f32(u) * k), z, rnd, p, 0)
-                ok = k == k
-                code = res.code if ok else _u(0, z)
-                cs[c] = code
-                mag = _u(code & code_mag, z)
-                nonzero = ok & ((u & mag_mask) != 0)
-                n_nonzero += nonzero
-                n_flushed += nonzero & (mag == 0)
-                n_subnormal += ok & (mag != 0) & (_shr(mag, m_t) == 0)
-                n_inexact += ok & (
-                    table[code] * scale[c] != np.float64(_f32(u))
-                )  # (exact: 2 by 4 by 24 bits)
-                n_saturated += ok & res.overflow
-        counts[it, 0] = n_nonzero
-        counts[it, 1] = n_flushed
-        counts[it, 2] = n_subnormal
-        counts[it, 3] = n_inexact
-        counts[it, 4] = n_saturated
-        if values.size > 0:
-            for r in range(r0, r1):
-                row = base + r * cols
-                cs = codes[row : row + w]
-                vs = values[row : row + w]
-                for c in range(w):
-                    vs[c] = table[cs[c]] * scale[c]
-
-
-def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
-    """out[i] = the largest magnitude bit pattern below ``inf_bits`` (the largest finite
-    magnitude) in chunk i of BLOCK_TILE values of ``x``: a tensor's amax, infinities and NaNs
-    left out."""
-    mag_mask = _shr(_u(_u(0, z) - _u(1, z), z), 1)
-    top = _u(inf_bits, z)
-    for i in prange(out.size):
-        xs = x[i * 4096 : i * 4096 + 4096]
-        m = _u(0, z)
-        for c in range(xs.size):
-            v = _u(xs[c] & mag_mask, z)
-            m = max(m, v if v < top else _u(0, z))
-        out[i] = m
-
-
 def _decode_kernel_py(c: Any, out: Any, z: Any, dt: Any) -> None:
     """Codes c into out (the bits of the output format, usually float64 as uint64)."""
     d = DecodeParams(*dt)
@@ -825,25 +539,15 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
 
     g = globals()
     g["prange"] = numba.prange
-    for name in (*INTRINSICS, "_half", "_unhalf", "_f32", "_bits32"):
+    for name in (*INTRINSICS, "_half", "_unhalf"):
         g[name] = intrinsic(g[name + "_typer"])
     # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
     # element functions as calls, and a loop with a call does not vectorise
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step", *BLOCK_FUNCTIONS):
+    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in (
-        "encode",
-        "round",
-        "full",
-        "general",
-        "decode",
-        "gather",
-        "e8m0_blocks",
-        "e4m3_blocks",
-        "finite_amax",
-    ):
+    for name in ("encode", "round", "full", "general", "decode", "gather"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     # the hardware conversions run at memory speed on one core: no threads to wake; the running
     # sums are serial by nature

@@ -3,8 +3,9 @@
 :func:`round_array` and :func:`encode_array` (and their twins that also count the IEEE flags)
 round every element exactly as the scalar reference :func:`~floatlab.rounding.round_scalar`
 does, on the CPU or, for a CuPy array, on its GPU. :func:`decode_array`'s kernel
-(:func:`decode_codes`), the MX block loop (:func:`encode_blocks`), the running sums of the
-accumulation simulator (:func:`running_sums`), the sums of a GEMM with a narrow accumulator
+(:func:`decode_codes`), the block-scaling loop of the MX formats and NVFP4
+(:func:`encode_blocks`, :func:`round_blocks`), the running sums of the accumulation simulator
+(:func:`running_sums`), the sums of a GEMM with a narrow accumulator
 (:func:`accumulate_products`) and the exact float64 arithmetic of the simulators
 (:func:`odd_sum`, :func:`odd_div`, :func:`odd_sqrt`, :func:`add_count`) are offered here as
 public building blocks, so that no other module compiles or calls the kernels itself.
@@ -49,6 +50,7 @@ __all__ = [
     "odd_sum",
     "round_array",
     "round_array_with_flags",
+    "round_blocks",
     "running_sums",
 ]
 
@@ -349,9 +351,9 @@ BLOCK_SCALES = ("floor", "rceil", "e4m3")
 #: an E4M3 block scale lies between E4M3's smallest normal and its largest value, as torchao
 #: clamps it (``nvfp4_quantize``)
 E4M3_SCALE_RANGE = (2.0**-6, 448.0)
-#: a tensor scale lies here: at least 2^-122, so that 1 / (tensor scale x smallest block scale)
+#: a tensor scale lies here: at least 2^-121, so that 1 / (tensor scale x smallest block scale)
 #: is still a float32
-TENSOR_SCALE_RANGE = (2.0**-122, 2.0**127)
+TENSOR_SCALE_RANGE = (2.0**-121, 2.0**127)
 _E4M3 = get_format("float8_e4m3fn")
 
 
@@ -404,7 +406,7 @@ def _tensor_scale(bits32: np.ndarray, element: FloatFormat, tensor_scale: float 
         raise ValueError(f"tensor_scale={tensor_scale!r}: expected None or a number")
     t = float(round_array(np.float64(tensor_scale), FP32))
     if not lo <= t <= hi:
-        raise ValueError(f"tensor_scale={tensor_scale!r}: expected a number from 2^-122 to 2^127")
+        raise ValueError(f"tensor_scale={tensor_scale!r}: expected a number from 2^-121 to 2^127")
     return t
 
 
@@ -456,6 +458,64 @@ def encode_blocks(
     >>> round(b.tensor_scale * 2688, 6), fl.decode_array(b.scale_codes, "e4m3fn").tolist()   # 448 = 2688 / 6
     (3.0, [448.0])
     """
+    run = _run_blocks(
+        rows, element, block_size, rounding, rng, scale, tensor_scale, values=values, codes=True
+    )
+    codes, scales, vals, (nonzero, flushed, subnormal, inexact, overflow), t, scale_shape = run
+    assert codes is not None
+    back = None if vals is None else vals.reshape(rows.shape)
+    return BlockCodes(
+        codes.reshape(rows.shape),
+        scales.reshape(scale_shape),
+        back,
+        nonzero,
+        flushed,
+        subnormal,
+        inexact,
+        overflow,
+        t,
+    )
+
+
+def round_blocks(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int | tuple[int, int],
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    scale: str = "floor",
+    tensor_scale: float | None = None,
+) -> np.ndarray:
+    """The values of :func:`encode_blocks` alone (quantized and dequantized: "fake quantization"),
+    in rows' dtype, in one compiled pass that forms no codes and counts nothing: the same values,
+    as fast as the loop can go. Arguments as :func:`encode_blocks`.
+
+    >>> import floatlab as fl
+    >>> round_blocks(np.array([1.0, 0.3, 7.0], np.float32), fl.get_format("e2m1"), 32).tolist()
+    [1.0, 0.5, 6.0]
+    >>> round_blocks(np.array([1.0, 0.3, 7.0], np.float32), fl.get_format("e2m1"), 32, scale="rceil").tolist()
+    [1.0, 0.0, 8.0]
+    """
+    run = _run_blocks(rows, element, block_size, rounding, rng, scale, tensor_scale, values=True, codes=False)
+    vals: np.ndarray = run[2]
+    return vals.reshape(rows.shape)
+
+
+def _run_blocks(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int | tuple[int, int],
+    rounding: str,
+    rng: RNG,
+    scale: str,
+    tensor_scale: float | None,
+    *,
+    values: bool,
+    codes: bool,
+) -> tuple[Any, ...]:
+    """Check, plan and run the block loop: (codes, scales, values, counts, tensor scale, the
+    scales' shape)."""
     options = RoundingOptions.make(rounding, rng=rng, saturate=True)
     if not isinstance(rows, np.ndarray) or rows.dtype not in (np.float64, np.float32) or rows.ndim < 1:
         what = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
@@ -475,7 +535,6 @@ def encode_blocks(
     r, c = (shape[-2], shape[-1]) if two_d else (1, shape[-1])
     outer = int(np.prod(lead))
     scale_shape = (*lead, -(-r // br), -(-c // bc)) if two_d else (*lead, -(-c // bc))
-    table = decode_codes(np.arange(2**element.bits, dtype=np.uint8), element)
     t = 1.0
     rule: tuple[Any, ...]
     if scale == "e4m3":
@@ -490,17 +549,17 @@ def encode_blocks(
         rule = (t32, np.float32(1) / t32, np.float32(element.max), lo, hi)
         p = encode_params(FP32, element, options, lanes=32)
         ps = encode_params(FP32, _E4M3, RoundingOptions(), lanes=32)
-        scale_table = decode_codes(np.arange(256, dtype=np.uint8), _E4M3).astype(np.float32)
         out = cpu.run_blocks(
             bits,
             (outer, r, c),
             (br, bc),
             rule,
             p,
-            table,
+            decode_params(element, FP32, 32),
             rows.dtype if values else None,
+            codes=codes,
             ps=ps,
-            scale_table=scale_table,
+            d8=decode_params(_E4M3, FP32, 32),
         )
     else:
         src = FP32 if rows.dtype == np.float32 else FP64
@@ -511,18 +570,13 @@ def encode_blocks(
         p = encode_params(src, element, options, lanes=src.bits, full=True)
         bits = rows.reshape(-1).view(np.uint32 if src is FP32 else np.uint64)
         out = cpu.run_blocks(
-            bits, (outer, r, c), (br, bc), rule, p, table.astype(rows.dtype), rows.dtype if values else None
+            bits,
+            (outer, r, c),
+            (br, bc),
+            rule,
+            p,
+            decode_params(element, src, src.bits),
+            rows.dtype if values else None,
+            codes=codes,
         )
-    codes, scales, vals, (nonzero, flushed, subnormal, inexact, overflow) = out
-    back = None if vals is None else vals.reshape(shape)
-    return BlockCodes(
-        codes.reshape(shape),
-        scales.reshape(scale_shape),
-        back,
-        nonzero,
-        flushed,
-        subnormal,
-        inexact,
-        overflow,
-        t,
-    )
+    return (*out, t, scale_shape)

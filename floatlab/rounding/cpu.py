@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from floatlab.formats import FP64, FloatFormat
+from floatlab.rounding._block_kernels import TILE
 from floatlab.rounding._jit import launch, loop
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
 from floatlab.rounding.plan import Plan, widen16
@@ -188,33 +189,32 @@ def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
     return out.reshape(w.shape), int(intended), int(changed), int(nonfinite)
 
 
-#: values per work item of the block loops: a strip of blocks that stays in the first-level cache
-BLOCK_TILE = 4096
-
-
 def run_blocks(
     bits: np.ndarray,
     shape: tuple[int, int, int],
     block: tuple[int, int],
     rule: tuple[Any, ...],
     p: EncodeParams,
-    table: np.ndarray,
+    d: DecodeParams,
     values: Any = None,
     *,
+    codes: bool = True,
     ps: EncodeParams | None = None,
-    scale_table: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int, int, int, int]]:
+    d8: DecodeParams | None = None,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, tuple[int, int, int, int, int]]:
     """Block scaling of the bit patterns ``bits`` (float32 as uint32, float64 as uint64) of a
     C-contiguous array of ``shape`` (outer, R, C) in blocks of ``block`` (br rows, bc columns):
     element codes (uint8, flat), scale codes (uint8, flat over (outer, ceil(R / br),
     ceil(C / bc))), the dequantized values in the dtype ``values`` (None: not wanted) and the
-    counts (nonzero, flushed, subnormal, inexact, saturated) over the blocks with a finite scale.
+    counts (nonzero, flushed, subnormal, inexact, saturated) over the blocks with a finite scale;
+    without ``codes``, the values alone (no codes, zero counts: one pass, for fake quantization).
 
     Without ``ps`` the scales are E8M0 and ``rule`` is (element emax, rceil, the element max's
-    fraction); with ``ps`` (float32 into E4M3) they are E4M3 codes over a tensor scale and
-    ``rule`` holds five float32 numbers (see the loops in :mod:`floatlab.rounding._kernels`).
-    ``p`` rounds the input format into the element format (saturating, with the true exponent
-    of subnormal inputs); ``table`` holds every element code's float64 value.
+    fraction); with ``ps`` (float32 into E4M3) and ``d8`` (E4M3 into float32) they are E4M3
+    codes over a tensor scale and ``rule`` holds five float32 numbers (see
+    :mod:`floatlab.rounding._block_kernels`). ``p`` rounds the input format into the element
+    format (saturating, with the true exponent of subnormal inputs); ``d`` decodes element codes
+    into the input's format (E4M3: float32).
 
     >>> from floatlab.formats import FP64, get_format
     >>> from floatlab.rounding.options import RoundingOptions
@@ -222,8 +222,8 @@ def run_blocks(
     >>> e2m1 = get_format("e2m1")
     >>> p = encode_params(FP64, e2m1, RoundingOptions(saturate=True), lanes=64, full=True)
     >>> x = np.array([1.0, -3.0, 0.0]).view(np.uint64)
-    >>> table = decode_codes(np.arange(16), e2m1)
-    >>> codes, scales, _, counts = run_blocks(x, (1, 1, 3), (1, 32), (2, 0, 0), p, table)
+    >>> d = decode_params(e2m1, FP64, 64)
+    >>> codes, scales, _, counts = run_blocks(x, (1, 1, 3), (1, 32), (2, 0, 0), p, d)
     >>> codes.tolist(), scales.tolist(), counts
     ([4, 15, 0], [126], (2, 0, 0, 0, 0))
     """
@@ -232,21 +232,22 @@ def run_blocks(
     if br == 1 and cols % bc == 0:
         outer, rows, cols = 1, 1, outer * rows * cols  # no block crosses a row: one long row
     nbr, nbc = -(-rows // br), -(-cols // bc)
-    chunk = max(1, BLOCK_TILE // (br * bc)) * bc
+    chunk = max(1, TILE // (br * bc)) * bc
     items = outer * nbr * -(-cols // chunk)
-    codes = np.empty(bits.size, np.uint8)
+    element_codes = np.empty(bits.size if codes else 0, np.uint8)
     scales = np.empty(outer * nbr * nbc, np.uint8)
     out = np.empty(bits.size if values is not None else 0, np.float64 if values is None else values)
     counts = np.zeros((items, 5), np.int64)
     z = zero(8 * bits.itemsize)
-    args = ((outer, rows, cols), (br, bc), chunk, rule, codes, scales, out, table)
-    if ps is None:
-        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
+    args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
+    if ps is None or d8 is None:
+        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(d))
     else:
-        launch("e4m3_blocks", bits.size, bits, *args, scale_table, counts, z, tuple(p), tuple(ps))
+        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(d), tuple(ps), tuple(d8))
     total = counts.sum(axis=0)
     n = [int(c) for c in total]
-    return codes, scales, out if values is not None else None, (n[0], n[1], n[2], n[3], n[4])
+    back = out if values is not None else None
+    return element_codes if codes else None, scales, back, (n[0], n[1], n[2], n[3], n[4])
 
 
 def finite_amax(bits: np.ndarray, fmt: FloatFormat) -> int:
@@ -257,7 +258,7 @@ def finite_amax(bits: np.ndarray, fmt: FloatFormat) -> int:
     >>> finite_amax(np.array([1.0, -3.0, np.inf, np.nan], np.float32).view(np.uint32), FP32) == 0x40400000
     True
     """
-    out = np.zeros(-(-bits.size // BLOCK_TILE), bits.dtype)
+    out = np.zeros(-(-bits.size // TILE), bits.dtype)
     z = zero(8 * bits.itemsize)
     launch("finite_amax", bits.size, bits, out, z, fmt.exponent_mask)
     return int(out.max()) if out.size else 0
