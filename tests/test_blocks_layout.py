@@ -143,7 +143,7 @@ def test_fake_quantization_equals_the_dequantized_codes(name: str, mode: str | N
     from floatlab.rounding import encode_blocks, round_blocks
 
     rng = np.random.default_rng(7)
-    x = _data(rng, (6, 40, 33)).astype(dtype)
+    x: np.ndarray = _data(rng, (6, 40, 33)).astype(dtype)
     x[0, 3, 4] = np.nan
     x[2, 0, 0] = -np.inf
     x[4, :, :] *= 2.0**-120  # tiny blocks: scales near the bottom of E8M0
@@ -151,7 +151,7 @@ def test_fake_quantization_equals_the_dequantized_codes(name: str, mode: str | N
         for rounding, seed in (("rne", None), ("rtz", None), ("stochastic", 5)):
             kw = {"scale_mode": mode, "rounding": rounding, "rng": seed, "axis": axis}
             q = mx_quantize(x, name, **kw)  # type: ignore[arg-type]
-            want = q.dequantize().astype(dtype)
+            want: np.ndarray = q.dequantize().astype(dtype)
             np.testing.assert_array_equal(mx_round(x, name, **kw), want)  # type: ignore[arg-type]
     f = get_mx_format(name)
     rule = "e4m3" if f.scale == "e4m3" else mode or "floor"

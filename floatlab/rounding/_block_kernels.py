@@ -51,7 +51,8 @@ _f32: Any = None
 _bits32: Any = None
 _tile: Any = None
 _e8m0_rule: Any = None
-_pow2: Any = None
+_itof: Any = None
+_value: Any = None
 
 #: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
 #: is its E8M0 code, 255)
@@ -119,6 +120,43 @@ def _tile_py(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
     )
 
 
+def _itof_typer(typingctx: Any, v: Any) -> Any:
+    """The unsigned integer ``v`` as a float of its width (float32 for 32 bits), exactly for
+    values below 2^24."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    ft = nt.float32 if v.bitwidth == 32 else nt.float64
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.uitofp(args[0], ir.FloatType() if v.bitwidth == 32 else ir.DoubleType())
+
+    return ft(v), codegen
+
+
+def _value_py(code: Any, shift: Any, z: Any, p: Any) -> Any:
+    """The element ``code`` times 2^shift as a float of z's width (the input's format of ``p``),
+    NaN for NAN_SHIFT. Exact: every such value is one of the input format's (from a float64
+    input, or a float32 one: MX scales reach down to 2^-127, elements' bits to 2^-9). The
+    significand (at most 4 bits) converted to a float times a power of two built from its bits:
+    cheaper than the general decoder, and no table lookup (a gather keeps a loop scalar)."""
+    one = _u(1, z)
+    m_t = p.mantissa_bits
+    mag = _u(code & _u(_shl(one, p.sign_bit) - one, z), z)
+    e = _s(_shr(mag, m_t), z)
+    sig = _u(_u(mag & _u(_shl(one, m_t) - one, z), z) | _shl(_u(e != 0, z), m_t), z)
+    # the exponent of sig's last bit (a subnormal element, e == 0, has the exponent of e == 1)
+    ex = _s(_s(max(e, _s(1, z)) + _s(p.emin - 1 - m_t, z), z) + _s(shift, z), z)
+    m = p.in_mantissa_bits
+    biased = _s(ex + _s(p.in_bias, z), z)
+    zero = _s(0, z)
+    # 2^ex: a normal power of two, or below the input's normal range a subnormal one
+    bits = _shl(_u(biased, z), m) if biased > zero else _shl(one, _s(max(_s(m - 1, z) + biased, zero), z))
+    v = _itof(sig) * _float(bits)
+    v = -v if _shr(code, p.sign_bit) != 0 else v
+    return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
+
+
 def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     """The shared exponent of a block whose largest magnitude has the bits ``a``, or NAN_SHIFT
     (see the E8M0 loop)."""
@@ -140,20 +178,9 @@ def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
 
 
-def _pow2_py(s: Any, z: Any, p: Any) -> Any:
-    """The bit pattern, in the input's format of ``p`` (z's width), of 2^s for -127 <= s <= 127
-    (a subnormal of float32 for -127), or of a NaN for NAN_SHIFT: the block's scale, built from
-    its bits (``ldexp`` is a call, which keeps a loop scalar)."""
-    m = p.in_mantissa_bits
-    e = s + p.in_bias
-    bits = _shl(_u(e, z), m) if e > 0 else _shl(_u(1, z), m - 1 + e)
-    nan = _u(_shl(_u(p.in_exponent_mask, z), m) | _shl(_u(1, z), m - 1), z)
-    return nan if s == NAN_SHIFT else bits
-
-
 def _e8m0_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    counts: Any, z: Any, pt: Any, dt: Any,
+    counts: Any, z: Any, pt: Any,
 ) -> None:  # fmt: skip
     """Block scaling with E8M0 (power-of-two) scales: the bits ``x`` (float32 or float64) of an
     (outer, R, C) array in blocks of ``block`` = (br, bc), ``chunk`` columns per work item.
@@ -166,11 +193,9 @@ def _e8m0_blocks_kernel_py(
     exponent range moved by the shared exponent (no ``v / 2^s`` is formed, so nothing rounds on
     the way). When ``codes`` is not empty it gets the element codes and ``counts[it]`` the item's
     nonzero, flushed, subnormal, inexact and saturated values over its finite blocks; when
-    ``values`` is not empty it gets element value (decoded by ``dt`` into the input's format,
-    exactly) times scale.
+    ``values`` is not empty it gets element value times scale (exact, in the input's format).
     """
     p = EncodeParams(*pt)
-    d = DecodeParams(*dt)
     cols = shape[2]
     bc = block[1]
     one = _u(1, z)
@@ -183,14 +208,24 @@ def _e8m0_blocks_kernel_py(
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
-        amax = np.zeros(w, x.dtype)
-        for r in range(r0, r1):
-            xs = x[base + r * cols : base + r * cols + w]
-            for c in range(w):
-                amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))  # (a NaN above inf above all)
+        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
+        # a strip of one row straight from the values, a taller one through its columns' maxima
         nb = (w + bc - 1) // bc
-        bmax = amax if bc == 1 else np.empty(nb, x.dtype)
-        if bc > 1:
+        bmax = np.zeros(nb, x.dtype)
+        if r1 - r0 == 1:
+            xs = x[base + r0 * cols : base + r0 * cols + w]
+            for b in range(nb):
+                seg = xs[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, _u(seg[c] & mag_mask, z))
+                bmax[b] = a
+        else:
+            amax = np.zeros(w, x.dtype)
+            for r in range(r0, r1):
+                xs = x[base + r * cols : base + r * cols + w]
+                for c in range(w):
+                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
             for b in range(nb):
                 seg = amax[b * bc : b * bc + bc]
                 a = _u(0, z)
@@ -208,9 +243,6 @@ def _e8m0_blocks_kernel_py(
         if bc > 1:
             for b in range(nb):
                 shift[b * bc : b * bc + bc] = shift_b[b]
-        scale = np.empty(w if values.size > 0 else 0, values.dtype)
-        for c in range(scale.size):
-            scale[c] = _float(_pow2(shift[c], z, p))
         if codes.size > 0:
             n_nonzero = _u(0, z)
             n_flushed = _u(0, z)
@@ -247,8 +279,7 @@ def _e8m0_blocks_kernel_py(
                     cs = codes[row : row + w]
                     vs = values[row : row + w]
                     for c in range(w):
-                        code = _u(cs[c], z)
-                        vs[c] = _float(_decode_one(code, _shr(code, p.sign_bit), z, d, True)) * scale[c]
+                        vs[c] = _value(_u(cs[c], z), shift[c], z, p)
         elif values.size > 0:
             for r in range(r0, r1):
                 row = base + r * cols
@@ -256,15 +287,13 @@ def _e8m0_blocks_kernel_py(
                 vs = values[row : row + w]
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    res = _encode_one(_u(xs[c], z), z, rnd, p, shift[c])
-                    # (decoded, not looked up: a table lookup is a gather, which leaves the loop
-                    # scalar; a NaN block's scale is NaN)
-                    vs[c] = _float(_decode_one(res.code, res.sign, z, d, True)) * scale[c]
+                    sh = shift[c]
+                    vs[c] = _value(_encode_one(_u(xs[c], z), z, rnd, p, sh).code, sh, z, p)
 
 
 def _e4m3_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    counts: Any, z: Any, pt: Any, dt: Any, ps: Any, dt8: Any,
+    counts: Any, z: Any, pt: Any, ps: Any, dt8: Any,
 ) -> None:  # fmt: skip
     """Block scaling with E4M3 scales over a float32 tensor scale (NVFP4), in float32 arithmetic
     as NVIDIA's recipe and torchao's ``nvfp4_quantize`` compute it: the float32 bits ``x`` of an
@@ -274,13 +303,11 @@ def _e4m3_blocks_kernel_py(
     scale), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
     even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is fl(v * fl(fl(1 / t) /
     scale)) rounded into the element format (``pt``, saturating). A block holding an inf or NaN
-    gets the NaN scale and zero codes. ``dt`` decodes element codes into float32, ``dt8`` E4M3
-    codes; ``codes``,
+    gets the NaN scale and zero codes. ``dt8`` decodes E4M3 codes into float32; ``codes``,
     ``values`` and ``counts`` as in the E8M0 loop, a value counting as inexact when element times
     block scale times t differs from it (values of a float32 array: rounded to nearest).
     """
     p = EncodeParams(*pt)
-    d = DecodeParams(*dt)
     q = EncodeParams(*ps)
     d8 = DecodeParams(*dt8)
     t, inv_t, elem_max, lo, hi = rule
@@ -297,14 +324,24 @@ def _e4m3_blocks_kernel_py(
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
-        amax = np.zeros(w, x.dtype)
-        for r in range(r0, r1):
-            xs = x[base + r * cols : base + r * cols + w]
-            for c in range(w):
-                amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
+        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
+        # a strip of one row straight from the values, a taller one through its columns' maxima
         nb = (w + bc - 1) // bc
-        bmax = amax if bc == 1 else np.empty(nb, x.dtype)
-        if bc > 1:
+        bmax = np.zeros(nb, x.dtype)
+        if r1 - r0 == 1:
+            xs = x[base + r0 * cols : base + r0 * cols + w]
+            for b in range(nb):
+                seg = xs[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, _u(seg[c] & mag_mask, z))
+                bmax[b] = a
+        else:
+            amax = np.zeros(w, x.dtype)
+            for r in range(r0, r1):
+                xs = x[base + r * cols : base + r * cols + w]
+                for c in range(w):
+                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
             for b in range(nb):
                 seg = amax[b * bc : b * bc + bc]
                 a = _u(0, z)
@@ -314,6 +351,7 @@ def _e4m3_blocks_kernel_py(
         # the rule, one block per lane (E4M3 decoded, not looked up: a lookup keeps it scalar)
         sc = scales[s0 : s0 + nb]
         rcp_b = np.empty(nb, np.float32)
+        s8_b = np.empty(nb, np.float32)
         scale_b = np.empty(nb, np.float64)
         for b in range(nb):
             a = bmax[b]
@@ -322,6 +360,7 @@ def _e4m3_blocks_kernel_py(
             code = _encode_one(_bits32(s), z, np.uint32(0), q, 0).code if a < inf_bits else _u(q.nan_base, z)
             sc[b] = code
             s8 = _f32(_decode_one(code, _u(0, z), z, d8, True))  # (NaN for the NaN code)
+            s8_b[b] = s8
             rcp_b[b] = inv_t / s8  # the recipe multiplies by this reciprocal, rounded once
             scale_b[b] = np.float64(s8) * np.float64(t)  # (exact: 4 by 24 bits)
         rcp = rcp_b if bc == 1 else np.empty(w, np.float32)
@@ -330,6 +369,14 @@ def _e4m3_blocks_kernel_py(
             for b in range(nb):
                 rcp[b * bc : b * bc + bc] = rcp_b[b]
                 scale[b * bc : b * bc + bc] = scale_b[b]
+        # values in values' dtype: (element x E4M3 scale) x t, the first product exact (6 bits),
+        # the second rounded once, to float32 too: the correctly rounded exact product
+        s8v = np.empty(w if values.size > 0 else 0, values.dtype)
+        if values.size > 0:
+            for b in range(nb):
+                s8v[b * bc : b * bc + bc] = s8_b[b]
+        tv = np.empty(1, values.dtype)
+        tv[0] = t
         if codes.size > 0:
             n_nonzero = _u(0, z)
             n_flushed = _u(0, z)
@@ -351,7 +398,7 @@ def _e4m3_blocks_kernel_py(
                     mag = _u(code & code_mag, z)
                     nonzero = ok & ((u & mag_mask) != 0)
                     # (element x scale is exact in float64: 2 by 4 by 24 bits)
-                    v = np.float64(_f32(_decode_one(code, res.sign, z, d, True))) * scale[c]
+                    v = np.float64(_value(code, 0, z, p)) * scale[c]
                     changed = v != np.float64(_f32(u))
                     n_nonzero = _u(n_nonzero + nonzero, z)
                     n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
@@ -369,10 +416,7 @@ def _e4m3_blocks_kernel_py(
                     cs = codes[row : row + w]
                     vs = values[row : row + w]
                     for c in range(w):
-                        code = _u(cs[c], z)
-                        vs[c] = (
-                            np.float64(_f32(_decode_one(code, _shr(code, p.sign_bit), z, d, True))) * scale[c]
-                        )
+                        vs[c] = (_value(_u(cs[c], z), 0, z, p) * s8v[c]) * tv[0]
         elif values.size > 0:
             for r in range(r0, r1):
                 row = base + r * cols
@@ -380,8 +424,8 @@ def _e4m3_blocks_kernel_py(
                 vs = values[row : row + w]
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    res = _encode_one(_bits32(_f32(xs[c]) * rcp[c]), z, rnd, p, 0)
-                    vs[c] = np.float64(_f32(_decode_one(res.code, res.sign, z, d, True))) * scale[c]
+                    code = _encode_one(_bits32(_f32(xs[c]) * rcp[c]), z, rnd, p, 0).code
+                    vs[c] = (_value(code, 0, z, p) * s8v[c]) * tv[0]
 
 
 def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
@@ -423,7 +467,8 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     g["_tile"] = helper(_tile_py)
     g["_e8m0_rule"] = helper(_e8m0_rule_py)
-    g["_pow2"] = helper(_pow2_py)
+    g["_itof"] = intrinsic(_itof_typer)
+    g["_value"] = helper(_value_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     stamp = fingerprint()
     for name in ("e8m0_blocks", "e4m3_blocks", "finite_amax"):

@@ -555,7 +555,6 @@ def _run_blocks(
             (br, bc),
             rule,
             p,
-            decode_params(element, FP32, 32),
             rows.dtype if values else None,
             codes=codes,
             ps=ps,
@@ -575,7 +574,6 @@ def _run_blocks(
             (br, bc),
             rule,
             p,
-            decode_params(element, src, src.bits),
             rows.dtype if values else None,
             codes=codes,
         )

@@ -3,7 +3,7 @@
 :func:`execute` runs a :class:`~floatlab.rounding.plan.Plan` on numpy bit patterns. Beside the
 plan's loop it knows two shortcuts that give the same bits faster: the CPU's own float32 -> fp16
 conversion (x86 F16C, AArch64) and float32 -> bfloat16 in integer arithmetic. The other entry
-points are the building blocks the public door offers: decoding codes, the MX block loop, the
+points are the building blocks the public door offers: decoding codes, the block-scaling loops, the
 running sums of the accumulation simulator and the exact float64 arithmetic of the simulators.
 
 >>> import numpy as np, floatlab as fl
@@ -195,7 +195,6 @@ def run_blocks(
     block: tuple[int, int],
     rule: tuple[Any, ...],
     p: EncodeParams,
-    d: DecodeParams,
     values: Any = None,
     *,
     codes: bool = True,
@@ -213,8 +212,7 @@ def run_blocks(
     fraction); with ``ps`` (float32 into E4M3) and ``d8`` (E4M3 into float32) they are E4M3
     codes over a tensor scale and ``rule`` holds five float32 numbers (see
     :mod:`floatlab.rounding._block_kernels`). ``p`` rounds the input format into the element
-    format (saturating, with the true exponent of subnormal inputs); ``d`` decodes element codes
-    into the input's format (E4M3: float32).
+    format (saturating, with the true exponent of subnormal inputs).
 
     >>> from floatlab.formats import FP64, get_format
     >>> from floatlab.rounding.options import RoundingOptions
@@ -222,8 +220,7 @@ def run_blocks(
     >>> e2m1 = get_format("e2m1")
     >>> p = encode_params(FP64, e2m1, RoundingOptions(saturate=True), lanes=64, full=True)
     >>> x = np.array([1.0, -3.0, 0.0]).view(np.uint64)
-    >>> d = decode_params(e2m1, FP64, 64)
-    >>> codes, scales, _, counts = run_blocks(x, (1, 1, 3), (1, 32), (2, 0, 0), p, d)
+    >>> codes, scales, _, counts = run_blocks(x, (1, 1, 3), (1, 32), (2, 0, 0), p)
     >>> codes.tolist(), scales.tolist(), counts
     ([4, 15, 0], [126], (2, 0, 0, 0, 0))
     """
@@ -241,9 +238,9 @@ def run_blocks(
     z = zero(8 * bits.itemsize)
     args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
     if ps is None or d8 is None:
-        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(d))
+        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
     else:
-        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(d), tuple(ps), tuple(d8))
+        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), tuple(d8))
     total = counts.sum(axis=0)
     n = [int(c) for c in total]
     back = out if values is not None else None
