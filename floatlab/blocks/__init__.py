@@ -8,16 +8,16 @@ defines five floating-point kinds, named by their element format, with an E8M0 s
 exponent: codes 0..254 are 2^-127..2^127, 255 is NaN); NVFP4 (NVIDIA, "Pretraining Large
 Language Models with NVFP4", arXiv 2509.25149) has E2M1 elements:
 
-=============  ==================  ===========================  ======================
-format         element             scale                        bits per value
-=============  ==================  ===========================  ======================
-mxfp8_e5m2     float8_e5m2         E8M0 per 32                  8.25
-mxfp8_e4m3     float8_e4m3fn       E8M0 per 32                  8.25
-mxfp6_e3m2     float6_e3m2fn       E8M0 per 32                  6.25
-mxfp6_e2m3     float6_e2m3fn       E8M0 per 32                  6.25
-mxfp4_e2m1     float4_e2m1fn       E8M0 per 32                  4.25
-nvfp4          float4_e2m1fn       E4M3 per 16, fp32 per tensor 4.5
-=============  ==================  ===========================  ======================
+=============  ==================  ==============================  ===============
+format         element             scale                           bits per value
+=============  ==================  ==============================  ===============
+mxfp8_e5m2     float8_e5m2         E8M0 per 32                     8.25
+mxfp8_e4m3     float8_e4m3fn       E8M0 per 32                     8.25
+mxfp6_e3m2     float6_e3m2fn       E8M0 per 32                     6.25
+mxfp6_e2m3     float6_e2m3fn       E8M0 per 32                     6.25
+mxfp4_e2m1     float4_e2m1fn       E8M0 per 32                     4.25
+nvfp4          float4_e2m1fn       E4M3 per 16, fp32 per tensor    4.5
+=============  ==================  ==============================  ===============
 
 The MX scale (:func:`mx_quantize`, ``scale_mode``), from the block's largest magnitude amax,
 read from its bit fields, never from ``log2``:
@@ -73,7 +73,7 @@ Not covered: MXINT8 (integer elements).
 
 from __future__ import annotations
 
-from floatlab.blocks.arrays import BlockArray, MXArray, mx_quantize, mx_round
+from floatlab.blocks.arrays import BlockArray, MXArray, QuantError, mx_quantize, mx_round
 from floatlab.blocks.formats import (
     BLOCK_FORMATS,
     E8M0_BIAS,
@@ -98,6 +98,7 @@ __all__ = [
     "BlockFormat",
     "MXArray",
     "MXFormat",
+    "QuantError",
     "get_mx_format",
     "mx_block_reference",
     "mx_quantize",
