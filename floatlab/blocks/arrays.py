@@ -247,7 +247,9 @@ def mx_quantize(
     ``"rceil"`` (NVIDIA's hardware: amax / max rounded up to a power of two, so nothing
     saturates). NVFP4's E4M3 block scales sit over a float32 ``tensor_scale``: by default
     amax / (6 x 448) over the tensor's finite values; 1.0 gives one level of scaling only.
-    Elements take every rounding mode (``rng`` for stochastic rounding). See
+    Elements take every rounding mode (``rng`` for stochastic rounding: value i of ``x`` in C
+    order draws random word i, as :func:`floatlab.encode_array` does; for tiles over two axes
+    other than the last two, i counts in ``x`` with those axes moved last). See
     :func:`floatlab.rounding.encode_blocks` for the arithmetic and the package notes for the
     sources.
 
