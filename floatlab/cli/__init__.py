@@ -30,6 +30,7 @@ from typing import NoReturn, TextIO
 
 from floatlab.cli import (
     bench_cmd,
+    blockquant_cmd,
     decode,
     demo,
     encode,
@@ -63,6 +64,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     formats,
     simulate_cmds,
     histogram_cmd,
+    blockquant_cmd,
     train_cmds,
     sweep_cmd,
     sample_cmd,

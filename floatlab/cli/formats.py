@@ -23,7 +23,7 @@ from floatlab.text import hex_code
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
 
-__all__ = ["NAME", "format_detail_view", "formats_table_view", "register", "run"]
+__all__ = ["NAME", "block_format_view", "format_detail_view", "formats_table_view", "register", "run"]
 
 NAME = "formats"
 
@@ -41,9 +41,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         NAME,
         help="list the formats side by side, or show one in detail",
         description="Without FMT: a table of every registered format (layout, bias, range,\n"
-        "precision, special values). With FMT: all its properties and the codes of its\n"
-        "landmark values (0, 1, max, smallest normal and subnormal, inf, NaN).",
-        epilog="examples:\n  floatlab formats\n  floatlab formats bf16\n  floatlab formats e4m3 --json\n",
+        "precision, special values), then the block formats (the OCP MX formats, NVFP4). With\n"
+        "FMT: all its properties and the codes of its landmark values (0, 1, max, smallest\n"
+        "normal and subnormal, inf, NaN), or a block format's element, block and scales.",
+        epilog="examples:\n  floatlab formats\n  floatlab formats bf16\n  floatlab formats e4m3 --json\n"
+        "  floatlab formats nvfp4\n",
         run=run,
         output_options=True,
     )
@@ -106,6 +108,7 @@ def _exact_words(q: Fraction) -> str:
 def _summary(fmt: FloatFormat) -> dict[str, Any]:
     return {
         "name": fmt.name,
+        "kind": "float",
         "description": fmt.description,
         "bits": fmt.bits,
         "exponent_bits": fmt.exponent_bits,
@@ -170,7 +173,76 @@ def formats_table_view(*, color: bool = False) -> View:
         "  digits: decimal digits always kept\n"
         "  NaN: how many codes are NaN: 2, one per sign; 1, one in all (the code of -0); many (IEEE)"
     )
-    return View(text + "\n" + dim(note, color), [_summary(f) for f in FORMATS.values()])
+    blocks_text, blocks_data = _block_formats_table(color)
+    return View(
+        text + "\n" + dim(note, color) + "\n\n" + blocks_text,
+        [_summary(f) for f in FORMATS.values()] + blocks_data,
+    )
+
+
+def _block_summary(f: Any) -> dict[str, Any]:
+    low, high = f.range_log2
+    return {
+        "name": f.name,
+        "kind": "block",
+        "element": f.element.name,
+        "block_size": f.block_size,
+        "scale": f.scale,
+        "tensor_scale": f.tensor_scale,
+        "bits_per_value": f.bits_per_value,
+        "element_max": f.element.max,
+        "range_log2": [low, high],
+        "description": f.describe(),
+    }
+
+
+def _block_formats_table(color: bool) -> tuple[str, list[dict[str, Any]]]:
+    """The block formats (MX, NVFP4) in a table of their own, and their data."""
+    from floatlab.blocks import BLOCK_FORMATS
+
+    rows = []
+    for f in BLOCK_FORMATS.values():
+        low, high = f.range_log2
+        scale = "E4M3 + fp32 per tensor" if f.tensor_scale else "E8M0 (power of two)"
+        rows.append(
+            [f.name, f.element.name, str(f.block_size), scale, f"{f.bits_per_value:g}", f"2^{low}..2^{high}"]
+        )
+    header = ["block format", "element", "block", "scale per block", "bits/value", "range"]
+    text = table(header, rows, align="<<><><", color=color)
+    note = "  range: smallest subnormal to top binade with the block scales (NVFP4's times its tensor scale)"
+    return text + "\n" + dim(note, color), [_block_summary(f) for f in BLOCK_FORMATS.values()]
+
+
+def block_format_view(fmt: Any, *, color: bool = False) -> View:
+    """One block format (an MX format or NVFP4): its element, block and scales.
+
+    >>> v = block_format_view("nvfp4")
+    >>> v.data["block_size"], v.data["scale"], v.data["bits_per_value"]
+    (16, 'e4m3', 4.5)
+    """
+    from floatlab.blocks import get_mx_format
+
+    f = get_mx_format(fmt)
+    e = f.element
+    if f.tensor_scale:
+        scale = (
+            "an E4M3 number per block (2^-6..448 as torchao clamps it), over one float32 scale per "
+            "tensor: amax / (6 x 448)"
+        )
+    else:
+        scale = "a power of two per block, E8M0: codes 0..254 are 2^-127..2^127, 255 is NaN"
+    low, high = f.range_log2
+    props = [
+        ("element", f"{e.name} ({e.bits} bits, max {e.max:g}, smallest subnormal {e.smallest_subnormal:g})"),
+        ("block", f"{f.block_size} values"),
+        ("scale", scale),
+        ("storage", f"{f.bits_per_value:g} bits per value"),
+        ("range", f"2^{low} .. 2^{high}" + (" times the tensor scale" if f.tensor_scale else "")),
+        ("quantize", "floatlab blockquant FILE.npy -f " + f.name),
+    ]
+    width = max(len(k) for k, _ in props)
+    lines = [bold(f.describe(), color), ""] + [f"  {k.ljust(width)}  {v}" for k, v in props]
+    return View("\n".join(lines), _block_summary(f))
 
 
 def _landmarks(fmt: FloatFormat) -> list[tuple[str, int | None, str]]:
@@ -254,8 +326,12 @@ def format_detail_view(fmt: FloatFormat | str, *, color: bool = False) -> View:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Print the formats table, or the detail of ``args.fmt``."""
+    from floatlab.blocks import BLOCK_FORMATS
+
     if args.fmt is None:
         ui.show(formats_table_view(color=ui.color))
+    elif args.fmt.strip().lower().replace("-", "_") in BLOCK_FORMATS:
+        ui.show(block_format_view(args.fmt, color=ui.color))
     else:
         ui.show(format_detail_view(args.fmt, color=ui.color))
     return 0

@@ -1,7 +1,8 @@
 """The compiled CPU loops: built on first use, launched on one thread when the array is small.
 
 numba is imported here on first use only (``import floatlab`` must stay light). The loop sources
-live in :mod:`floatlab.rounding._kernels` (the rounding loops, on the element functions) and
+live in :mod:`floatlab.rounding._kernels` (the rounding loops, on the element functions),
+:mod:`floatlab.rounding._block_kernels` (block scaling, on the same element functions) and
 :mod:`floatlab.rounding._fp64_kernels` (exact float64 arithmetic); each gives its compiled loops
 by name through ``compile_into``.
 """
@@ -31,10 +32,11 @@ def loops() -> dict[str, Any]:
         if not _compiled:
             import numba
 
-            from floatlab.rounding import _fp64_kernels, _kernels
+            from floatlab.rounding import _block_kernels, _fp64_kernels, _kernels
 
             built: dict[str, Any] = {}
             _kernels.compile_into(numba, built)
+            _block_kernels.compile_into(numba, built)  # (on the element functions just bound)
             _fp64_kernels.compile_into(numba, built)
             _compiled.update(built)
         return _compiled

@@ -17,7 +17,9 @@ The element functions (``_core``, ``_encode_one``, ``_decode_one``, ``_random32`
 ``_flags_one``) are plain Python until :func:`compile_into` wraps them: for the CPU here, and
 for CUDA by :mod:`floatlab.rounding.cuda`, which binds the same functions to device functions.
 The loops and the element functions stay in this one file: numba's cache notices a change in
-the file of a loop, not in the files of the functions it inlines.
+the file of a loop, not in the files of the functions it inlines (the block loops of
+:mod:`floatlab.rounding._block_kernels`, which inline them too, are compiled under names that
+carry a fingerprint of this file).
 """
 
 from __future__ import annotations
@@ -454,73 +456,6 @@ def _general_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: boo
         out[i] = _decode_one(r.code, r.sign, z, d, True) if to_input else r.code
 
 
-def _mx_kernel_py(
-    x: Any, row: Any, k: Any, emax_e: Any, codes: Any, scales: Any, table: Any, values: Any, z: Any, pt: Any
-) -> Any:
-    """MX quantization of float64 bit patterns ``x``, rows of ``row`` values cut into blocks of
-    ``k``: the E8M0 code of each block into ``scales``, the element codes into ``codes`` and,
-    when ``values`` is not empty, element value times block scale into ``values``.
-
-    A block's value ``v / 2^s`` is never formed: rounding ``v`` into the element format with its
-    exponent range shifted by ``s`` gives the same code, exactly, whatever the magnitude (the
-    element function takes that shift). Returns the counts (nonzero, flushed,
-    subnormal, inexact, overflow) over the blocks with a finite scale.
-    """
-    p = EncodeParams(*pt)
-    per_row = (row + k - 1) // k
-    nb = scales.size
-    want_values = values.size > 0
-    mag_mask = _u(0x7FFFFFFFFFFFFFFF, z)
-    n_nonzero = 0
-    n_flushed = 0
-    n_subnormal = 0
-    n_inexact = 0
-    n_overflow = 0
-    m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
-    key0 = _u(p.key0, np.uint32(0))
-    key1 = _u(p.key1, np.uint32(0))
-    code_mag = _u((1 << p.sign_bit) - 1, z)  # the code without its sign bit
-    for b in prange(nb):
-        r = b // per_row
-        j0 = r * row + (b - r * per_row) * k
-        j1 = min(j0 + k, r * row + row)
-        amax = _u(0, z)
-        special = False
-        for j in range(j0, j1):
-            m = _u(x[j] & mag_mask, z)
-            special |= _shr(m, 52) == _u(0x7FF, z)
-            amax = max(amax, m)
-        ex = _s(_shr(amax, 52), z)
-        # floor(log2(amax)) from the bit fields: the exponent, or a subnormal's highest set bit
-        top = _s(ex - 1023, z) if ex != 0 else _s(_s(63, z) - _s(_clz(amax), z) - 1074, z)
-        shared = -127 if amax == 0 else max(top - emax_e, -127)
-        if special or shared > 127:
-            scales[b] = 255
-            for j in range(j0, j1):
-                codes[j] = 0
-                if want_values:
-                    values[j] = np.nan
-            continue
-        scales[b] = shared + 127
-        scale = np.ldexp(1.0, shared)
-        for j in range(j0, j1):
-            rnd = _random32(j, key0, key1) if stochastic else np.uint32(0)
-            res = _encode_one(_u(x[j], z), z, rnd, p, shared)
-            code = res.code
-            codes[j] = code
-            nonzero = _u(x[j] & mag_mask, z) != 0
-            mag = _u(code & code_mag, z)
-            n_nonzero += nonzero
-            n_flushed += nonzero & (mag == 0)
-            n_subnormal += (mag != 0) & (_shr(mag, m_t) == 0)
-            n_inexact += res.inexact
-            n_overflow += res.overflow
-            if want_values:
-                values[j] = table[code] * scale
-    return n_nonzero, n_flushed, n_subnormal, n_inexact, n_overflow
-
-
 def _decode_kernel_py(c: Any, out: Any, z: Any, dt: Any) -> None:
     """Codes c into out (the bits of the output format, usually float64 as uint64)."""
     d = DecodeParams(*dt)
@@ -612,7 +547,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("encode", "round", "full", "general", "decode", "gather", "mx"):
+    for name in ("encode", "round", "full", "general", "decode", "gather"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     # the hardware conversions run at memory speed on one core: no threads to wake; the running
     # sums are serial by nature

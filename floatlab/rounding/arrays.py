@@ -3,8 +3,9 @@
 :func:`round_array` and :func:`encode_array` (and their twins that also count the IEEE flags)
 round every element exactly as the scalar reference :func:`~floatlab.rounding.round_scalar`
 does, on the CPU or, for a CuPy array, on its GPU. :func:`decode_array`'s kernel
-(:func:`decode_codes`), the MX block loop (:func:`encode_blocks`), the running sums of the
-accumulation simulator (:func:`running_sums`), the sums of a GEMM with a narrow accumulator
+(:func:`decode_codes`), the block-scaling loop of the MX formats and NVFP4
+(:func:`encode_blocks`, :func:`round_blocks`), the running sums of the accumulation simulator
+(:func:`running_sums`), the sums of a GEMM with a narrow accumulator
 (:func:`accumulate_products`) and the exact float64 arithmetic of the simulators
 (:func:`odd_sum`, :func:`odd_div`, :func:`odd_sqrt`, :func:`add_count`) are offered here as
 public building blocks, so that no other module compiles or calls the kernels itself.
@@ -22,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
+from floatlab.exact import pow2
 from floatlab.formats import FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
@@ -31,6 +33,9 @@ from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
 from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, check_rounding
 
 __all__ = [
+    "BLOCK_SCALES",
+    "E4M3_SCALE_RANGE",
+    "TENSOR_SCALE_RANGE",
     "BlockCodes",
     "Counted",
     "accumulate_products",
@@ -45,6 +50,7 @@ __all__ = [
     "odd_sum",
     "round_array",
     "round_array_with_flags",
+    "round_blocks",
     "running_sums",
 ]
 
@@ -339,54 +345,236 @@ def fma(
     return out.reshape(shape)
 
 
+#: the block-scale rules of :func:`encode_blocks`: E8M0 powers of two by the OCP rule ("floor") or
+#: rounded up ("rceil", NVIDIA's), or E4M3 numbers over a float32 tensor scale ("e4m3", NVFP4's)
+BLOCK_SCALES = ("floor", "rceil", "e4m3")
+#: an E4M3 block scale lies between E4M3's smallest normal and its largest value, as torchao
+#: clamps it (``nvfp4_quantize``)
+E4M3_SCALE_RANGE = (2.0**-6, 448.0)
+#: a tensor scale lies here: at least 2^-121, so that 1 / (tensor scale x smallest block scale)
+#: is still a float32
+TENSOR_SCALE_RANGE = (2.0**-121, 2.0**127)
+_E4M3 = get_format("float8_e4m3fn")
+
+
 class BlockCodes(NamedTuple):
-    """What :func:`encode_blocks` gives: codes, block scales, values and counts.
+    """What :func:`encode_blocks` gives: codes, block scales, values, counts and the tensor scale.
 
     >>> import floatlab as fl
     >>> b = encode_blocks(np.array([[2.0**-30, 0.0]]), fl.get_format("e4m3fn"), 32, values=True)
     >>> b.scale_codes.tolist(), b.values.tolist(), b.nonzero, b.flushed
-    ([89], [9.313225746154785e-10, 0.0], 1, 0)
+    ([[89]], [[9.313225746154785e-10, 0.0]], 1, 0)
     """
 
-    element_codes: np.ndarray  # uint8, one per value
-    scale_codes: np.ndarray  # uint8 E8M0 codes, one per block (255: the NaN scale)
-    values: np.ndarray | None  # element value times block scale, when asked for
+    element_codes: np.ndarray  # uint8, the shape of the input
+    scale_codes: np.ndarray  # uint8, one per block: E8M0 (255: the NaN scale) or E4M3 (0x7F: NaN)
+    values: np.ndarray | None  # element value times block scale (times tensor scale), when asked for
     nonzero: int  # counted over the blocks with a finite scale
     flushed: int
     subnormal: int
     inexact: int
     overflow: int  # values that saturation held at the element format's largest value
+    tensor_scale: float = 1.0  # the float32 scale of the whole tensor (the "e4m3" rule)
+
+
+def _block_shape(block_size: int | tuple[int, int], rows: np.ndarray) -> tuple[int, int]:
+    """(rows, columns) of a block over the last two axes: an int k is 1 x k."""
+    sizes = (1, block_size) if not isinstance(block_size, tuple) else block_size
+    if len(sizes) != 2 or any(
+        isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in sizes
+    ):
+        raise ValueError(f"block_size={block_size!r}: expected a whole number >= 1, or two of them")
+    if isinstance(block_size, tuple) and rows.ndim < 2:
+        raise ValueError(
+            f"block_size={block_size!r}: a block of rows and columns needs a 2-d array, got {rows.ndim}-d"
+        )
+    return int(sizes[0]), int(sizes[1])
+
+
+def _tensor_scale(bits32: np.ndarray, element: FloatFormat, tensor_scale: float | None) -> float:
+    """The float32 tensor scale: fl(amax / (element max x 448)) over the finite values (1 when
+    they are all zero), or ``tensor_scale`` rounded to float32; within TENSOR_SCALE_RANGE."""
+    lo, hi = TENSOR_SCALE_RANGE
+    if tensor_scale is None:
+        amax = np.uint32(cpu.finite_amax(bits32, FP32)).view(np.float32)
+        if amax == 0:
+            return 1.0
+        # NVIDIA's per-tensor scale, as torchao's per_tensor_amax_to_scale computes it: float32
+        t = float(amax / np.float32(element.max * _E4M3.max))
+        return max(t, lo)
+    if isinstance(tensor_scale, bool) or not isinstance(tensor_scale, (int, float, np.floating, np.integer)):
+        raise ValueError(f"tensor_scale={tensor_scale!r}: expected None or a number")
+    t = float(round_array(np.float64(tensor_scale), FP32))
+    if not lo <= t <= hi:
+        raise ValueError(f"tensor_scale={tensor_scale!r}: expected a number from 2^-121 to 2^127")
+    return t
 
 
 def encode_blocks(
     rows: np.ndarray,
     element: FloatFormat,
-    block_size: int,
+    block_size: int | tuple[int, int],
     rounding: str = "rne",
     *,
     rng: RNG = None,
     values: bool = False,
+    scale: str = "floor",
+    tensor_scale: float | None = None,
 ) -> BlockCodes:
-    """Block-scaled (MX) encoding of the rows (the last axis) of the C-contiguous float64 array
-    ``rows``: each run of ``block_size`` values along a row (the last may be shorter) gets the E8M0 scale
-    2^s with s = floor(log2(max abs(v))) - element.emax (clamped to the E8M0 range), and each value
-    the ``element`` code of v / 2^s, saturating; the block's value v / 2^s is never formed, so
-    no intermediate rounds. A block with an inf or NaN, or whose s exceeds 127, gets the NaN
-    scale and zero codes.
+    """Block-scaled encoding of the C-contiguous float64 or float32 array ``rows``: the element
+    codes of ``element`` (at most 8 bits), one scale code per block and what it did, in one
+    compiled pass over the blocks (parallel over the cores).
+
+    ``block_size`` k makes blocks of k values along the last axis (the last block of a row may
+    be shorter: the same as padding with zeros); a pair (r, c) makes r x c blocks over the last
+    two axes (one block down a column: (k, 1); a 2-d tile: (16, 16)). ``scale`` is the rule:
+
+    * ``"floor"`` (the OCP Microscaling specification): the E8M0 scale 2^s with
+      s = floor(log2(amax)) - element.emax, clamped below at -127; s > 127 is the NaN scale;
+    * ``"rceil"`` (NVIDIA's hardware, cuBLAS' "Computing scaling and conversion factors for FP8
+      with UE8M0 scales"): amax / element.max rounded up to a power of two, so that no value
+      saturates, at most 2^127;
+    * ``"e4m3"`` (NVFP4, NVIDIA's recipe as torchao's ``nvfp4_quantize`` computes it, in float32
+      arithmetic: float64 rows are rounded to float32 first): the E4M3 code of
+      fl(fl(amax / element.max) / t) clamped to :data:`E4M3_SCALE_RANGE`, where t is the tensor
+      scale, ``tensor_scale`` or by default fl(amax / (element.max x 448)) over the tensor's
+      finite values (1 for a tensor of zeros); each value is fl(v x fl(fl(1 / t) / scale))
+      rounded into ``element``.
+
+    Under the E8M0 rules each value is rounded into ``element`` with its exponent range moved by
+    s, which equals rounding v / 2^s exactly, and v / 2^s is never formed, so nothing rounds on
+    the way. Elements saturate. A block holding an inf or NaN gets the NaN scale and zero codes.
+    Stochastic rounding draws its key as :func:`encode_array` does; value i (flat C order of
+    ``rows``) uses random word i. ``values`` asks for the dequantized values (in rows' dtype:
+    exact for the E8M0 rules, rounded to nearest under "e4m3" for float32 rows).
 
     >>> import floatlab as fl
     >>> b = encode_blocks(np.array([[1.0, -3.0, 0.0]]), fl.get_format("e2m1"), 32)
     >>> b.scale_codes.tolist(), b.element_codes.tolist()
-    ([126], [4, 15, 0])
+    ([[126]], [[4, 15, 0]])
+    >>> encode_blocks(np.array([7.0]), fl.get_format("e2m1"), 32, scale="rceil").scale_codes.tolist()
+    [128]
+    >>> b = encode_blocks(np.array([3.0, 1.0], np.float32), fl.get_format("e2m1"), 16, scale="e4m3")
+    >>> round(b.tensor_scale * 2688, 6), fl.decode_array(b.scale_codes, "e4m3fn").tolist()   # 448 = 2688 / 6
+    (3.0, [448.0])
     """
+    run = _run_blocks(
+        rows, element, block_size, rounding, rng, scale, tensor_scale, values=values, codes=True
+    )
+    codes, scales, vals, (nonzero, flushed, subnormal, inexact, overflow), t, scale_shape = run
+    assert codes is not None
+    back = None if vals is None else vals.reshape(rows.shape)
+    return BlockCodes(
+        codes.reshape(rows.shape),
+        scales.reshape(scale_shape),
+        back,
+        nonzero,
+        flushed,
+        subnormal,
+        inexact,
+        overflow,
+        t,
+    )
+
+
+def round_blocks(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int | tuple[int, int],
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    scale: str = "floor",
+    tensor_scale: float | None = None,
+) -> np.ndarray:
+    """The values of :func:`encode_blocks` alone (quantized and dequantized: "fake quantization"),
+    in rows' dtype, in one compiled pass that forms no codes and counts nothing: the same values,
+    as fast as the loop can go. Arguments as :func:`encode_blocks`.
+
+    >>> import floatlab as fl
+    >>> round_blocks(np.array([1.0, 0.3, 7.0], np.float32), fl.get_format("e2m1"), 32).tolist()
+    [1.0, 0.5, 6.0]
+    >>> round_blocks(np.array([1.0, 0.3, 7.0], np.float32), fl.get_format("e2m1"), 32, scale="rceil").tolist()
+    [1.0, 0.0, 8.0]
+    """
+    run = _run_blocks(rows, element, block_size, rounding, rng, scale, tensor_scale, values=True, codes=False)
+    vals: np.ndarray = run[2]
+    return vals.reshape(rows.shape)
+
+
+def _run_blocks(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int | tuple[int, int],
+    rounding: str,
+    rng: RNG,
+    scale: str,
+    tensor_scale: float | None,
+    *,
+    values: bool,
+    codes: bool,
+) -> tuple[Any, ...]:
+    """Check, plan and run the block loop: (codes, scales, values, counts, tensor scale, the
+    scales' shape)."""
     options = RoundingOptions.make(rounding, rng=rng, saturate=True)
-    if rows.dtype != np.float64 or rows.ndim < 1 or not rows.flags.c_contiguous:
-        raise ValueError(f"rows: expected a C-contiguous float64 array, got {rows.dtype} {rows.shape}")
+    if not isinstance(rows, np.ndarray) or rows.dtype not in (np.float64, np.float32) or rows.ndim < 1:
+        what = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
+        raise ValueError(f"rows: expected a C-contiguous float64 or float32 array, got {what}")
+    if not rows.flags.c_contiguous or not rows.dtype.isnative:
+        raise ValueError(f"rows: expected a C-contiguous native-endian array, got {rows.dtype} {rows.shape}")
     if element.bits > 8:
         raise ValueError(f"element format {element.name}: expected at most 8 bits")
-    p = encode_params(FP64, element, options, lanes=64)
-    table = decode_codes(np.arange(2**element.bits, dtype=np.uint8), element)
-    n = rows.shape[-1]
-    bits = rows.reshape(-1).view(np.uint64)
-    codes, scales, out, counts = cpu.run_mx(bits, n, block_size, element.emax, p, table, values)
-    return BlockCodes(codes, scales, out, *counts)
+    if scale not in BLOCK_SCALES:
+        raise ValueError(f"scale={scale!r}: expected one of {', '.join(BLOCK_SCALES)}")
+    if scale != "e4m3" and tensor_scale is not None:
+        raise ValueError(f"tensor_scale={tensor_scale!r}: only the 'e4m3' rule has a tensor scale")
+    br, bc = _block_shape(block_size, rows)
+    two_d = isinstance(block_size, tuple)
+    shape = rows.shape
+    lead = shape[:-2] if two_d else shape[:-1]
+    r, c = (shape[-2], shape[-1]) if two_d else (1, shape[-1])
+    outer = int(np.prod(lead))
+    scale_shape = (*lead, -(-r // br), -(-c // bc)) if two_d else (*lead, -(-c // bc))
+    t = 1.0
+    rule: tuple[Any, ...]
+    if scale == "e4m3":
+        bits = (
+            rows.reshape(-1).view(np.uint32)
+            if rows.dtype == np.float32
+            else encode_array(rows.reshape(-1), FP32)
+        )
+        t = _tensor_scale(bits, element, tensor_scale)
+        t32 = np.float32(t)
+        lo, hi = (np.float32(v) for v in E4M3_SCALE_RANGE)
+        rule = (t32, np.float32(1) / t32, np.float32(element.max), lo, hi)
+        p = encode_params(FP32, element, options, lanes=32)
+        ps = encode_params(FP32, _E4M3, RoundingOptions(), lanes=32)
+        out = cpu.run_blocks(
+            bits,
+            (outer, r, c),
+            (br, bc),
+            rule,
+            p,
+            rows.dtype if values else None,
+            codes=codes,
+            ps=ps,
+            d8=decode_params(_E4M3, FP32, 32),
+        )
+    else:
+        src = FP32 if rows.dtype == np.float32 else FP64
+        # the element max's significand, as a fraction in the input's fraction bits (rceil's test)
+        max_frac = int((element.max_exact / pow2(element.emax) - 1) * 2**src.mantissa_bits)
+        rule = (element.emax, int(scale == "rceil"), max_frac)
+        # (the moved exponent range reaches below the input's: subnormal inputs need their true exponent)
+        p = encode_params(src, element, options, lanes=src.bits, full=True)
+        bits = rows.reshape(-1).view(np.uint32 if src is FP32 else np.uint64)
+        out = cpu.run_blocks(
+            bits,
+            (outer, r, c),
+            (br, bc),
+            rule,
+            p,
+            rows.dtype if values else None,
+            codes=codes,
+        )
+    return (*out, t, scale_shape)

@@ -3,7 +3,7 @@
 :func:`execute` runs a :class:`~floatlab.rounding.plan.Plan` on numpy bit patterns. Beside the
 plan's loop it knows two shortcuts that give the same bits faster: the CPU's own float32 -> fp16
 conversion (x86 F16C, AArch64) and float32 -> bfloat16 in integer arithmetic. The other entry
-points are the building blocks the public door offers: decoding codes, the MX block loop, the
+points are the building blocks the public door offers: decoding codes, the block-scaling loops, the
 running sums of the accumulation simulator and the exact float64 arithmetic of the simulators.
 
 >>> import numpy as np, floatlab as fl
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from floatlab.formats import FP64, FloatFormat
+from floatlab.rounding._block_kernels import TILE
 from floatlab.rounding._jit import launch, loop
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
 from floatlab.rounding.plan import Plan, widen16
@@ -27,14 +28,15 @@ __all__ = [
     "add_count",
     "decode_codes",
     "execute",
+    "finite_amax",
     "half_hardware",
     "odd_div",
     "odd_sqrt",
     "odd_sum",
     "run_accumulate",
     "run_bf16",
+    "run_blocks",
     "run_half",
-    "run_mx",
     "run_running_sums",
 ]
 
@@ -187,33 +189,76 @@ def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
     return out.reshape(w.shape), int(intended), int(changed), int(nonfinite)
 
 
-def run_mx(
-    bits: np.ndarray, row: int, block: int, emax: int, p: EncodeParams, table: np.ndarray, values: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, ...]]:
-    """MX quantization of the float64 bit patterns ``bits`` (rows of ``row`` values, blocks of
-    ``block``) into the element format of ``p`` (built for float64 input, 64 lanes):
-    element codes, E8M0 scale codes, the dequantized values when ``values`` asks for them (from
-    ``table``, every element value as float64) and the counts (nonzero, flushed, subnormal,
-    inexact, overflow) over the blocks with a finite scale.
+def run_blocks(
+    bits: np.ndarray,
+    shape: tuple[int, int, int],
+    block: tuple[int, int],
+    rule: tuple[Any, ...],
+    p: EncodeParams,
+    values: Any = None,
+    *,
+    codes: bool = True,
+    ps: EncodeParams | None = None,
+    d8: DecodeParams | None = None,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, tuple[int, int, int, int, int]]:
+    """Block scaling of the bit patterns ``bits`` (float32 as uint32, float64 as uint64) of a
+    C-contiguous array of ``shape`` (outer, R, C) in blocks of ``block`` (br rows, bc columns):
+    element codes (uint8, flat), scale codes (uint8, flat over (outer, ceil(R / br),
+    ceil(C / bc))), the dequantized values in the dtype ``values`` (None: not wanted) and the
+    counts (nonzero, flushed, subnormal, inexact, saturated) over the blocks with a finite scale;
+    without ``codes``, the values alone (no codes, zero counts: one pass, for fake quantization).
+
+    Without ``ps`` the scales are E8M0 and ``rule`` is (element emax, rceil, the element max's
+    fraction); with ``ps`` (float32 into E4M3) and ``d8`` (E4M3 into float32) they are E4M3
+    codes over a tensor scale and ``rule`` holds five float32 numbers (see
+    :mod:`floatlab.rounding._block_kernels`). ``p`` rounds the input format into the element
+    format (saturating, with the true exponent of subnormal inputs).
 
     >>> from floatlab.formats import FP64, get_format
     >>> from floatlab.rounding.options import RoundingOptions
     >>> from floatlab.rounding.params import encode_params
     >>> e2m1 = get_format("e2m1")
-    >>> p = encode_params(FP64, e2m1, RoundingOptions(saturate=True), lanes=64)
+    >>> p = encode_params(FP64, e2m1, RoundingOptions(saturate=True), lanes=64, full=True)
     >>> x = np.array([1.0, -3.0, 0.0]).view(np.uint64)
-    >>> codes, scales, _, counts = run_mx(x, 3, 32, e2m1.emax, p, decode_codes(np.arange(16), e2m1), False)
+    >>> codes, scales, _, counts = run_blocks(x, (1, 1, 3), (1, 32), (2, 0, 0), p)
     >>> codes.tolist(), scales.tolist(), counts
     ([4, 15, 0], [126], (2, 0, 0, 0, 0))
     """
-    rows = bits.size // row if row else 0
-    scales = np.empty(rows * -(-row // block), np.uint8)
-    codes = np.empty(bits.size, np.uint8)
-    out = np.empty(bits.size if values else 0, np.float64)
-    counts = launch(
-        "mx", bits.size, bits, row, block, emax, codes, scales, table, out, np.uint64(0), tuple(p)
-    )
-    return codes, scales, out if values else None, tuple(int(c) for c in counts)
+    outer, rows, cols = shape
+    br, bc = block
+    if br == 1 and cols % bc == 0:
+        outer, rows, cols = 1, 1, outer * rows * cols  # no block crosses a row: one long row
+    nbr, nbc = -(-rows // br), -(-cols // bc)
+    chunk = max(1, TILE // (br * bc)) * bc
+    items = outer * nbr * -(-cols // chunk)
+    element_codes = np.empty(bits.size if codes else 0, np.uint8)
+    scales = np.empty(outer * nbr * nbc, np.uint8)
+    out = np.empty(bits.size if values is not None else 0, np.float64 if values is None else values)
+    counts = np.zeros((items, 5), np.int64)
+    z = zero(8 * bits.itemsize)
+    args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
+    if ps is None or d8 is None:
+        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
+    else:
+        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), tuple(d8))
+    total = counts.sum(axis=0)
+    n = [int(c) for c in total]
+    back = out if values is not None else None
+    return element_codes if codes else None, scales, back, (n[0], n[1], n[2], n[3], n[4])
+
+
+def finite_amax(bits: np.ndarray, fmt: FloatFormat) -> int:
+    """The bit pattern of the largest finite magnitude among the 1-d contiguous bit patterns
+    ``bits`` of the IEEE format ``fmt`` (float32 as uint32, float64 as uint64); 0 for none.
+
+    >>> from floatlab.formats import FP32
+    >>> finite_amax(np.array([1.0, -3.0, np.inf, np.nan], np.float32).view(np.uint32), FP32) == 0x40400000
+    True
+    """
+    out = np.zeros(-(-bits.size // TILE), bits.dtype)
+    z = zero(8 * bits.itemsize)
+    launch("finite_amax", bits.size, bits, out, z, fmt.exponent_mask)
+    return int(out.max()) if out.size else 0
 
 
 def run_running_sums(

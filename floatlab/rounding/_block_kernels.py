@@ -1,0 +1,480 @@
+"""The block-scaling loops (numba source, private to :mod:`floatlab.rounding`): MX's E8M0 scales
+and NVFP4's E4M3 scales over a tensor scale, on the element functions of
+:mod:`floatlab.rounding._kernels`.
+
+The array is a C-contiguous (outer, R, C) view; a block is br rows by bc columns of it (1 x k:
+blocks along the last axis; k x 1: down a middle axis; k x k: square tiles). A work item is one
+strip of br rows and ``chunk`` columns (whole blocks, about 4096 values, in the first-level
+cache), done in passes that each run along contiguous memory: the columns' largest magnitudes,
+the block scales (a scalar rule per block), the elements. The per-block numbers are spread over
+per-column scratch, so that the element loop never asks which block a value is in.
+
+What keeps the element loops vectorised (each point cost a factor of two or more, measured):
+
+* every inner loop indexes a slice with its own counter: an index such as ``row + c`` could be
+  negative for all numba knows, and its wrap-around check makes the loop scalar;
+* a loop touches few arrays: LLVM checks at run time that the arrays written do not overlap the
+  others, and past its limit of checks it leaves the loop scalar; so the codes-and-counts loop
+  and the values loop are separate passes (``mx_round`` needs the values alone: one pass);
+* the counts are summed in lane-wide integers (a 64-bit sum of a 32-bit lane's flags doubles
+  the vector work), per work item;
+* the loops are written out in the kernels, not in helpers.
+
+numba's cache notices a change in the file of a loop, not in the files of the functions it
+inlines: the kernels here are compiled under names that carry a fingerprint of the element
+functions' file (:func:`fingerprint`), so that a change there compiles them anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from typing import Any
+
+import numpy as np
+
+from floatlab.rounding import _kernels
+from floatlab.rounding.params import DecodeParams, EncodeParams
+
+# Names bound to numba objects by compile_into(); plain placeholders until then.
+prange: Any = range
+_u: Any = None
+_s: Any = None
+_shl: Any = None
+_shr: Any = None
+_clz: Any = None
+_encode_one: Any = None
+_decode_one: Any = None
+_random32: Any = None
+_float: Any = None
+_f32: Any = None
+_bits32: Any = None
+_tile: Any = None
+_e8m0_rule: Any = None
+_itof: Any = None
+_value: Any = None
+
+#: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
+#: is its E8M0 code, 255)
+NAN_SHIFT = 128
+#: values per work item: a strip of blocks that stays in the first-level cache
+TILE = 4096
+
+
+def _float_typer(typingctx: Any, bits: Any) -> Any:
+    """The float of ``bits``' width (float32 for a uint32, float64 for a uint64) with that bit
+    pattern."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    ft = nt.float32 if bits.bitwidth == 32 else nt.float64
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.FloatType() if bits.bitwidth == 32 else ir.DoubleType())
+
+    return ft(bits), codegen
+
+
+def _f32_typer(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose bit pattern is ``bits`` (a uint32)."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        b = context.cast(builder, args[0], sig.args[0], nt.uint32)
+        return builder.bitcast(b, ir.FloatType())
+
+    return nt.float32(bits), codegen
+
+
+def _bits32_typer(typingctx: Any, f: Any) -> Any:
+    """The bit pattern (uint32) of the float32 ``f``."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return nt.uint32(nt.float32), codegen
+
+
+def _tile_py(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
+    """Work item ``it``: (its strip's first value, rows r0..r1, columns c0..c1, first scale)."""
+    _, rows, cols = shape
+    br, bc = block
+    nbr = (rows + br - 1) // br
+    nbc = (cols + bc - 1) // bc
+    nch = (cols + chunk - 1) // chunk
+    o = it // (nbr * nch)
+    rest = it - o * (nbr * nch)
+    bi = rest // nch
+    c0 = (rest - bi * nch) * chunk
+    r0 = bi * br
+    return (
+        o * rows * cols + c0,
+        r0,
+        min(r0 + br, rows),
+        c0,
+        min(c0 + chunk, cols),
+        (o * nbr + bi) * nbc + c0 // bc,
+    )
+
+
+def _itof_typer(typingctx: Any, v: Any) -> Any:
+    """The unsigned integer ``v`` as a float of its width (float32 for 32 bits), exactly for
+    values below 2^24."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    ft = nt.float32 if v.bitwidth == 32 else nt.float64
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.uitofp(args[0], ir.FloatType() if v.bitwidth == 32 else ir.DoubleType())
+
+    return ft(v), codegen
+
+
+def _value_py(code: Any, shift: Any, z: Any, p: Any) -> Any:
+    """The element ``code`` times 2^shift as a float of z's width (the input's format of ``p``),
+    NaN for NAN_SHIFT. Exact: every such value is one of the input format's (from a float64
+    input, or a float32 one: MX scales reach down to 2^-127, elements' bits to 2^-9). The
+    significand (at most 4 bits) converted to a float times a power of two built from its bits:
+    cheaper than the general decoder, and no table lookup (a gather keeps a loop scalar)."""
+    one = _u(1, z)
+    m_t = p.mantissa_bits
+    mag = _u(code & _u(_shl(one, p.sign_bit) - one, z), z)
+    e = _s(_shr(mag, m_t), z)
+    sig = _u(_u(mag & _u(_shl(one, m_t) - one, z), z) | _shl(_u(e != 0, z), m_t), z)
+    # the exponent of sig's last bit (a subnormal element, e == 0, has the exponent of e == 1)
+    ex = _s(_s(max(e, _s(1, z)) + _s(p.emin - 1 - m_t, z), z) + _s(shift, z), z)
+    m = p.in_mantissa_bits
+    biased = _s(ex + _s(p.in_bias, z), z)
+    zero = _s(0, z)
+    # 2^ex: a normal power of two, or below the input's normal range a subnormal one
+    bits = _shl(_u(biased, z), m) if biased > zero else _shl(one, _s(max(_s(m - 1, z) + biased, zero), z))
+    v = _itof(sig) * _float(bits)
+    v = -v if _shr(code, p.sign_bit) != 0 else v
+    return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
+
+
+def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
+    """The shared exponent of a block whose largest magnitude has the bits ``a``, or NAN_SHIFT
+    (see the E8M0 loop)."""
+    emax_e, rceil, max_frac = rule
+    m_in = p.in_mantissa_bits
+    ai = np.int64(a)
+    ex = ai >> m_in
+    # floor(log2(amax)) from the bit fields: the exponent, or a subnormal's highest set bit
+    hb = np.int64(_s(_clz(_u(0, z)) - _clz(a), z)) - 1  # (ctlz(0) is the lane width)
+    sub = ex == 0
+    top = hb - (p.in_bias - 1 + m_in) if sub else ex - p.in_bias
+    frac = ((ai << max(m_in - hb, 0)) if sub else ai) & ((1 << m_in) - 1)
+    # rceil: one binade more when amax's significand exceeds the element max's, so that the
+    # scale is amax / max rounded up to a power of two and nothing saturates
+    s = top - emax_e + ((rceil != 0) & (frac > max_frac))
+    s = -127 if ai == 0 else max(s, -127)
+    special = ai >= np.int64(p.in_exponent_mask) << m_in  # an inf or NaN in the block
+    # floor: a scale above 2^127 is the NaN scale; rceil saturates there
+    return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
+
+
+def _e8m0_blocks_kernel_py(
+    x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
+    counts: Any, z: Any, pt: Any,
+) -> None:  # fmt: skip
+    """Block scaling with E8M0 (power-of-two) scales: the bits ``x`` (float32 or float64) of an
+    (outer, R, C) array in blocks of ``block`` = (br, bc), ``chunk`` columns per work item.
+
+    ``rule`` = (emax of the element, rceil, the element max's fraction in the input's fraction
+    bits). A block's shared exponent is floor(log2(amax)) - emax (the OCP rule, "floor"), plus one
+    under ``rceil`` when amax's significand exceeds the element max's; clamped below at -127;
+    above 127 it is the NaN scale (floor) or 127 (rceil). A block holding an inf or NaN gets the
+    NaN scale (255) and zero codes. Each value is rounded into the element format with its
+    exponent range moved by the shared exponent (no ``v / 2^s`` is formed, so nothing rounds on
+    the way). When ``codes`` is not empty it gets the element codes and ``counts[it]`` the item's
+    nonzero, flushed, subnormal, inexact and saturated values over its finite blocks; when
+    ``values`` is not empty it gets element value times scale (exact, in the input's format).
+    """
+    p = EncodeParams(*pt)
+    cols = shape[2]
+    bc = block[1]
+    one = _u(1, z)
+    mag_mask = _shr(_u(_u(0, z) - one, z), 1)
+    code_mag = _u(_shl(one, p.sign_bit) - one, z)
+    m_t = p.mantissa_bits
+    stochastic = p.mode_stochastic != 0
+    key0 = _u(p.key0, np.uint32(0))
+    key1 = _u(p.key1, np.uint32(0))
+    for it in prange(counts.shape[0]):
+        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
+        w = c1 - c0
+        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
+        # a strip of one row straight from the values, a taller one through its columns' maxima
+        nb = (w + bc - 1) // bc
+        bmax = np.zeros(nb, x.dtype)
+        if r1 - r0 == 1:
+            xs = x[base + r0 * cols : base + r0 * cols + w]
+            for b in range(nb):
+                seg = xs[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, _u(seg[c] & mag_mask, z))
+                bmax[b] = a
+        else:
+            amax = np.zeros(w, x.dtype)
+            for r in range(r0, r1):
+                xs = x[base + r * cols : base + r * cols + w]
+                for c in range(w):
+                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
+            for b in range(nb):
+                seg = amax[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, seg[c])
+                bmax[b] = a
+        # the rule, one block per lane; the scales; the shifts spread over the columns
+        shift_b = np.empty(nb, np.int32)
+        for b in range(nb):
+            shift_b[b] = _e8m0_rule(bmax[b], z, p, rule)
+        sc = scales[s0 : s0 + nb]
+        for b in range(nb):
+            sc[b] = shift_b[b] + 127  # (NAN_SHIFT + 127 is the NaN code, 255)
+        shift = shift_b if bc == 1 else np.empty(w, np.int32)
+        if bc > 1:
+            for b in range(nb):
+                shift[b * bc : b * bc + bc] = shift_b[b]
+        if codes.size > 0:
+            n_nonzero = _u(0, z)
+            n_flushed = _u(0, z)
+            n_subnormal = _u(0, z)
+            n_inexact = _u(0, z)
+            n_saturated = _u(0, z)
+            for r in range(r0, r1):
+                row = base + r * cols
+                xs = x[row : row + w]
+                cs = codes[row : row + w]
+                for c in range(w):
+                    u = _u(xs[c], z)
+                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                    sh = shift[c]
+                    res = _encode_one(u, z, rnd, p, sh)
+                    ok = sh != NAN_SHIFT
+                    code = res.code if ok else _u(0, z)
+                    cs[c] = code
+                    mag = _u(code & code_mag, z)
+                    nonzero = ok & ((u & mag_mask) != 0)
+                    n_nonzero = _u(n_nonzero + nonzero, z)
+                    n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
+                    n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
+                    n_inexact = _u(n_inexact + (ok & (res.inexact | res.overflow)), z)
+                    n_saturated = _u(n_saturated + (ok & res.overflow), z)
+            counts[it, 0] = n_nonzero
+            counts[it, 1] = n_flushed
+            counts[it, 2] = n_subnormal
+            counts[it, 3] = n_inexact
+            counts[it, 4] = n_saturated
+            if values.size > 0:
+                for r in range(r0, r1):
+                    row = base + r * cols
+                    cs = codes[row : row + w]
+                    vs = values[row : row + w]
+                    for c in range(w):
+                        vs[c] = _value(_u(cs[c], z), shift[c], z, p)
+        elif values.size > 0:
+            for r in range(r0, r1):
+                row = base + r * cols
+                xs = x[row : row + w]
+                vs = values[row : row + w]
+                for c in range(w):
+                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                    sh = shift[c]
+                    vs[c] = _value(_encode_one(_u(xs[c], z), z, rnd, p, sh).code, sh, z, p)
+
+
+def _e4m3_blocks_kernel_py(
+    x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
+    counts: Any, z: Any, pt: Any, ps: Any, dt8: Any,
+) -> None:  # fmt: skip
+    """Block scaling with E4M3 scales over a float32 tensor scale (NVFP4), in float32 arithmetic
+    as NVIDIA's recipe and torchao's ``nvfp4_quantize`` compute it: the float32 bits ``x`` of an
+    (outer, R, C) array in blocks of ``block``, ``chunk`` columns per work item.
+
+    ``rule`` = (tensor scale t, fl(1 / t), the element's max, the smallest and largest block
+    scale), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
+    even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is fl(v * fl(fl(1 / t) /
+    scale)) rounded into the element format (``pt``, saturating). A block holding an inf or NaN
+    gets the NaN scale and zero codes. ``dt8`` decodes E4M3 codes into float32; ``codes``,
+    ``values`` and ``counts`` as in the E8M0 loop, a value counting as inexact when element times
+    block scale times t differs from it (values of a float32 array: rounded to nearest).
+    """
+    p = EncodeParams(*pt)
+    q = EncodeParams(*ps)
+    d8 = DecodeParams(*dt8)
+    t, inv_t, elem_max, lo, hi = rule
+    cols = shape[2]
+    bc = block[1]
+    one = _u(1, z)
+    mag_mask = _shr(_u(_u(0, z) - one, z), 1)
+    inf_bits = _u(_shl(_u(p.in_exponent_mask, z), p.in_mantissa_bits), z)
+    code_mag = _u(_shl(one, p.sign_bit) - one, z)
+    m_t = p.mantissa_bits
+    stochastic = p.mode_stochastic != 0
+    key0 = _u(p.key0, np.uint32(0))
+    key1 = _u(p.key1, np.uint32(0))
+    for it in prange(counts.shape[0]):
+        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
+        w = c1 - c0
+        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
+        # a strip of one row straight from the values, a taller one through its columns' maxima
+        nb = (w + bc - 1) // bc
+        bmax = np.zeros(nb, x.dtype)
+        if r1 - r0 == 1:
+            xs = x[base + r0 * cols : base + r0 * cols + w]
+            for b in range(nb):
+                seg = xs[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, _u(seg[c] & mag_mask, z))
+                bmax[b] = a
+        else:
+            amax = np.zeros(w, x.dtype)
+            for r in range(r0, r1):
+                xs = x[base + r * cols : base + r * cols + w]
+                for c in range(w):
+                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
+            for b in range(nb):
+                seg = amax[b * bc : b * bc + bc]
+                a = _u(0, z)
+                for c in range(seg.size):
+                    a = max(a, seg[c])
+                bmax[b] = a
+        # the rule, one block per lane (E4M3 decoded, not looked up: a lookup keeps it scalar)
+        sc = scales[s0 : s0 + nb]
+        rcp_b = np.empty(nb, np.float32)
+        s8_b = np.empty(nb, np.float32)
+        scale_b = np.empty(nb, np.float64)
+        for b in range(nb):
+            a = bmax[b]
+            # fl(amax / max) / t, clamped: the block's decode scale relative to the tensor's
+            s = min(max((_f32(a) / elem_max) / t, lo), hi)
+            code = _encode_one(_bits32(s), z, np.uint32(0), q, 0).code if a < inf_bits else _u(q.nan_base, z)
+            sc[b] = code
+            s8 = _f32(_decode_one(code, _u(0, z), z, d8, True))  # (NaN for the NaN code)
+            s8_b[b] = s8
+            rcp_b[b] = inv_t / s8  # the recipe multiplies by this reciprocal, rounded once
+            scale_b[b] = np.float64(s8) * np.float64(t)  # (exact: 4 by 24 bits)
+        rcp = rcp_b if bc == 1 else np.empty(w, np.float32)
+        scale = scale_b if bc == 1 else np.empty(w, np.float64)
+        if bc > 1:
+            for b in range(nb):
+                rcp[b * bc : b * bc + bc] = rcp_b[b]
+                scale[b * bc : b * bc + bc] = scale_b[b]
+        # values in values' dtype: (element x E4M3 scale) x t, the first product exact (6 bits),
+        # the second rounded once, to float32 too: the correctly rounded exact product
+        s8v = np.empty(w if values.size > 0 else 0, values.dtype)
+        if values.size > 0:
+            for b in range(nb):
+                s8v[b * bc : b * bc + bc] = s8_b[b]
+        tv = np.empty(1, values.dtype)
+        tv[0] = t
+        if codes.size > 0:
+            n_nonzero = _u(0, z)
+            n_flushed = _u(0, z)
+            n_subnormal = _u(0, z)
+            n_inexact = _u(0, z)
+            n_saturated = _u(0, z)
+            for r in range(r0, r1):
+                row = base + r * cols
+                xs = x[row : row + w]
+                cs = codes[row : row + w]
+                for c in range(w):
+                    u = _u(xs[c], z)
+                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                    k = rcp[c]
+                    res = _encode_one(_bits32(_f32(u) * k), z, rnd, p, 0)
+                    ok = k == k
+                    code = res.code if ok else _u(0, z)
+                    cs[c] = code
+                    mag = _u(code & code_mag, z)
+                    nonzero = ok & ((u & mag_mask) != 0)
+                    # (element x scale is exact in float64: 2 by 4 by 24 bits)
+                    v = np.float64(_value(code, 0, z, p)) * scale[c]
+                    changed = v != np.float64(_f32(u))
+                    n_nonzero = _u(n_nonzero + nonzero, z)
+                    n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
+                    n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
+                    n_inexact = _u(n_inexact + (ok & changed), z)
+                    n_saturated = _u(n_saturated + (ok & res.overflow), z)
+            counts[it, 0] = n_nonzero
+            counts[it, 1] = n_flushed
+            counts[it, 2] = n_subnormal
+            counts[it, 3] = n_inexact
+            counts[it, 4] = n_saturated
+            if values.size > 0:
+                for r in range(r0, r1):
+                    row = base + r * cols
+                    cs = codes[row : row + w]
+                    vs = values[row : row + w]
+                    for c in range(w):
+                        vs[c] = (_value(_u(cs[c], z), 0, z, p) * s8v[c]) * tv[0]
+        elif values.size > 0:
+            for r in range(r0, r1):
+                row = base + r * cols
+                xs = x[row : row + w]
+                vs = values[row : row + w]
+                for c in range(w):
+                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                    code = _encode_one(_bits32(_f32(xs[c]) * rcp[c]), z, rnd, p, 0).code
+                    vs[c] = (_value(code, 0, z, p) * s8v[c]) * tv[0]
+
+
+def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
+    """out[i] = the largest magnitude bit pattern below ``inf_bits`` (the largest finite
+    magnitude) in chunk i of TILE values of ``x``: a tensor's amax, infinities and NaNs left out."""
+    mag_mask = _shr(_u(_u(0, z) - _u(1, z), z), 1)
+    top = _u(inf_bits, z)
+    for i in prange(out.size):
+        xs = x[i * TILE : i * TILE + TILE]
+        m = _u(0, z)
+        for c in range(xs.size):
+            v = _u(xs[c] & mag_mask, z)
+            m = max(m, v if v < top else _u(0, z))
+        out[i] = m
+
+
+def fingerprint() -> str:
+    """A short hash of the element functions' file, which the loops here inline.
+
+    >>> len(fingerprint())
+    12
+    """
+    with open(_kernels.__file__, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:12]
+
+
+def compile_into(numba: Any, out: dict[str, Any]) -> None:
+    """Compile the block loops into ``out`` by name, on the element functions and intrinsics that
+    :func:`floatlab.rounding._kernels.compile_into` has bound (it runs first)."""
+    from numba.extending import intrinsic
+
+    g = globals()
+    g["prange"] = numba.prange
+    for name in (*_kernels.INTRINSICS, "_encode_one", "_decode_one", "_random32"):
+        g[name] = getattr(_kernels, name)
+    g["_float"] = intrinsic(_float_typer)
+    g["_f32"] = intrinsic(_f32_typer)
+    g["_bits32"] = intrinsic(_bits32_typer)
+    helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
+    g["_tile"] = helper(_tile_py)
+    g["_e8m0_rule"] = helper(_e8m0_rule_py)
+    g["_itof"] = intrinsic(_itof_typer)
+    g["_value"] = helper(_value_py)
+    parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+    stamp = fingerprint()
+    for name in ("e8m0_blocks", "e4m3_blocks", "finite_amax"):
+        fn = g[f"_{name}_kernel_py"]
+        # numba's cache files are named after the function: the fingerprint in the name makes a
+        # changed element function a new name, so the loop is compiled anew
+        stamped = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+        stamped.__qualname__ = f"{fn.__name__}_{stamp}"
+        out[name] = parallel(stamped)
