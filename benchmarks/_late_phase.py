@@ -36,3 +36,38 @@ def model_settings(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "optimizer": "adamw",
     }
+
+
+def bits(trainer: Any) -> float:
+    """A run's final validation loss in bits per character."""
+    value: float = trainer.history.summary()["bits_per_char"]
+    return value
+
+
+def run_protocol(args: argparse.Namespace, policies: list[str]) -> Any:
+    """Both phases for every seed and policy (a ``LatePhase``), one progress line a seed on stderr."""
+    import sys
+    import time
+
+    import floatlab.train as ft
+    from floatlab.train.seeds import LatePhase, late_phase
+
+    started = time.perf_counter()
+
+    def progress(seed: int, lp: LatePhase) -> None:
+        row = ", ".join(f"{p} {bits(lp.runs[p][-1]):.4f}" for p in policies)
+        elapsed = time.perf_counter() - started
+        print(
+            f"seed {seed}: phase 1 {bits(lp.phase1[-1]):.4f}; phase 2 {row} ({elapsed:.0f} s)",
+            file=sys.stderr,
+        )
+
+    return late_phase(
+        policies,
+        range(args.seeds),
+        first={"lr": args.lr, "steps": args.steps},
+        late={"lr": args.late_lr, "steps": args.late_steps},
+        dataset=ft.load_text(context=args.context),
+        callback=progress,
+        **model_settings(args),
+    )

@@ -32,20 +32,15 @@ import time
 from typing import Any
 
 from _common import RESULTS, Table, write_results
-from _late_phase import add_protocol_options, model_settings
+from _late_phase import add_protocol_options, bits, model_settings, run_protocol
 
 import floatlab.train as ft
 from floatlab.train.operands import operand_summary
-from floatlab.train.seeds import LatePhase, late_phase, paired_gap
+from floatlab.train.seeds import paired_gap
 
 POLICIES = ("fp32", "mixed-bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mixed-fp8")
 REFERENCE = "mixed-bf16"
 SCALED = ("fp8-tensorwise", "fp8-delayed", "fp8-blockwise")
-
-
-def bits(trainer: ft.Trainer) -> float:
-    value: float = trainer.history.summary()["bits_per_char"]
-    return value
 
 
 def worst_share(trainer: ft.Trainer, share: str) -> float:
@@ -71,27 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in ("fp32", REFERENCE):
         if p not in policies:
             policies.insert(0, p)
-    settings = model_settings(args)
-    text = ft.load_text(context=args.context)
     started = time.perf_counter()
-
-    def progress(seed: int, lp: LatePhase) -> None:
-        row = ", ".join(f"{p} {bits(lp.runs[p][-1]):.4f}" for p in policies)
-        elapsed = time.perf_counter() - started
-        print(
-            f"seed {seed}: phase 1 {bits(lp.phase1[-1]):.4f}; phase 2 {row} ({elapsed:.0f} s)",
-            file=sys.stderr,
-        )
-
-    lp = late_phase(
-        policies,
-        range(args.seeds),
-        first={"lr": args.lr, "steps": args.steps},
-        late={"lr": args.late_lr, "steps": args.late_steps},
-        dataset=text,
-        callback=progress,
-        **settings,
-    )
+    lp = run_protocol(args, policies)
     seeds = lp.seeds
     phase1 = [bits(t) for t in lp.phase1]
     final = {p: [bits(t) for t in lp.runs[p]] for p in policies}
@@ -108,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     per_run.add("fp32, phase 1", *(f"{v:.4f}" for v in phase1), f"{mean(phase1):.4f}")
     worst = ["operand saturated (worst step)", "operand flushed (worst step)"]
     casts = Table(["policy", *worst, "grads flushed", "skipped"])
-    out: dict[str, Any] = {"settings": settings, "args": vars(args), "seeds": seeds, "phase1": phase1}
+    out: dict[str, Any] = {
+        "settings": model_settings(args),
+        "args": vars(args),
+        "seeds": seeds,
+        "phase1": phase1,
+    }
     out.update(final=final, saturated=saturated, flushed=flushed, grads_flushed=grads_flushed)
     out.update(skipped=skipped, gaps={}, pairs={})
     for p in policies:

@@ -25,17 +25,11 @@ import time
 from typing import Any
 
 from _common import RESULTS, Table, write_results
-from _late_phase import add_protocol_options, model_settings
+from _late_phase import add_protocol_options, bits, model_settings, run_protocol
 
-import floatlab.train as ft
-from floatlab.train.seeds import LatePhase, late_phase, paired_gap
+from floatlab.train.seeds import paired_gap
 
 POLICIES = ("fp32", "mixed-fp16", "mixed-bf16", "bf16", "fp16")
-
-
-def bits(trainer: ft.Trainer) -> float:
-    value: float = trainer.history.summary()["bits_per_char"]
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,27 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if "fp32" not in policies:
         policies.insert(0, "fp32")
-    settings = model_settings(args)
-    text = ft.load_text(context=args.context)
     started = time.perf_counter()
-
-    def progress(seed: int, lp: LatePhase) -> None:
-        row = ", ".join(f"{p} {bits(lp.runs[p][-1]):.4f}" for p in policies)
-        elapsed = time.perf_counter() - started
-        print(
-            f"seed {seed}: phase 1 {bits(lp.phase1[-1]):.4f}; phase 2 {row} ({elapsed:.0f} s)",
-            file=sys.stderr,
-        )
-
-    lp = late_phase(
-        policies,
-        range(args.seeds),
-        first={"lr": args.lr, "steps": args.steps},
-        late={"lr": args.late_lr, "steps": args.late_steps},
-        dataset=text,
-        callback=progress,
-        **settings,
-    )
+    lp = run_protocol(args, policies)
     seeds = lp.seeds
     phase1 = [bits(t) for t in lp.phase1]
     final = {p: [bits(t) for t in lp.runs[p]] for p in policies}
@@ -78,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     per_run = Table(["policy", *(f"seed {s}" for s in seeds), "mean", "updates swallowed", "grads flushed"])
     per_run.add("fp32, phase 1", *(f"{v:.4f}" for v in phase1), f"{sum(phase1) / len(phase1):.4f}", "", "")
     gaps = Table(["policy", "minus fp32, bits/char", "95% CI low", "95% CI high", "seeds"])
-    out: dict[str, Any] = {"settings": settings, "args": vars(args), "seeds": seeds, "phase1": phase1}
+    out: dict[str, Any] = {
+        "settings": model_settings(args),
+        "args": vars(args),
+        "seeds": seeds,
+        "phase1": phase1,
+    }
     out["final"], out["swallowed"], out["flushed"], out["gaps"] = final, swallowed, flushed, {}
     for p in policies:
         b = final[p]

@@ -31,8 +31,8 @@ from floatlab.cli.train_cmds import (
     _on_off,
     _output_options,
     _run_options,
+    _show,
     _switch_options,
-    _write_json,
     config_from_args,
 )
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
@@ -220,12 +220,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color), {**view.data, "plot": plot}
         )
     json_file = args.json if isinstance(getattr(args, "json", None), str) else None
-    if json_file is not None:  # --json FILE: the summary there, the text here
-        _write_json(json_file, view.data)
-        UI(color=ui.color, json=False, stream=ui.stream).show(view)
-    else:
-        ui.show(view)
-    return 0
+    return _show(ui, view, json_file, view.data)  # --json FILE: the summary there, the text here
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:

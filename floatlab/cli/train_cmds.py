@@ -400,12 +400,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
         written = _write_train_plots(trainer, plots)
         lines = [dim(f"  {what} written to {safe(path)}", ui.color) for what, path in written]
         view = View("\n".join([view.text, *lines]), {**view.data, "plots": [p for _, p in written]})
-    if json_file is not None:
-        _write_json(json_file, {**view.data, "history": trainer.history.to_dict()})
-        UI(color=ui.color, json=False, stream=ui.stream).show(view)
-    else:
-        ui.show(view)
-    return 0
+    return _show(ui, view, json_file, {**view.data, "history": trainer.history.to_dict()})
 
 
 def _train_plots(plot: str | None) -> list[tuple[str, str]]:
@@ -445,6 +440,17 @@ def _write_json(path: str, data: Any) -> None:
     from floatlab.cli._common import _jsonable
 
     write_atomic(path, json.dumps(_jsonable(data), indent=1, allow_nan=False) + "\n")
+
+
+def _show(ui: UI, view: View, json_file: str | None, data: Any) -> int:
+    """``--json FILE``: ``data`` into FILE and the text on the terminal; otherwise the view as
+    the UI shows it (text, or JSON for a plain ``--json``)."""
+    if json_file is not None:
+        _write_json(json_file, data)
+        UI(color=ui.color, json=False, stream=ui.stream).show(view)
+    else:
+        ui.show(view)
+    return 0
 
 
 # ---- compare ------------------------------------------------------------------------------------
@@ -494,12 +500,7 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
             view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color),
             {**view.data, "plot": plot},
         )
-    if json_file is not None:
-        _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
-        UI(color=ui.color, json=False, stream=ui.stream).show(view)
-    else:
-        ui.show(view)
-    return 0
+    return _show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
 
 
 # ---- registration -------------------------------------------------------------------------------
