@@ -238,7 +238,7 @@ class UpdateExplorer(Interactive):
 
     @property
     def update(self) -> float:
-        """The update, sign x |weight| / ratio (in float64)."""
+        """The update, ``sign * abs(weight) / ratio`` (in float64)."""
         return self.sign * abs(self.weight) / self.ratio
 
     def explanation(self) -> AddExplanation:
