@@ -39,7 +39,7 @@ from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdic
 from floatlab.rounding import RoundingOptions
 from floatlab.rounding import cuda as gk
 from floatlab.train.matmul import check_gemm_support, cublas_gemm_args, cupy_matmul, gemm_format, matmul
-from floatlab.train.policy import policy_names
+from floatlab.train.policy import get_policy, policy_names
 from floatlab.train.precision import Precision
 
 NO_CUDA = not cuda_available()
@@ -276,6 +276,11 @@ def test_every_gemm_operand_is_exact_in_the_gpu_gemm_format(
         "mixed-bf16": "bf16",
         "mixed-fp8": "fp16",
     }
+    if get_policy(policy).fp8 is not None:
+        # an fp8 recipe's linear GEMMs multiply scaled fp8 values (checked exact in fp16, the GPU
+        # GEMM that holds E4M3 and E5M2, in the test below); its other GEMMs (attention) are bf16
+        assert set(seen) <= {"bf16"}
+        return
     assert set(seen) == {expected.get(policy, "fp64" if policy == "fp64" else "fp32")}
 
 
@@ -608,3 +613,30 @@ def test_gemm_support_by_compute_capability(
     else:
         with pytest.raises(ValueError, match=rf"^{fmt} GEMMs need compute capability \d\.0 or later"):
             check_gemm_support(fmt, capability, "an old GPU")
+
+
+@pytest.mark.parametrize("recipe", ["fp8-tensorwise", "fp8-delayed", "fp8-blockwise"])
+def test_an_fp8_recipes_gemm_operands_are_exact_in_fp16(recipe: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the operands an fp8 recipe's GEMM multiplies are E4M3/E5M2 values: exact in fp16, so a GPU
+    # runs them as fp16 tensor-core GEMMs without rounding
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.data import make_underflow_task
+    from floatlab.train.recipes import fp8 as fp8_module
+
+    original = fp8_module.scaled_matmul
+    seen: list[int] = []
+
+    def checked(a: Any, b: Any, **kw: Any) -> Any:
+        for q in (a, b):
+            assert np.array_equal(fl.round_array(q.values, "fp16"), q.values, equal_nan=True)
+        seen.append(1)
+        return original(a, b, **kw)
+
+    monkeypatch.setattr(fp8_module, "scaled_matmul", checked)
+    tr = Trainer.from_config(
+        TrainConfig(data="underflow", precision=recipe, hidden=(16,), batch_size=16),
+        make_underflow_task(n_train=32, n_test=16),
+    )
+    tr.fit(1, stop_after=2)
+    # 2 steps of 5 GEMMs (the first layer needs no data gradient), then the epoch's evaluation (2)
+    assert len(seen) == 2 * 5 + 2
