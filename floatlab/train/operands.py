@@ -29,16 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from floatlab.io import atomic_output, save_figure
+from floatlab.train.recipes import ROLES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from floatlab.train.history import History
 
-__all__ = ["ROLES_SHOWN", "operand_summary", "plot_operands"]
-
-#: the operand roles of a linear layer, in the order the panels show them
-ROLES_SHOWN: tuple[str, ...] = ("input", "weight", "grad")
+__all__ = ["operand_summary", "plot_operands"]
 
 
 def _finite(values: list[float]) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -103,9 +101,9 @@ def plot_operands(
 
     steps = np.asarray(history.steps["step"], dtype=np.float64)
     fig = _Figure(figsize=(15, 7), layout="constrained")
-    axes = fig.subplots(2, len(ROLES_SHOWN), sharex=True)
+    axes = fig.subplots(2, len(ROLES), sharex=True)
     layers = sorted({key.rsplit(".", 1)[0] for key in history.operands})
-    for j, role in enumerate(ROLES_SHOWN):
+    for j, role in enumerate(ROLES):
         for i, layer in enumerate(layers):
             cols = history.operands.get(f"{layer}.{role}")
             if cols is None:
