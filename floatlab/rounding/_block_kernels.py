@@ -300,7 +300,8 @@ def _e4m3_blocks_kernel_py(
     (outer, R, C) array in blocks of ``block``, ``chunk`` columns per work item.
 
     ``rule`` = (tensor scale t, fl(1 / t), the element's max, the smallest and largest block
-    scale), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
+    scale, the factor the values are multiplied by last: t, or 1 to leave t to the caller),
+    all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
     even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is fl(v * fl(fl(1 / t) /
     scale)) rounded into the element format (``pt``, saturating). A block holding an inf or NaN
     gets the NaN scale and zero codes. ``dt8`` decodes E4M3 codes into float32; ``codes``,
@@ -310,7 +311,7 @@ def _e4m3_blocks_kernel_py(
     p = EncodeParams(*pt)
     q = EncodeParams(*ps)
     d8 = DecodeParams(*dt8)
-    t, inv_t, elem_max, lo, hi = rule
+    t, inv_t, elem_max, lo, hi, vt = rule
     cols = shape[2]
     bc = block[1]
     one = _u(1, z)
@@ -376,7 +377,7 @@ def _e4m3_blocks_kernel_py(
             for b in range(nb):
                 s8v[b * bc : b * bc + bc] = s8_b[b]
         tv = np.empty(1, values.dtype)
-        tv[0] = t
+        tv[0] = vt
         if codes.size > 0:
             n_nonzero = _u(0, z)
             n_flushed = _u(0, z)

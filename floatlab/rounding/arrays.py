@@ -420,6 +420,7 @@ def encode_blocks(
     values: bool = False,
     scale: str = "floor",
     tensor_scale: float | None = None,
+    split_tensor_scale: bool = False,
 ) -> BlockCodes:
     """Block-scaled encoding of the C-contiguous float64 or float32 array ``rows``: the element
     codes of ``element`` (at most 8 bits), one scale code per block and what it did, in one
@@ -446,7 +447,9 @@ def encode_blocks(
     the way. Elements saturate. A block holding an inf or NaN gets the NaN scale and zero codes.
     Stochastic rounding draws its key as :func:`encode_array` does; value i (flat C order of
     ``rows``) uses random word i. ``values`` asks for the dequantized values (in rows' dtype:
-    exact for the E8M0 rules, rounded to nearest under "e4m3" for float32 rows).
+    exact for the E8M0 rules, rounded to nearest under "e4m3" for float32 rows);
+    ``split_tensor_scale`` leaves the tensor scale out of them (element x block scale, exact),
+    for a GEMM that multiplies by the two tensor scales in its epilogue, as NVFP4 GEMMs do.
 
     >>> import floatlab as fl
     >>> b = encode_blocks(np.array([[1.0, -3.0, 0.0]]), fl.get_format("e2m1"), 32)
@@ -459,7 +462,16 @@ def encode_blocks(
     (3.0, [448.0])
     """
     run = _run_blocks(
-        rows, element, block_size, rounding, rng, scale, tensor_scale, values=values, codes=True
+        rows,
+        element,
+        block_size,
+        rounding,
+        rng,
+        scale,
+        tensor_scale,
+        values=values,
+        codes=True,
+        split=split_tensor_scale,
     )
     codes, scales, vals, (nonzero, flushed, subnormal, inexact, overflow), t, scale_shape = run
     assert codes is not None
@@ -513,6 +525,7 @@ def _run_blocks(
     *,
     values: bool,
     codes: bool,
+    split: bool = False,
 ) -> tuple[Any, ...]:
     """Check, plan and run the block loop: (codes, scales, values, counts, tensor scale, the
     scales' shape)."""
@@ -546,7 +559,7 @@ def _run_blocks(
         t = _tensor_scale(bits, element, tensor_scale)
         t32 = np.float32(t)
         lo, hi = (np.float32(v) for v in E4M3_SCALE_RANGE)
-        rule = (t32, np.float32(1) / t32, np.float32(element.max), lo, hi)
+        rule = (t32, np.float32(1) / t32, np.float32(element.max), lo, hi, np.float32(1) if split else t32)
         p = encode_params(FP32, element, options, lanes=32)
         ps = encode_params(FP32, _E4M3, RoundingOptions(), lanes=32)
         out = cpu.run_blocks(

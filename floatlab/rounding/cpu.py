@@ -210,7 +210,7 @@ def run_blocks(
 
     Without ``ps`` the scales are E8M0 and ``rule`` is (element emax, rceil, the element max's
     fraction); with ``ps`` (float32 into E4M3) and ``d8`` (E4M3 into float32) they are E4M3
-    codes over a tensor scale and ``rule`` holds five float32 numbers (see
+    codes over a tensor scale and ``rule`` holds six float32 numbers (see
     :mod:`floatlab.rounding._block_kernels`). ``p`` rounds the input format into the element
     format (saturating, with the true exponent of subnormal inputs).
 
