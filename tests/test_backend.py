@@ -276,9 +276,10 @@ def test_every_gemm_operand_is_exact_in_the_gpu_gemm_format(
         "mixed-bf16": "bf16",
         "mixed-fp8": "fp16",
     }
-    if get_policy(policy).fp8 is not None:
-        # an fp8 recipe's linear GEMMs multiply scaled fp8 values (checked exact in fp16, the GPU
-        # GEMM that holds E4M3 and E5M2, in the test below); its other GEMMs (attention) are bf16
+    if get_policy(policy).recipe is not None:
+        # a recipe's linear GEMMs multiply scaled fp8 values (checked exact in fp16, the GPU
+        # GEMM that holds E4M3 and E5M2, in the test below) or block-scaled values; its other
+        # GEMMs (attention) are bf16
         assert set(seen) <= {"bf16"}
         return
     assert set(seen) == {expected.get(policy, "fp64" if policy == "fp64" else "fp32")}

@@ -254,16 +254,16 @@ def test_resume_under_delayed_scaling_is_bit_for_bit(text_data: Any, tmp_path: P
     for k in straight.params:
         np.testing.assert_array_equal(straight.params[k], resumed.params[k])
     assert resumed.history.operands == straight.history.operands
-    assert resumed.P.fp8 is not None
-    assert straight.P.fp8 is not None
-    assert resumed.P.fp8.state_dict()["steps"] == straight.P.fp8.state_dict()["steps"] == 6
+    assert resumed.P.scaling is not None
+    assert straight.P.scaling is not None
+    assert resumed.P.scaling.state_dict()["steps"] == straight.P.scaling.state_dict()["steps"] == 6
 
 
 def test_a_checkpoint_without_fp8_state_is_refused(text_data: Any) -> None:
     tr = _trainer("fp8-delayed", text_data, steps=1)
     state = tr.state_dict()
-    state["fp8"] = None
-    with pytest.raises(ValueError, match="lacks its fp8 scaling state"):
+    state["scaling"] = None
+    with pytest.raises(ValueError, match="lacks its recipe's scaling state"):
         _trainer("fp8-delayed", text_data, steps=1).load_state_dict(state)
 
 
@@ -287,7 +287,7 @@ def test_train_fp8_json_has_per_operand_lists(main: Main, capsys: pytest.Capture
     ops = data["operands"]
     assert "h0.W1.grad" in ops
     assert all(len(ops[k]["amax"]) == len(ops[k]["scale"]) == 2 for k in ops)
-    assert data["policy"]["fp8"]["amax_history"] == 8
+    assert data["policy"]["recipe"]["amax_history"] == 8
 
 
 def test_train_plot_draws_the_operands(
@@ -300,7 +300,7 @@ def test_train_plot_draws_the_operands(
     out = capsys.readouterr().out
     assert plot.exists()
     assert (tmp_path / "run-fp8.png").exists()
-    assert "fp8 operands   12, scales" in out
+    assert "GEMM operands  12, scales" in out
 
 
 @pytest.mark.parametrize(

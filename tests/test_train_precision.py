@@ -169,6 +169,10 @@ def test_named_policies() -> None:
         "fp8-tensorwise",
         "fp8-delayed",
         "fp8-blockwise",
+        "mxfp8",
+        "mxfp6",
+        "mxfp4",
+        "nvfp4",
         "fp64",
     ]
     p = get_policy("fp16")

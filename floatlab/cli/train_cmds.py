@@ -48,6 +48,7 @@ from floatlab.text import parse_scale, safe
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
     from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.policy import Policy
 
 __all__ = [
     "NAME",
@@ -235,6 +236,35 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     fp8.add_argument(
         "--promote-every", type=int, metavar="N", help="add the narrow accumulator into fp32 every N products"
     )
+    mx = p.add_argument_group("microscaling recipes (mxfp8, mxfp6, mxfp4, nvfp4)")
+    mx.add_argument(
+        "--elements",
+        metavar="NAME",
+        help="element formats: mxfp8 e4m3 (default) or hybrid (E5M2 gradients); mxfp6 hybrid, e2m3 or e3m2",
+    )
+    mx.add_argument(
+        "--scale-mode", metavar="floor|rceil", help="MX block scales: OCP floor (default) or rceil"
+    )
+    mx.add_argument(
+        "--hadamard",
+        type=_on_off,
+        metavar="on|off",
+        help="16x16 random Hadamard transform on the weight-gradient GEMM's inputs (nvfp4: on)",
+    )
+    mx.add_argument(
+        "--weight-tiles",
+        type=_on_off,
+        metavar="on|off",
+        help="weights in square blocks, once a step (nvfp4: on)",
+    )
+    mx.add_argument(
+        "--gradient-rounding", metavar="rne|stochastic", help="rounding of the gradients (nvfp4: stochastic)"
+    )
+    mx.add_argument(
+        "--keep-bf16",
+        metavar="LAYERS",
+        help="linear layers left in bf16: names, patterns (h0.*), first, last, or none (nvfp4: first,last)",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -259,6 +289,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "pow2_scale",
         "accumulate",
         "promote_every",
+        "elements",
+        "scale_mode",
+        "hadamard",
+        "weight_tiles",
+        "gradient_rounding",
     ):
         v = getattr(args, name, None)
         if v is not None:
@@ -272,6 +307,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))
     if getattr(args, "fp32_ops", None) is not None:
         out["fp32_ops"] = parse_fp32_ops(args.fp32_ops)
+    keep = getattr(args, "keep_bf16", None)
+    if keep is not None:
+        out["keep_bf16"] = (
+            () if keep.strip().lower() == "none" else tuple(k.strip() for k in keep.split(",") if k.strip())
+        )
     return out
 
 
@@ -372,7 +412,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     json_file = _json_file(args)
     # every output can be written, and none is the checkpoint read or another output: checked
     # before the first step, so that a long run never ends in an error or overwrites its input
-    plots = _train_plots(args.plot)
+    plots = _train_plots(args.plot, cfg.make_policy())
     check_outputs(
         [("--checkpoint", args.checkpoint), ("--history", args.history), ("--json", json_file), *plots],
         [("--resume", args.resume)],
@@ -380,7 +420,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
             "--checkpoint": (".npz",),
             "--history": HISTORY_SUFFIXES,
             "--plot": FIGURE_SUFFIXES,
-            "--plot (fp8 operands)": FIGURE_SUFFIXES,
+            "--plot (operands)": FIGURE_SUFFIXES,
         },
     )
     if args.resume is not None:
@@ -403,14 +443,16 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     return _show(ui, view, json_file, {**view.data, "history": trainer.history.to_dict()})
 
 
-def _train_plots(plot: str | None) -> list[tuple[str, str]]:
-    """The figures ``--plot FILE`` asks for: the curves in FILE, and, for a run under an fp8
-    recipe, the operands' amax and scale in FILE-fp8 (same suffix)."""
+def _train_plots(plot: str | None, policy: Policy) -> list[tuple[str, str]]:
+    """The figures ``--plot FILE`` asks for: the curves in FILE, and, for a run under a recipe,
+    the operands' amax and scale in FILE-fp8 (an fp8 recipe) or FILE-<recipe> (``-nvfp4``, ...;
+    same suffix)."""
     if plot is None:
         return []
     name = figure_name(plot)
     stem, ext = os.path.splitext(name)
-    return [("--plot", name), ("--plot (fp8 operands)", f"{stem}-fp8{ext}")]
+    tag = "fp8" if policy.recipe is None or policy.fp8 is not None else policy.recipe.kind
+    return [("--plot", name), ("--plot (operands)", f"{stem}-{tag}{ext}")]
 
 
 def _write_train_plots(trainer: Trainer, plots: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -425,8 +467,8 @@ def _write_train_plots(trainer: Trainer, plots: list[tuple[str, str]]) -> list[t
     written = [("curves", curves)]
     if h.operands:
         with atomic_output(scales) as tmp:
-            plot_operands(h, tmp, title=f"{title}: the fp8 operands")
-        written.append(("fp8 amax and scales", scales))
+            plot_operands(h, tmp, title=f"{title}: the GEMM operands")
+        written.append(("operands' amax and scales", scales))
     return written
 
 

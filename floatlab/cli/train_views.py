@@ -37,7 +37,7 @@ def _override_lines(trainer: Trainer, color: bool) -> list[str]:
 
 
 def _operands_line(h: History, color: bool) -> str:
-    """The fp8 recipe's operands in one line: how many, the range of their scales, the worst
+    """The recipe's GEMM operands in one line: how many, the range of their scales, the worst
     saturation and where it happened."""
     from floatlab.train.operands import operand_summary
 
@@ -119,12 +119,12 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
         ["swallowed", _pct(s["mean_swallowed"]) + dim("  of the non-zero updates, per step", color)],
     ]
     if h.operands:
-        rows.append(["fp8 operands", _operands_line(h, color)])
+        rows.append(["GEMM operands", _operands_line(h, color)])
     if s["stopped"]:
         rows.append(["stopped", style(s["stopped"], "red", color=color)])
     lines += ["  " + f"{k:<15}{v}" for k, v in rows]
     data = {"policy": trainer.policy.to_dict(), "summary": s, "model": m, "data": d, "optimizer": hyper}
-    if h.operands:  # the fp8 recipe's record: per operand, per-step lists of amax, scale and shares
+    if h.operands:  # the recipe's record: per operand, per-step lists of amax, scale and shares
         data["operands"] = h.to_dict()["operands"]
     return View("\n".join(lines), data)
 

@@ -45,10 +45,11 @@ _EXTRA_KEYS = ("backend",)
 def _policy_keys() -> tuple[str, ...]:
     from floatlab.train.policy import Policy, get_policy
 
-    fields = [f.name for f in dataclasses.fields(Policy) if f.name not in ("name", "fp8")]
-    recipe = get_policy("fp8-delayed").fp8  # the fp8 recipe's fields change the recipe
-    assert recipe is not None
-    fields += [f.name for f in dataclasses.fields(recipe) if f.name != "kind"]
+    fields = [f.name for f in dataclasses.fields(Policy) if f.name not in ("name", "recipe")]
+    for name in ("fp8-delayed", "nvfp4"):  # the recipes' fields change the recipe
+        recipe = get_policy(name).recipe
+        assert recipe is not None
+        fields += [f.name for f in dataclasses.fields(recipe) if f.name != "kind" and f.name not in fields]
     return tuple(fields)
 
 

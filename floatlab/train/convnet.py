@@ -382,6 +382,11 @@ class ConvNet(Model):
     def describe(self) -> str:
         return f"convnet {'-'.join(str(c) for c in self.channels)} channels on {self.side}x{self.side}"
 
+    @property
+    def linear_sites(self) -> tuple[str, ...]:
+        """The linear head (the convolutions are GEMMs the recipes leave alone)."""
+        return ("Wc",)
+
     def init(self, rng: np.random.Generator) -> Params:
         w: Params = {}
         c_in = 1

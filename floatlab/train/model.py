@@ -362,6 +362,12 @@ class Model:
     #: the parameters that belong to BatchNorm layers (kept in fp32 under ``batchnorm_fp32``)
     norm_params: frozenset[str] = frozenset()
 
+    @property
+    def linear_sites(self) -> tuple[str, ...]:
+        """The linear layers whose GEMMs a recipe scales (named by their weights), in forward
+        order: how a recipe finds the model's first and last."""
+        return ()
+
     def init(self, rng: np.random.Generator) -> Params:
         raise NotImplementedError
 
@@ -437,6 +443,15 @@ class MLP(Model):
 
     def describe(self) -> str:
         return "mlp " + "-".join(str(v) for v in self.sizes)
+
+    @property
+    def linear_sites(self) -> tuple[str, ...]:
+        """``W0``, ``W1``, ...: every layer.
+
+        >>> MLP(4, (8, 8), 2).linear_sites
+        ('W0', 'W1', 'W2')
+        """
+        return tuple(f"W{i}" for i in range(len(self.sizes) - 1))
 
     def forward(
         self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
@@ -528,6 +543,15 @@ class AttentionNet(Model):
 
     def describe(self) -> str:
         return f"attention {self.tokens} tokens x {self.d_model}"
+
+    @property
+    def linear_sites(self) -> tuple[str, ...]:
+        """The embedding projection, the attention's two projections, the classifier.
+
+        >>> get_model("attention", 64, 10).linear_sites
+        ('We', 'Wqkv', 'Wo', 'Wc')
+        """
+        return ("We", "Wqkv", "Wo", "Wc")
 
     def forward(
         self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None

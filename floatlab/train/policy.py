@@ -23,10 +23,13 @@ technique of mixed-precision training:
   et al., "Revisiting BFloat16 Training", 2020; see :mod:`floatlab.train.update`). Only weights
   stored below the holding precision have anything to compensate: with fp32 master weights
   (and for BatchNorm's parameters under ``batchnorm_fp32``) it does nothing.
-* ``fp8``: an fp8 training recipe (:class:`~floatlab.train.recipes.Fp8Recipe`: per-tensor current
-  scaling, delayed scaling, or DeepSeek-V3's block scaling) for the GEMMs of the linear layers:
-  each operand is scaled into the fp8 format's range before it is rounded, and the product
-  scaled back. Everything else follows the policy's formats (bf16 for the named recipes).
+* ``recipe``: the scaled low-precision GEMMs of the linear layers: an fp8 training recipe
+  (:class:`~floatlab.train.recipes.Fp8Recipe`: per-tensor current scaling, delayed scaling, or
+  DeepSeek-V3's block scaling), each operand scaled into the fp8 format's range before it is
+  rounded and the product scaled back; or a microscaling recipe
+  (:class:`~floatlab.train.recipes.MicroRecipe`: MXFP8, MXFP6, MXFP4, NVFP4), each operand
+  quantized in blocks that share a scale. Everything else follows the policy's formats (bf16
+  for the named recipes). :attr:`Policy.fp8` is the recipe when it is an fp8 one.
 * ``accumulate`` and ``promote_every``: the accumulator of the linear layers' GEMMs, a format
   narrower than fp32 (``"acc14"``: the 14 bits DeepSeek-V3 measured on an fp8 tensor core),
   its partial sums promoted into an fp32 total every ``promote_every`` products (0: never);
@@ -36,7 +39,7 @@ The named policies are the ones users know:
 
 >>> [p for p in policy_names()]  # doctest: +NORMALIZE_WHITESPACE
 ['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp8-tensorwise', 'fp8-delayed',
- 'fp8-blockwise', 'fp64']
+ 'fp8-blockwise', 'mxfp8', 'mxfp6', 'mxfp4', 'nvfp4', 'fp64']
 >>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
 mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
 fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32
@@ -58,7 +61,7 @@ from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
 from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale, want_str
 from floatlab.train.accumulate import accumulator_format
-from floatlab.train.recipes import RECIPES, Fp8Recipe
+from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 
 __all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get_policy", "policy_names"]
 
@@ -99,7 +102,7 @@ class Policy:
     saturate: bool = False
     subnormals: bool = True
     update_compensation: bool = False
-    fp8: Fp8Recipe | None = None
+    recipe: Fp8Recipe | MicroRecipe | None = None
     accumulate: str = ""
     promote_every: int = 0
 
@@ -138,10 +141,17 @@ class Policy:
         set_(self, "rounding", check_rounding(self.rounding))
         set_(self, "update_rounding", check_rounding(self.update_rounding or self.rounding))
         want_fp32_scale("static_scale", self.static_scale)
-        fp8_in: object = self.fp8  # (from a caller: anything)
-        if fp8_in is not None and not isinstance(fp8_in, Fp8Recipe):
-            kinds = ", ".join(RECIPES)
-            raise ValueError(f"fp8={shown(fp8_in)}: expected an Fp8Recipe ({kinds}) or None")
+        recipe_in: object = self.recipe  # (from a caller: anything)
+        if recipe_in is not None and not isinstance(recipe_in, (Fp8Recipe, MicroRecipe)):
+            kinds = ", ".join(RECIPES + MICRO_KINDS)
+            raise ValueError(
+                f"recipe={shown(recipe_in)}: expected an Fp8Recipe or a MicroRecipe ({kinds}) or None"
+            )
+        if isinstance(self.recipe, MicroRecipe) and (self.accumulate or self.promote_every):
+            raise ValueError(
+                f"accumulate={shown(self.accumulate)}: the microscaling GEMMs accumulate in fp32 "
+                "(a narrow accumulator is simulated for the fp8 recipes only)"
+            )
         want_str("accumulate", self.accumulate)
         if self.accumulate:
             set_(self, "accumulate", accumulator_format(self.accumulate).name)
@@ -150,9 +160,10 @@ class Policy:
             raise ValueError(
                 f"promote_every={shown(every)}: expected a number of products >= 1, or 0 for never"
             )
-        if every and self.fp8 is not None and self.fp8.kind == "blockwise" and every != self.fp8.block:
+        fp8 = self.fp8
+        if every and fp8 is not None and fp8.kind == "blockwise" and every != fp8.block:
             raise ValueError(
-                f"promote_every={every}: block scaling promotes once a tile (expected 0 or {self.fp8.block})"
+                f"promote_every={every}: block scaling promotes once a tile (expected 0 or {fp8.block})"
             )
         if every and not self.accumulate:
             raise ValueError(
@@ -168,6 +179,15 @@ class Policy:
                 )
 
     # ---- derived --------------------------------------------------------------------------------
+    @property
+    def fp8(self) -> Fp8Recipe | None:
+        """The recipe when it is an fp8 one (None otherwise).
+
+        >>> get_policy("fp8-delayed").fp8.kind, get_policy("nvfp4").fp8
+        ('delayed', None)
+        """
+        return self.recipe if isinstance(self.recipe, Fp8Recipe) else None
+
     @property
     def dtype(self) -> np.dtype[Any]:
         """The numpy dtype that holds every value: float64 for the fp64 reference, else float32."""
@@ -215,23 +235,32 @@ class Policy:
 
     def replace(self, **changes: Any) -> Policy:
         """A copy with ``changes``; its name gets a ``*`` unless a new ``name`` is given. The fields
-        of the fp8 recipe (``fp8_format``, ``amax_history``, ``margin``, ...) change the recipe.
+        of the recipe (fp8: ``fp8_format``, ``amax_history``, ``margin``, ...; microscaling:
+        ``hadamard``, ``gradient_rounding``, ``keep_bf16``, ...) change the recipe.
 
         >>> get_policy("fp16").replace(master_weights=True).master_weights
         True
         >>> get_policy("fp8-delayed").replace(amax_history=16).fp8.amax_history
         16
+        >>> get_policy("nvfp4").replace(hadamard=False).recipe.hadamard
+        False
         """
-        recipe_changes = {k: changes.pop(k) for k in list(changes) if k in _RECIPE_FIELDS}
+        recipe_changes = {k: changes.pop(k) for k in list(changes) if k in _RECIPE_FIELDS | _MICRO_FIELDS}
         if recipe_changes:
-            recipe = changes.get("fp8", self.fp8)
-            if recipe is None:
-                k, v = next(iter(recipe_changes.items()))
-                raise ValueError(
-                    f"{k}={shown(v)}: policy {self.name} has no fp8 recipe "
-                    f"(expected one of {', '.join('fp8-' + r for r in RECIPES)})"
-                )
-            changes["fp8"] = dataclasses.replace(recipe, **recipe_changes)
+            recipe = changes.get("recipe", self.recipe)
+            own = _RECIPE_FIELDS if isinstance(recipe, Fp8Recipe) else _MICRO_FIELDS
+            for k, v in recipe_changes.items():
+                if recipe is None or k not in own:
+                    fp8 = k in _RECIPE_FIELDS  # (a field of one kind of recipe, not the other)
+                    what, names = (
+                        ("an fp8", ["fp8-" + r for r in RECIPES]) if fp8 else ("a microscaling", MICRO_KINDS)
+                    )
+                    raise ValueError(
+                        f"{k}={shown(v)}: policy {self.name} has no {what.split()[-1]} recipe "
+                        f"(expected {what} recipe: {', '.join(names)})"
+                    )
+            assert recipe is not None
+            changes["recipe"] = dataclasses.replace(recipe, **recipe_changes)
         if "name" not in changes:
             changes["name"] = self.name if self.name.endswith("*") else self.name + "*"
         return dataclasses.replace(self, **changes)
@@ -262,6 +291,8 @@ class Policy:
                 parts.append(f"rounding {self.rounding}, updates {self.update_rounding}")
         if self.fp8 is not None:
             parts.append(f"linear GEMMs in fp8: {self.fp8.describe()}")
+        elif self.recipe is not None:
+            parts.append(f"linear GEMMs in {self.recipe.describe()}")
         elif min(self.forward.bits, self.backward.bits) <= 8:
             parts.append("fp8 values rounded unscaled (no per-tensor scaling)")
         if self.accumulate:
@@ -287,7 +318,7 @@ class Policy:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["forward"], d["backward"] = self.forward.name, self.backward.name
         d["fp32_ops"] = sorted(self.fp32_ops)
-        d["fp8"] = None if self.fp8 is None else self.fp8.to_dict()
+        d["recipe"] = None if self.recipe is None else self.recipe.to_dict()
         return d
 
     @classmethod
@@ -301,6 +332,8 @@ class Policy:
         True
         """
         want_dict("policy", d)
+        if "fp8" in d and "recipe" not in d:  # written when the field held fp8 recipes only
+            d = {k: v for k, v in d.items() if k != "fp8"} | {"recipe": d["fp8"]}
         if "name" not in d:
             raise ValueError("policy lacks its name")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -311,8 +344,10 @@ class Policy:
             # written before the switch existed (no model had BatchNorm): the named policy's value
             base = POLICIES.get(str(d["name"]).rstrip("*"))
             d = {**d, "batchnorm_fp32": base.batchnorm_fp32 if base is not None else True}
-        if d.get("fp8") is not None:
-            d = {**d, "fp8": Fp8Recipe.from_dict(want_dict("policy fp8", d["fp8"]))}
+        if d.get("recipe") is not None:
+            r = want_dict("policy recipe", d["recipe"])
+            kind = r.get("kind")
+            d = {**d, "recipe": MicroRecipe.from_dict(r) if kind in MICRO_KINDS else Fp8Recipe.from_dict(r)}
         return cls(**d)
 
 
@@ -347,11 +382,18 @@ def _mixed(
 def _fp8(kind: str) -> Policy:
     # as Transformer Engine and torchao run fp8: the model in bf16 with fp32 master weights, the
     # linear layers' GEMM operands scaled into fp8, no loss scaling (each tensor has its own scale)
-    return dataclasses.replace(_mixed(f"fp8-{kind}", BF16, BF16, "none"), fp8=Fp8Recipe(kind))
+    return dataclasses.replace(_mixed(f"fp8-{kind}", BF16, BF16, "none"), recipe=Fp8Recipe(kind))
 
 
-#: the fields of an fp8 recipe that :meth:`Policy.replace` passes on to the recipe
+def _micro(kind: str) -> Policy:
+    # as torchao's MX training and Transformer Engine's MXFP8 and NVFP4 recipes run: the model in
+    # bf16 with fp32 master weights, the linear layers' GEMM operands in blocks, no loss scaling
+    return dataclasses.replace(_mixed(kind, BF16, BF16, "none"), recipe=MicroRecipe(kind))
+
+
+#: the fields of a recipe that :meth:`Policy.replace` passes on to it
 _RECIPE_FIELDS = frozenset(f.name for f in dataclasses.fields(Fp8Recipe)) - {"kind"}
+_MICRO_FIELDS = frozenset(f.name for f in dataclasses.fields(MicroRecipe)) - {"kind"}
 
 POLICIES: dict[str, Policy] = {
     p.name: p
@@ -363,6 +405,7 @@ POLICIES: dict[str, Policy] = {
         _mixed("mixed-bf16", BF16, BF16, "none"),  # bf16 has fp32's range: no scaling needed
         _mixed("mixed-fp8", "float8_e4m3fn", "float8_e5m2", "dynamic"),
         *(_fp8(kind) for kind in RECIPES),
+        *(_micro(kind) for kind in MICRO_KINDS),
         Policy("fp64", forward=FP64, backward=FP64),
     )
 }

@@ -18,7 +18,7 @@ their values in float32 loses nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,7 +31,7 @@ from floatlab.rounding import round_array
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
-from floatlab.train.recipes import Fp8Scaling
+from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 __all__ = ["Array", "Precision", "Rounder", "gemm"]
 
@@ -62,6 +62,7 @@ class Precision:
         policy: Policy | str,
         rng: np.random.Generator | None = None,
         backend: Backend | str | None = None,
+        layers: Sequence[str] | None = None,
     ) -> None:
         self.policy = get_policy(policy)
         self.fwd: FloatFormat = self.policy.forward
@@ -77,8 +78,15 @@ class Precision:
         self._counting = False
         self.grad_values = 0
         self.grad_flushed = 0
-        #: the fp8 recipe's state (every linear layer's operand scalers), when the policy has one
-        self.fp8: Fp8Scaling | None = Fp8Scaling(self.policy.fp8) if self.policy.fp8 is not None else None
+        #: the recipe's state (an fp8 recipe's operand scalers, a microscaling recipe's record),
+        #: when the policy has one; ``layers``, the model's linear layers in forward order, tells
+        #: a microscaling recipe which are the first and the last
+        self.scaling: Fp8Scaling | MicroScaling | None = None
+        recipe = self.policy.recipe
+        if isinstance(recipe, MicroRecipe):
+            self.scaling = MicroScaling(recipe, self.rng, layers)
+        elif recipe is not None:
+            self.scaling = Fp8Scaling(recipe)
         self._training = True
 
     # ---- casts --------------------------------------------------------------------------------
@@ -203,7 +211,9 @@ class Precision:
         ``b_role`` (``"input"``, ``"weight"`` or ``"grad"``), bias added, stored in ``out``.
 
         Under an fp8 recipe both operands are scaled into fp8 and the product scaled back
-        (:class:`~floatlab.train.recipes.Fp8Scaling`); with a narrow accumulator the products
+        (:class:`~floatlab.train.recipes.Fp8Scaling`); under a microscaling recipe both are
+        quantized in blocks along the reduction (:class:`~floatlab.train.recipes.MicroScaling`;
+        a layer it keeps in bf16 is :meth:`matmul`); with a narrow accumulator the products
         are summed in it (:func:`~floatlab.train.accumulate.accumulate_matmul`); otherwise, and
         for a GEMM with no ``site``, it is :meth:`matmul`.
 
@@ -215,11 +225,16 @@ class Precision:
         >>> Q.matmul(Q.cast(x, Q.fwd), Q.cast(W, Q.fwd), Q.fwd).tolist()
         [[0.0]]
         """
-        if site is None or (self.fp8 is None and not self.policy.accumulate):
+        scaling = self.scaling
+        if site is None or (scaling is None and not self.policy.accumulate):
+            return self.matmul(a, b, out, bias=bias)
+        if isinstance(scaling, MicroScaling) and scaling.keeps(site):  # a layer kept in bf16
             return self.matmul(a, b, out, bias=bias)
         narrow, every = self.policy.accumulate or None, self.policy.promote_every or None
-        if self.fp8 is not None:
-            acc = self.fp8.matmul(
+        if isinstance(scaling, MicroScaling):
+            acc = scaling.matmul(site, a, a_role, b, b_role, record=self._training)
+        elif scaling is not None:
+            acc = scaling.matmul(
                 site, a, a_role, b, b_role, record=self._training, accumulate=narrow, promote_every=every
             )
         else:
@@ -229,10 +244,10 @@ class Precision:
         return self.store(acc, out)
 
     def end_step(self) -> dict[str, dict[str, float]]:
-        """Close a training step: the fp8 recipe's per-operand statistics of the step (amax,
+        """Close a training step: the recipe's per-operand statistics of the step (amax,
         scale, saturated, flushed and subnormal shares), keyed ``"<layer>.<role>"``; delayed
-        scaling computes the next step's scales here. Empty without an fp8 recipe."""
-        return self.fp8.end_step() if self.fp8 is not None else {}
+        scaling computes the next step's scales here. Empty without a recipe."""
+        return self.scaling.end_step() if self.scaling is not None else {}
 
     def rounder(self, fmt: FloatFormat, op: str) -> Rounder:
         """The rounding points of operation ``op`` working in ``fmt``."""

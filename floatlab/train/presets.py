@@ -424,7 +424,7 @@ def _scaling(p: Policy) -> str:
 
 
 def _recipe(p: Policy) -> str:
-    return "none" if p.fp8 is None else p.fp8.describe()
+    return "none" if p.recipe is None else p.recipe.describe()
 
 
 def _accumulator(p: Policy) -> str:

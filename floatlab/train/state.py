@@ -4,9 +4,9 @@
 and checks it against the trainer it is to be loaded into: the format, the policy, the shapes
 and values of the weights, BatchNorm's running statistics, the compensation buffers of
 compensated updates, the optimizer's and the loss scaler's state, the counters, the data order,
-the random generators and an fp8 recipe's scalers. A bad state is one ValueError saying what is wrong, and the
-trainer is left as it was: :meth:`~floatlab.train.trainer.Trainer.load_state_dict` assigns only
-what this returns.
+the random generators and a recipe's scaling state. A bad state is one ValueError saying what
+is wrong, and the trainer is left as it was:
+:meth:`~floatlab.train.trainer.Trainer.load_state_dict` assigns only what this returns.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from floatlab.train._checks import shown, want_dict, want_int
 from floatlab.train.history import History
 from floatlab.train.policy import Policy
-from floatlab.train.recipes import Fp8Scaling
+from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 __all__ = ["STATE_FORMAT", "CheckedState", "check_state"]
 
@@ -45,8 +45,8 @@ class CheckedState:
     generator_states: tuple[dict[str, Any], dict[str, Any]]
     history: History
     compensation: dict[str, np.ndarray] = field(default_factory=dict)
-    #: the fp8 recipe's scalers (amax histories, scales, per-step record), loaded into a twin
-    fp8: Fp8Scaling | None = None
+    #: the recipe's state (fp8: amax histories, scales; both: the per-step record), in a twin
+    scaling: Fp8Scaling | MicroScaling | None = None
 
 
 def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
@@ -148,12 +148,17 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
         gens.append(twin.bit_generator.state)
     history = History.from_dict(state["history"])
     perm_copy = None if perm is None else np.array(perm)
-    # the fp8 recipe's state: an amax history is what delayed scaling's next scale comes from
-    fp8 = None
-    if policy.fp8 is not None:
-        if state.get("fp8") is None:
-            raise ValueError(f"checkpoint of policy {policy.name!r} lacks its fp8 scaling state")
-        fp8 = Fp8Scaling(policy.fp8)
-        fp8.load_state_dict(state["fp8"])
+    # the recipe's state: an amax history is what delayed scaling's next scale comes from
+    scaling: Fp8Scaling | MicroScaling | None = None
+    recipe = policy.recipe
+    if recipe is not None:
+        saved_scaling = state.get("scaling", state.get("fp8"))  # ("fp8": written before microscaling)
+        if saved_scaling is None:
+            raise ValueError(f"checkpoint of policy {policy.name!r} lacks its recipe's scaling state")
+        if isinstance(recipe, MicroRecipe):
+            scaling = MicroScaling(recipe, trainer.P.rng, getattr(trainer.model, "linear_sites", None))
+        else:
+            scaling = Fp8Scaling(recipe)
+        scaling.load_state_dict(saved_scaling)
     gen_states = (gens[0], gens[1])
-    return CheckedState(params, buffers, counters, perm_copy, gen_states, history, compensation, fp8)
+    return CheckedState(params, buffers, counters, perm_copy, gen_states, history, compensation, scaling)

@@ -133,7 +133,12 @@ class Trainer:
         self.backend = get_backend(backend)
         if not self.backend.is_gpu:
             settle_allocator()
-        self.P = Precision(self.policy, rng=np.random.default_rng([seed, 1]), backend=self.backend)
+        self.P = Precision(
+            self.policy,
+            rng=np.random.default_rng([seed, 1]),
+            backend=self.backend,
+            layers=getattr(model, "linear_sites", None),
+        )
         self.order_rng = np.random.default_rng([seed, 2])
         self.opt = optimizer if optimizer is not None else make_optimizer("sgd", DEFAULT_LR["sgd"])
         self.scaler = scaler if scaler is not None else make_scaler(self.policy)
@@ -142,7 +147,7 @@ class Trainer:
         self.clip = clip
         self.schedule = schedule if schedule is not None else Schedule()
         self.histogram_steps = frozenset(int(s) for s in histogram_steps)
-        #: the fp8 recipe's per-operand statistics of the last step (see :meth:`Precision.end_step`)
+        #: the recipe's per-operand statistics of the last step (see :meth:`Precision.end_step`)
         self.operand_stats: dict[str, dict[str, float]] = {}
         self.config = config
         init = model.init(np.random.default_rng([seed, 0]))
@@ -585,7 +590,7 @@ class Trainer:
             "perm": None if self.perm is None else np.array(self.perm),
             "rng": {"order": self.order_rng.bit_generator.state, "round": self.P.rng.bit_generator.state},
             "history": self.history.to_dict(),
-            "fp8": None if self.P.fp8 is None else self.P.fp8.state_dict(),
+            "scaling": None if self.P.scaling is None else self.P.scaling.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -624,7 +629,7 @@ class Trainer:
         self.perm = checked.perm
         self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = checked.generator_states
         self.history = checked.history
-        self.P.fp8 = checked.fp8
+        self.P.scaling = checked.scaling
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`

@@ -123,6 +123,16 @@ class TransformerLM(Model):
         shape = f"{self.layers} layers x {self.d_model}, {self.heads} heads, context {self.context}"
         return f"transformer {shape}"
 
+    @property
+    def linear_sites(self) -> tuple[str, ...]:
+        """Each block's QKV and output projections and its MLP's two layers, block by block (the
+        tied logits GEMM and the embedding are not linear layers a recipe scales).
+
+        >>> TransformerLM(8, 10, layers=2).linear_sites[-2:]
+        ('h1.W1', 'h1.W2')
+        """
+        return tuple(f"h{i}.{k}" for i in range(self.layers) for k in ("Wqkv", "Wo", "W1", "W2"))
+
     def init(self, rng: np.random.Generator) -> Params:
         d, f32 = self.d_model, np.float32
 
