@@ -293,7 +293,8 @@ class Simulation:
         >>> print(simulate(model, "mixed-fp16").report())  # doctest: +NORMALIZE_WHITESPACE
         simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne
           simulated (1): 0 (Linear); GEMMs rounded so far: none
-          left in their own precision (1): 1 (BatchNorm1d)
+          left in their own precision (1): 1 (BatchNorm1d) (a torch.matmul, bmm or @ of theirs is
+          rounded all the same)
           left to the model: softmax, norms, reductions and the loss in its own precision (the policy's
           fp32 ops); dynamic loss scaling: use torch.amp.GradScaler; fp32 master
           weights: the optimizer updates the model's own parameters
@@ -307,7 +308,8 @@ class Simulation:
             + ("" if p.subnormals else ", subnormals flushed"),
             f"  simulated ({len(self.simulated)}): {', '.join(self.simulated) or 'none'}; "
             f"GEMMs rounded so far: {calls}",
-            f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}",
+            f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}"
+            + (" (a torch.matmul, bmm or @ of theirs is rounded all the same)" if self.skipped else ""),
         ]
         left = []
         low_ops = sorted({"softmax", "norm", "sum", "exp", "log", "loss"} - set(p.fp32_ops))
