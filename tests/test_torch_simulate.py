@@ -243,6 +243,23 @@ def test_fp16_gradients_underflow_without_a_loss_scale() -> None:
     assert torch.equal(flushed, torch.zeros(1, 4))
     assert torch.allclose(_grad(lin.weight) / scale, torch.full((1, 4), 2e-8), rtol=2**-10)
     assert "dynamic loss scaling: use torch.amp.GradScaler" in sim.report()
+    static = flt.simulate(lin, get_policy("fp16").replace(loss_scaling="static", static_scale=512.0))
+    assert "static loss scale 512: multiply the loss by it, divide the gradients" in static.report()
+
+
+def test_the_policys_saturate_and_subnormals_switches_reach_every_rounding() -> None:
+    lin = torch.nn.Linear(1, 3, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1e-6], [1e5], [1.0]]))  # an fp16 subnormal, an overflow
+    x = torch.ones(1, 1)
+    outs = {}
+    for key, changes in {"plain": {}, "ftz": {"subnormals": False}, "sat": {"saturate": True}}.items():
+        with flt.simulate(lin, get_policy("fp16").replace(**changes)):
+            outs[key] = lin(x)[0].tolist()
+    sub = _cast(torch.tensor(1e-6), "fp16").item()  # torch's own fp16 keeps the subnormal
+    assert outs["plain"] == [sub, float("inf"), 1.0]
+    assert outs["ftz"] == [0.0, float("inf"), 1.0]
+    assert outs["sat"] == [sub, 65504.0, 1.0]
 
 
 def test_fp8_formats_forward_e4m3_backward_e5m2() -> None:

@@ -39,14 +39,17 @@ What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulati
   a pure ``"bf16"`` policy, which computes them in bf16 in floatlab's NumPy models, is simulated
   at its GEMMs only. :meth:`Simulation.store` marks such a storage point by hand (a residual
   stream kept in the forward format, as autocast's bf16 outputs keep it);
-* loss scaling: use ``torch.amp.GradScaler`` (a static scale: ``GradScaler(init_scale=S,
-  growth_interval=2**31)``, or multiply the loss and divide the gradients yourself);
+* loss scaling: dynamic scaling is ``torch.amp.GradScaler``'s (it scales the loss, unscales the
+  gradients in fp32, skips a step with an inf and halves the scale); a static scale S
+  (``policy.static_scale``) is ``(loss * S).backward()`` and the gradients divided by S before
+  ``opt.step()``. The scale enters before the output gradients are rounded, as it must for
+  the gradients it saves from underflow;
 * weights stored in the forward format without master weights (``master_weights=False``): the
   optimizer still updates the fp32 parameters, so swallowed updates are not simulated;
 * fp8 training recipes (per-tensor scaling) and narrow accumulators: refused with a ValueError.
 
 >>> import torch
->>> torch.manual_seed(0) and None
+>>> _ = torch.manual_seed(0)
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
 >>> with simulate(model, "bf16") as sim:
 ...     y = model(torch.randn(2, 4))
@@ -292,7 +295,7 @@ class Simulation:
         >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
         >>> print(simulate(model, "mixed-fp16").report())  # doctest: +NORMALIZE_WHITESPACE
         simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne
-          simulated (1): 0 (Linear); GEMMs rounded so far: none
+          simulated (1): 0 (Linear); calls rounded so far: none
           left in their own precision (1): 1 (BatchNorm1d) (a torch.matmul, bmm or @ of theirs is
           rounded all the same)
           left to the model: softmax, norms, reductions and the loss in its own precision (the policy's
@@ -307,7 +310,7 @@ class Simulation:
             + (", saturating" if p.saturate else "")
             + ("" if p.subnormals else ", subnormals flushed"),
             f"  simulated ({len(self.simulated)}): {', '.join(self.simulated) or 'none'}; "
-            f"GEMMs rounded so far: {calls}",
+            f"calls rounded so far: {calls}",
             f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}"
             + (" (a torch.matmul, bmm or @ of theirs is rounded all the same)" if self.skipped else ""),
         ]
@@ -322,8 +325,12 @@ class Simulation:
                 f"softmax, norms, reductions and the loss in its own precision (the policy computes "
                 f"{', '.join(low_ops)} in {p.forward.name}: not simulated)"
             )
-        if p.loss_scaling != "none":
-            left.append(f"{p.loss_scaling} loss scaling: use torch.amp.GradScaler")
+        if p.loss_scaling == "dynamic":
+            left.append("dynamic loss scaling: use torch.amp.GradScaler")
+        elif p.loss_scaling == "static":
+            left.append(
+                f"static loss scale {p.static_scale:g}: multiply the loss by it, divide the gradients"
+            )
         if p.master_weights:
             left.append(f"{p.wide.name} master weights: the optimizer updates the model's own parameters")
         elif not p.is_wide:
@@ -341,7 +348,7 @@ def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -
     Generator or an int seed; seed 0 by default) feeds stochastic rounding.
 
     >>> import torch
-    >>> torch.manual_seed(0) and None
+    >>> _ = torch.manual_seed(0)
     >>> lin = torch.nn.Linear(8, 1, bias=False)
     >>> x = torch.full((1, 8), 1 / 3)
     >>> with simulate(lin, "bf16") as sim:
