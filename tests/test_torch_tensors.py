@@ -160,6 +160,20 @@ def test_shapes_views_parameters_and_gradients() -> None:
     assert torch.equal(w.detach(), before)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_a_cpu_tensor_enters_the_door_as_a_view_of_its_memory(dtype: Any) -> None:
+    from floatlab.torch.tensors import array_tensor, tensor_array
+
+    x = torch.linspace(-3, 3, 12, dtype=dtype).reshape(3, 4)
+    a = tensor_array(x, "e4m3fn", back=True)
+    assert a.dtype.itemsize == x.element_size()
+    assert a.__array_interface__["data"][0] == x.data_ptr()  # no copy
+    back = array_tensor(a, x)
+    assert back.dtype == dtype
+    assert back.data_ptr() == x.data_ptr()  # and no copy on the way back either
+    assert torch.equal(back, x)
+
+
 @pytest.mark.parametrize(
     ("make", "words"),
     [

@@ -117,7 +117,7 @@ def encode_array(
     ``rng.integers(0, 2**32, size=2, dtype=np.uint64)`` and element ``i`` (flat C order)
     uses ``random_bits_at(key, i, random_bits)``. :func:`encode_array_with_flags` also counts
     the IEEE flags. A torch tensor gives its codes as an unsigned tensor on its device
-    (:func:`floatlab.torch.tensors.encode_tensor`).
+    (see :mod:`floatlab.torch.tensors`).
 
     >>> import numpy as np, floatlab as fl
     >>> [hex(c) for c in fl.encode_array(np.array([1.0, 0.1, -65520.0]), "fp16")]
@@ -128,11 +128,19 @@ def encode_array(
     _no_flags(flags, "encode_array")  # (before the key is drawn: a refused call leaves rng as it was)
     torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
     if torch is not None and isinstance(x, torch.Tensor):
-        from floatlab.torch.tensors import encode_tensor
+        from floatlab.torch.tensors import array_tensor, tensor_array
 
-        return encode_tensor(
-            x, fmt, rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+        # this same door on a view of the tensor's memory, and its result as a tensor again
+        y = encode_array(
+            tensor_array(x, fmt, back=False),
+            fmt,
+            rounding,
+            rng=rng,
+            saturate=saturate,
+            subnormals=subnormals,
+            random_bits=random_bits,
         )
+        return array_tensor(y, x)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
@@ -183,7 +191,7 @@ def round_array(
     NaN results are quiet NaNs of x's dtype with the sign of the input. Options as in
     :func:`encode_array`; :func:`round_array_with_flags` also counts the IEEE flags. A torch
     tensor is rounded by this same code on a view of its memory and comes back as a tensor of
-    its dtype and device (:func:`floatlab.torch.tensors.round_tensor`).
+    its dtype and device (see :mod:`floatlab.torch.tensors`).
 
     >>> import numpy as np, floatlab as fl
     >>> y = fl.round_array(np.array([0.1, 1000.0, 1e-3], np.float32), "bf16")
@@ -195,11 +203,19 @@ def round_array(
     _no_flags(flags, "round_array")  # (before the key is drawn: a refused call leaves rng as it was)
     torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
     if torch is not None and isinstance(x, torch.Tensor):
-        from floatlab.torch.tensors import round_tensor
+        from floatlab.torch.tensors import array_tensor, tensor_array
 
-        return round_tensor(
-            x, fmt, rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
+        # this same door on a view of the tensor's memory, and its result as a tensor again
+        y = round_array(
+            tensor_array(x, fmt, back=True),
+            fmt,
+            rounding,
+            rng=rng,
+            saturate=saturate,
+            subnormals=subnormals,
+            random_bits=random_bits,
         )
+        return array_tensor(y, x)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )

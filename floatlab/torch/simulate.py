@@ -70,8 +70,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.rounding import round_array
 from floatlab.rounding.options import RNG, as_generator
-from floatlab.torch.tensors import FLOAT_DTYPES, round_tensor
+from floatlab.torch.tensors import FLOAT_DTYPES
 from floatlab.train.policy import Policy, get_policy
 
 __all__ = ["SIMULATED_LAYERS", "Simulation", "simulate"]
@@ -221,7 +222,10 @@ class Simulation:
             return x
         p = self.policy
         rng = self.rng if p.rounding == "stochastic" else None
-        return round_tensor(x, fmt, p.rounding, rng=rng, saturate=p.saturate, subnormals=p.subnormals)
+        out: torch.Tensor = round_array(
+            x, fmt, p.rounding, rng=rng, saturate=p.saturate, subnormals=p.subnormals
+        )
+        return out
 
     def store(self, x: torch.Tensor) -> torch.Tensor:
         """Store ``x`` as the policy stores an activation: its value rounded into the forward format,
