@@ -415,6 +415,10 @@ def test_one_training_step_matches_the_numpy_trainer(name: str) -> None:
     low = not policy.is_wide
     ulp = 2.0 ** (1 - policy.backward.precision) if low else 0.0
     assert abs(loss_t.item() - loss) <= fp32_tol * max(abs(loss), 1.0)
+    stored = out.detach().numpy()  # the logits, stored in the forward format by both
+    assert np.abs(stored - logits).max() <= (fp32_tol + 4 * ulp) * float(np.abs(logits).max())
+    if low:
+        assert np.mean(stored == logits) >= 0.75
     params = dict(twin.named_parameters())
     for key, (tname, transposed) in TWIN_NAMES.items():
         g = _grad(params[tname]).numpy()
