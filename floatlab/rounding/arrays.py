@@ -17,6 +17,7 @@ All take the same keyword-only knobs, checked in one place (:class:`RoundingOpti
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -115,7 +116,8 @@ def encode_array(
     needs ``rng`` (a numpy Generator or an int seed): its key is
     ``rng.integers(0, 2**32, size=2, dtype=np.uint64)`` and element ``i`` (flat C order)
     uses ``random_bits_at(key, i, random_bits)``. :func:`encode_array_with_flags` also counts
-    the IEEE flags.
+    the IEEE flags. A torch tensor gives its codes as an unsigned tensor on its device
+    (see :mod:`floatlab.torch.tensors`).
 
     >>> import numpy as np, floatlab as fl
     >>> [hex(c) for c in fl.encode_array(np.array([1.0, 0.1, -65520.0]), "fp16")]
@@ -124,6 +126,21 @@ def encode_array(
     [126, 126, 126]
     """
     _no_flags(flags, "encode_array")  # (before the key is drawn: a refused call leaves rng as it was)
+    torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
+    if torch is not None and isinstance(x, torch.Tensor):
+        from floatlab.torch.tensors import array_tensor, tensor_array
+
+        # this same door on a view of the tensor's memory, and its result as a tensor again
+        y = encode_array(
+            tensor_array(x, fmt, back=False),
+            fmt,
+            rounding,
+            rng=rng,
+            saturate=saturate,
+            subnormals=subnormals,
+            random_bits=random_bits,
+        )
+        return array_tensor(y, x)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
@@ -172,7 +189,9 @@ def round_array(
     decode_array, whose float64 holds them). When x's dtype is the narrower one (float16
     into fp32, say) the values pass through, zeroed if subnormal with ``subnormals=False``.
     NaN results are quiet NaNs of x's dtype with the sign of the input. Options as in
-    :func:`encode_array`; :func:`round_array_with_flags` also counts the IEEE flags.
+    :func:`encode_array`; :func:`round_array_with_flags` also counts the IEEE flags. A torch
+    tensor is rounded by this same code on a view of its memory and comes back as a tensor of
+    its dtype and device (see :mod:`floatlab.torch.tensors`).
 
     >>> import numpy as np, floatlab as fl
     >>> y = fl.round_array(np.array([0.1, 1000.0, 1e-3], np.float32), "bf16")
@@ -182,6 +201,21 @@ def round_array(
     1.0078125
     """
     _no_flags(flags, "round_array")  # (before the key is drawn: a refused call leaves rng as it was)
+    torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
+    if torch is not None and isinstance(x, torch.Tensor):
+        from floatlab.torch.tensors import array_tensor, tensor_array
+
+        # this same door on a view of the tensor's memory, and its result as a tensor again
+        y = round_array(
+            tensor_array(x, fmt, back=True),
+            fmt,
+            rounding,
+            rng=rng,
+            saturate=saturate,
+            subnormals=subnormals,
+            random_bits=random_bits,
+        )
+        return array_tensor(y, x)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )

@@ -1,0 +1,365 @@
+"""Run a floatlab precision policy on a PyTorch model: :func:`simulate`.
+
+::
+
+    with floatlab.torch.simulate(model, "mixed-bf16") as sim:
+        for x, y in data:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step(); opt.zero_grad()
+    print(sim.report())
+
+Inside the ``with`` block every GEMM of the model's forward pass runs as the policy's tensor
+core would: ``nn.Linear`` (``F.linear``), ``nn.Conv1d``/``nn.Conv2d`` (``F.conv1d``,
+``F.conv2d``) and ``torch.matmul``, ``torch.bmm``, ``torch.mm`` and ``@`` (in any module,
+functional calls in a custom ``forward`` included) get their weights, inputs and bias rounded
+into the forward format and their output stored in it; ``nn.Embedding`` (``F.embedding``) reads
+its table rounded into the forward format. Backward, the gradient reaching each of those outputs
+is rounded into the backward format, and so is each gradient they send on (to the input, the
+weight, the bias): a gradient is stored wherever an activation is. Every rounding is
+:func:`floatlab.round_array` with the policy's mode, ``saturate`` and ``subnormals``
+(stochastic rounding draws from a seeded generator).
+
+How: one :class:`torch.overrides.TorchFunctionMode` sees those calls, switched on by a
+forward pre-hook on the model and off by its forward hook, and each rounding is an autograd
+function (:meth:`Simulation.store`). A mode, rather than patched module ``forward`` methods or
+a wrapper module, catches the functional GEMMs of custom modules (an attention's
+``q @ k.transpose(-1, -2)``) that module hooks cannot, changes no module or parameter (the
+parameters stay fp32 in the optimizer, the policy's master weights), and, switched by the
+model's own hooks, leaves the GEMMs outside the model's forward (a loss, an evaluation
+metric) alone. Leaving the ``with`` block removes the hooks.
+
+What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulation.skipped`:
+
+* layers with parameters that are none of the above (LayerNorm, BatchNorm, GroupNorm,
+  MultiheadAttention, a custom module holding a parameter, Conv3d, ConvTranspose): they run in
+  their own precision, as their parameters are;
+* the elementwise ops and reductions between GEMMs (softmax, layer norm, GELU, residual adds,
+  the loss) run in the model's precision, fp32, which is what a policy's fp32-op list asks for;
+  a pure ``"bf16"`` policy, which computes them in bf16 in floatlab's NumPy models, is simulated
+  at its GEMMs only. :meth:`Simulation.store` marks such a storage point by hand (a residual
+  stream kept in the forward format, as autocast's bf16 outputs keep it);
+* loss scaling: dynamic scaling is ``torch.amp.GradScaler``'s (it scales the loss, unscales the
+  gradients in fp32, skips a step with an inf and halves the scale); a static scale S
+  (``policy.static_scale``) is ``(loss * S).backward()`` and the gradients divided by S before
+  ``opt.step()``. The scale enters before the output gradients are rounded, as it must for
+  the gradients it saves from underflow;
+* weights stored in the forward format without master weights (``master_weights=False``): the
+  optimizer still updates the fp32 parameters, so swallowed updates are not simulated;
+* fp8 training recipes (per-tensor scaling) and narrow accumulators: refused with a ValueError.
+
+>>> import torch
+>>> _ = torch.manual_seed(0)
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+>>> with simulate(model, "bf16") as sim:
+...     y = model(torch.randn(2, 4))
+>>> sim.skipped
+['1 (LayerNorm)']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.rounding import round_array
+from floatlab.rounding.options import RNG, as_generator
+from floatlab.torch.tensors import FLOAT_DTYPES
+from floatlab.train.policy import Policy, get_policy
+
+__all__ = ["SIMULATED_LAYERS", "Simulation", "simulate"]
+
+#: the layers simulate runs as the policy says (everything else with parameters is reported)
+SIMULATED_LAYERS: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.Linear,
+    torch.nn.Conv1d,
+    torch.nn.Conv2d,
+    torch.nn.Embedding,
+)
+
+_FORMAT_OF_DTYPE: dict[torch.dtype, FloatFormat] = {
+    torch.float64: FP64,
+    torch.float32: FP32,
+    torch.float16: FP16,
+    torch.bfloat16: BF16,
+}
+
+
+def _gemm_functions() -> dict[Any, str]:
+    """The torch functions the mode rounds around, each with its name in the report."""
+    ops: dict[Any, str] = {
+        F.linear: "linear",
+        F.conv1d: "conv1d",
+        F.conv2d: "conv2d",
+        F.embedding: "embedding",
+    }
+    for name in ("matmul", "bmm", "mm"):
+        ops[getattr(torch, name)] = name
+        ops[getattr(torch.Tensor, name)] = name
+    ops[torch.Tensor.__matmul__] = "matmul"
+    ops[torch.Tensor.__rmatmul__] = "matmul"
+    return ops
+
+
+_GEMMS = _gemm_functions()
+#: the positional places and keywords of the operands each function's rounding reaches
+_OPERANDS = {
+    "linear": ((0, 1, 2), ("input", "weight", "bias")),
+    "conv1d": ((0, 1, 2), ("input", "weight", "bias")),
+    "conv2d": ((0, 1, 2), ("input", "weight", "bias")),
+    "embedding": ((1,), ("weight",)),  # (the indices are not values)
+}
+_TWO = ((0, 1), ("input", "other", "mat2"))
+
+
+class _Store(torch.autograd.Function):
+    """Store a tensor: its value rounded into the forward format, its gradient into the backward
+    format (a straight-through rounding: the derivative of a rounding is taken as 1)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, sim: Simulation) -> torch.Tensor:
+        ctx.sim = sim
+        out = sim.round(x, sim.policy.forward)
+        # (a Function must not hand back its input itself)
+        return out if out is not x else x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        sim: Simulation = ctx.sim
+        return sim.round(grad, sim.policy.backward), None
+
+
+class _GemmMode(TorchFunctionMode):
+    """Rounds around the GEMMs and embeddings called while it is on (inside the model's forward)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__()
+        self.sim = sim
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        op = _GEMMS.get(func)
+        if op is None:
+            return func(*args, **kwargs)
+        # (the mode is off while its handler runs: func below is torch's own)
+        return self.sim._gemm(op, func, args, kwargs)
+
+
+class Simulation:
+    """A policy run on a model's GEMMs and embeddings: the context manager :func:`simulate` returns.
+
+    :attr:`simulated` and :attr:`skipped` name the modules (``"name (Type)"``; the model itself
+    is ``"<model>"``) that the policy reaches and those left in their own precision;
+    :attr:`calls` counts the rounded calls by function. :meth:`store` is the rounding point
+    itself, for a model's own storage points; :meth:`round` rounds a tensor as the policy does.
+
+    >>> import torch
+    >>> sim = Simulation(torch.nn.Linear(2, 2), "mixed-fp16")
+    >>> sim.simulated, sim.skipped
+    (['<model> (Linear)'], [])
+    """
+
+    def __init__(self, model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"model of type {type(model).__name__}: expected a torch.nn.Module")
+        self.model = model
+        self.policy = get_policy(policy)
+        p = self.policy
+        if p.fp8 is not None or p.accumulate:
+            what = f"the fp8 recipe {p.fp8.kind}" if p.fp8 is not None else f"the accumulator {p.accumulate}"
+            raise ValueError(
+                f"policy {p.name}: simulate runs plain formats; {what} is not simulated on torch models "
+                "(expected a policy without fp8 recipe or narrow accumulator, such as mixed-fp8)"
+            )
+        gen = as_generator(rng)
+        #: the generator of stochastic rounding (seed 0 unless one is given, as the NumPy trainer's)
+        self.rng: np.random.Generator = gen if gen is not None else np.random.default_rng(0)
+        self.calls: Counter[str] = Counter()
+        self.simulated: list[str] = []
+        self.skipped: list[str] = []
+        self._survey()
+        self._handles: list[Any] = []
+        self._depth = 0
+        self._mode: _GemmMode | None = None
+
+    # ---- the layers -----------------------------------------------------------------------------
+    def _survey(self) -> None:
+        inside_attention: set[str] = set()
+        for name, m in self.model.named_modules():
+            label = f"{name or '<model>'} ({type(m).__name__})"
+            if isinstance(m, torch.nn.MultiheadAttention):
+                # (its forward is one fused function: its out_proj Linear never calls F.linear)
+                inside_attention.update(f"{name}.{c}" if name else c for c, _ in m.named_modules() if c)
+            if name in inside_attention:
+                self.skipped.append(label)
+            elif isinstance(m, SIMULATED_LAYERS):
+                self.simulated.append(label)
+            elif any(True for _ in m.parameters(recurse=False)):
+                self.skipped.append(label)
+
+    # ---- rounding -------------------------------------------------------------------------------
+    def round(self, x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+        """``x`` rounded into ``fmt`` with the policy's knobs (x itself where nothing can change:
+        a format that holds x's dtype, with subnormals kept; a tensor that is no float).
+
+        >>> import torch
+        >>> sim = Simulation(torch.nn.Linear(1, 1), "bf16")
+        >>> sim.round(torch.tensor([1 / 3]), sim.policy.forward).item()
+        0.333984375
+        """
+        src = _FORMAT_OF_DTYPE.get(x.dtype)
+        if src is None or x.dtype not in FLOAT_DTYPES or (fmt.contains(src) and self.policy.subnormals):
+            return x
+        p = self.policy
+        rng = self.rng if p.rounding == "stochastic" else None
+        out: torch.Tensor = round_array(
+            x, fmt, p.rounding, rng=rng, saturate=p.saturate, subnormals=p.subnormals
+        )
+        return out
+
+    def store(self, x: torch.Tensor) -> torch.Tensor:
+        """Store ``x`` as the policy stores an activation: its value rounded into the forward format,
+        the gradient flowing back through it into the backward format (autograd sees a rounding as
+        the identity). The rounding simulate puts around every GEMM; call it at a storage point of
+        your own forward (a residual add) that a GEMM does not reach.
+
+        >>> import torch
+        >>> sim = Simulation(torch.nn.Linear(1, 1), "fp16")
+        >>> x = torch.tensor([0.1], requires_grad=True)
+        >>> y = sim.store(x)
+        >>> (y * 1e-8).sum().backward()
+        >>> y.item(), x.grad.item()          # 1e-8 is below fp16's smallest subnormal: flushed
+        (0.0999755859375, 0.0)
+        """
+        src = _FORMAT_OF_DTYPE.get(x.dtype)
+        p = self.policy
+        if src is None or (p.forward.contains(src) and p.backward.contains(src) and p.subnormals):
+            return x
+        out: torch.Tensor = _Store.apply(x, self)  # type: ignore[no-untyped-call]
+        return out
+
+    def _gemm(self, op: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """func with its operands stored and its output stored (the mode's handler)."""
+        self.calls[op] += 1
+        places, names = _OPERANDS.get(op, _TWO)
+        a = list(args)
+        for i in places:
+            if i < len(a) and isinstance(a[i], torch.Tensor):
+                a[i] = self.store(a[i])
+        for k in names:
+            if isinstance(kwargs.get(k), torch.Tensor):
+                kwargs[k] = self.store(kwargs[k])
+        out = func(*a, **kwargs)
+        return self.store(out) if isinstance(out, torch.Tensor) else out
+
+    # ---- switching ------------------------------------------------------------------------------
+    def _on(self, *_: Any) -> None:
+        if self._depth == 0:
+            self._mode = _GemmMode(self)
+            self._mode.__enter__()  # type: ignore[no-untyped-call]
+        self._depth += 1
+
+    def _off(self, *_: Any) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._mode is not None:
+            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            self._mode = None
+
+    def __enter__(self) -> Simulation:
+        if self._handles:
+            raise ValueError("this simulation is already attached: expected one `with` block at a time")
+        self._handles = [
+            self.model.register_forward_pre_hook(self._on),
+            self.model.register_forward_hook(self._off, always_call=True),
+        ]
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    # ---- report ---------------------------------------------------------------------------------
+    def report(self) -> str:
+        """What ran as the policy says, and what was left in its own precision, in words.
+
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+        >>> print(simulate(model, "mixed-fp16").report())  # doctest: +NORMALIZE_WHITESPACE
+        simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne
+          simulated (1): 0 (Linear); calls rounded so far: none
+          left in their own precision (1): 1 (BatchNorm1d) (a torch.matmul, bmm or @ of theirs is
+          rounded all the same)
+          left to the model: softmax, norms, reductions and the loss in its own precision (the policy's
+          fp32 ops); dynamic loss scaling: use torch.amp.GradScaler; fp32 master
+          weights: the optimizer updates the model's own parameters
+        """
+        p = self.policy
+        calls = ", ".join(f"{k} {v}" for k, v in sorted(self.calls.items())) or "none"
+        lines = [
+            f"simulate {p.name} on {type(self.model).__name__}: forward {p.forward.name}, "
+            f"backward {p.backward.name}, rounding {p.rounding}"
+            + (", saturating" if p.saturate else "")
+            + ("" if p.subnormals else ", subnormals flushed"),
+            f"  simulated ({len(self.simulated)}): {', '.join(self.simulated) or 'none'}; "
+            f"calls rounded so far: {calls}",
+            f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}"
+            + (" (a torch.matmul, bmm or @ of theirs is rounded all the same)" if self.skipped else ""),
+        ]
+        left = []
+        low_ops = sorted({"softmax", "norm", "sum", "exp", "log", "loss"} - set(p.fp32_ops))
+        if p.is_wide or not low_ops:
+            left.append(
+                "softmax, norms, reductions and the loss in its own precision (the policy's fp32 ops)"
+            )
+        else:
+            left.append(
+                f"softmax, norms, reductions and the loss in its own precision (the policy computes "
+                f"{', '.join(low_ops)} in {p.forward.name}: not simulated)"
+            )
+        if p.loss_scaling == "dynamic":
+            left.append("dynamic loss scaling: use torch.amp.GradScaler")
+        elif p.loss_scaling == "static":
+            left.append(
+                f"static loss scale {p.static_scale:g}: multiply the loss by it, divide the gradients"
+            )
+        if p.master_weights:
+            left.append(f"{p.wide.name} master weights: the optimizer updates the model's own parameters")
+        elif not p.is_wide:
+            left.append(
+                f"weights stored in {p.weight_format.name}: not simulated (the optimizer updates the "
+                "model's own parameters; swallowed updates do not happen)"
+            )
+        lines.append(f"  left to the model: {'; '.join(left)}")
+        return "\n".join(lines)
+
+
+def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> Simulation:
+    """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
+    module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``rng`` (a numpy
+    Generator or an int seed; seed 0 by default) feeds stochastic rounding.
+
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> lin = torch.nn.Linear(8, 1, bias=False)
+    >>> x = torch.full((1, 8), 1 / 3)
+    >>> with simulate(lin, "bf16") as sim:
+    ...     y = lin(x)
+    >>> y.item() == (lin.weight.bfloat16().float() @ x.bfloat16().float().T).bfloat16().item()
+    True
+    >>> sim.calls["linear"]
+    1
+    """
+    return Simulation(model, policy, rng=rng)

@@ -1,0 +1,433 @@
+"""floatlab.torch.simulate: a precision policy on a torch model's GEMMs and embeddings.
+
+Oracles: torch's own casts (``.to(torch.bfloat16)``, ``.to(torch.float16)``, the float8 dtypes)
+and torch's own autograd on operands rounded by them, with operands of few significant bits
+(small multiples of powers of two), so that every fp32 sum in the GEMMs is exact whatever
+order BLAS adds in; and floatlab's NumPy trainer (AttentionNet) for one whole training step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import floatlab as fl
+from floatlab.train.model import AttentionNet, cross_entropy_backward, cross_entropy_forward
+from floatlab.train.policy import FP32_OPS, Policy, get_policy
+from floatlab.train.precision import Precision
+
+pytest.importorskip("torch")
+
+import torch
+import torch.nn.functional as F
+
+import floatlab.torch as flt
+
+DTYPE = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "e4m3fn": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+}
+
+
+def _cast(t: Any, fmt: str) -> Any:
+    """The oracle's rounding: torch's own cast (round to nearest even, from float32), back to float32."""
+    return t.to(DTYPE[fmt]).float()
+
+
+def _grad(t: Any) -> Any:
+    """The gradient autograd left in ``t`` (there must be one)."""
+    assert t.grad is not None
+    return t.grad
+
+
+def _dyadic(gen: Any, shape: tuple[int, ...], bits: int, scale: int) -> Any:
+    """Integers of up to ``bits`` bits divided by ``scale``: few enough significant bits that
+    products and sums of a few of them are exact in fp32, more than bf16 keeps (8)."""
+    m = 2 ** (bits - 1)
+    return torch.randint(-m, m + 1, shape, generator=gen).float() / scale
+
+
+# ---- one layer against torch's casts and autograd ---------------------------------------------------
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("layer", ["linear", "conv1d", "conv2d"])
+def test_a_layer_rounds_weights_inputs_outputs_and_every_gradient(fmt: str, layer: str) -> None:
+    gen = torch.Generator().manual_seed(1)
+    shapes: dict[str, tuple[Any, tuple[int, ...]]] = {
+        "linear": (torch.nn.Linear(8, 5), (6, 8)),
+        "conv1d": (torch.nn.Conv1d(2, 3, 3), (2, 2, 7)),
+        "conv2d": (torch.nn.Conv2d(2, 3, 2), (2, 2, 4, 4)),
+    }
+    module, xshape = shapes[layer]
+    with torch.no_grad():  # weights and bias of 9 bits (|w| < 1): bf16 rounds them, fp16 keeps them
+        module.weight.copy_(_dyadic(gen, tuple(module.weight.shape), 9, 256))
+        module.bias.copy_(_dyadic(gen, tuple(module.bias.shape), 9, 256))
+    w0, b0 = module.weight.detach().clone(), module.bias.detach().clone()
+    x = _dyadic(gen, xshape, 10, 128).requires_grad_()  # |x| < 4, 10 bits
+    with flt.simulate(module, fmt) as sim:  # the pure policy: forward and backward in fmt
+        y = module(x)
+    G = _dyadic(gen, tuple(y.shape), 10, 128)  # the gradient reaching the output
+    y.backward(G)
+
+    # the oracle: torch's casts of every operand, torch's own layer and autograd, torch's casts after
+    rx, rw, rb = (_cast(t, fmt).requires_grad_() for t in (x.detach(), w0, b0))
+    fn: Any = {"linear": F.linear, "conv1d": F.conv1d, "conv2d": F.conv2d}[layer]
+    ref = fn(rx, rw, rb)
+    ref.backward(_cast(G, fmt))
+    assert torch.equal(y, _cast(ref.detach(), fmt))
+    assert torch.equal(_grad(x), _cast(_grad(rx), fmt))
+    assert torch.equal(_grad(module.weight), _cast(_grad(rw), fmt))
+    assert torch.equal(_grad(module.bias), _cast(_grad(rb), fmt))
+    # the parameters themselves are the optimizer's, untouched and fp32
+    assert torch.equal(module.weight.detach(), w0)
+    assert module.weight.dtype == torch.float32
+    assert sim.calls[layer] == 1
+    assert sim.skipped == []
+
+
+class Attention(torch.nn.Module):
+    """Functional GEMMs in a custom forward (no parameters)."""
+
+    def forward(self, q: Any, k: Any, v: Any) -> Any:
+        s = q @ k.transpose(1, 2)
+        p = torch.bmm(s, v)
+        return torch.matmul(p, v.transpose(1, 2)).sum(0) @ torch.mm(q[0].t(), q[0])
+
+
+def test_matmul_bmm_mm_and_the_at_operator_in_a_custom_forward() -> None:
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (_dyadic(gen, (2, 3, 3), 6, 32) for _ in range(3))
+    with flt.simulate(Attention(), "bf16") as sim:
+        y = Attention()(q, k, v)  # (another instance: not the simulated model, so not rounded)
+        out = sim.model(q, k, v)
+
+    def r(t: Any) -> Any:
+        return _cast(t, "bf16")
+
+    s = r(r(q) @ r(k).transpose(1, 2))
+    p = r(r(s) @ r(v))
+    m = r(r(p) @ r(v).transpose(1, 2)).sum(0)  # (a sum is no GEMM: not rounded)
+    want = r(r(m) @ r(r(q[0].t()) @ r(q[0])))
+    assert torch.equal(out, want)
+    assert dict(sim.calls) == {"matmul": 3, "bmm": 1, "mm": 1}
+    plain = torch.matmul(q @ k.transpose(1, 2) @ v, v.transpose(1, 2)).sum(0) @ (q[0].t() @ q[0])
+    assert torch.equal(y, plain)
+
+
+def test_embedding_reads_its_table_rounded_and_stores_its_gradient() -> None:
+    emb = torch.nn.Embedding(5, 3)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        emb.weight.copy_(_dyadic(gen, (5, 3), 12, 1024))
+    idx = torch.tensor([[1, 4, 1], [0, 1, 2]])
+    with flt.simulate(emb, "fp16") as sim:
+        y = emb(idx)
+    G = _dyadic(gen, (2, 3, 3), 14, 64)  # 14 bits: fp16 rounds them
+    y.backward(G)
+    assert torch.equal(y, _cast(emb.weight.detach(), "fp16")[idx])
+    dtable = torch.zeros(5, 3).index_add_(0, idx.reshape(-1), _cast(G, "fp16").reshape(-1, 3))
+    assert torch.equal(_grad(emb.weight), _cast(dtable, "fp16"))
+    assert sim.simulated == ["<model> (Embedding)"]
+
+
+# ---- what it leaves alone, and says so --------------------------------------------------------------
+class Scaled(torch.nn.Module):
+    """A custom module with a parameter of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.full((4,), 1 / 3))
+
+    def forward(self, x: Any) -> Any:
+        return x * self.gain
+
+
+class Mixed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.norm = torch.nn.LayerNorm(4)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.scaled = Scaled()
+        self.attn = torch.nn.MultiheadAttention(4, 1, batch_first=True)
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def forward(self, x: Any) -> Any:
+        h = self.scaled(self.norm(self.fc(x)))
+        a, _ = self.attn(h[:, None], h[:, None], h[:, None])
+        return torch.softmax(self.blocks(self.bn(a[:, 0])), -1)
+
+
+def test_layers_it_cannot_simulate_are_listed_never_silently_skipped() -> None:
+    model = Mixed()
+    with flt.simulate(model, "mixed-bf16") as sim:
+        y = model(torch.randn(3, 4))
+    assert sim.simulated == ["fc (Linear)", "blocks.0 (Linear)"]
+    assert sim.skipped == [
+        "norm (LayerNorm)",
+        "bn (BatchNorm1d)",
+        "scaled (Scaled)",
+        "attn (MultiheadAttention)",
+        "attn.out_proj (NonDynamicallyQuantizableLinear)",
+    ]
+    text = sim.report()
+    for name in sim.skipped:
+        assert name in text
+    assert "left in their own precision (5)" in text
+    # the softmax (an fp32-list op) is left alone: its output is no bf16 tensor
+    assert not torch.equal(y, _cast(y.detach(), "bf16"))
+
+
+def test_only_the_models_forward_inside_the_block_is_simulated() -> None:
+    lin = torch.nn.Linear(3, 3)
+    x = torch.full((1, 3), 1 / 3)
+    plain = lin(x)
+    with flt.simulate(lin, "bf16") as sim:
+        inside = lin(x)
+        outside = x @ x.t()  # a GEMM of the caller's (a metric): not the model's
+    after = lin(x)
+    assert torch.equal(inside, _cast(inside.detach(), "bf16"))
+    assert not torch.equal(inside, plain)
+    assert outside.item() == (x @ x.t()).item() != _cast(x @ x.t(), "bf16").item()
+    assert torch.equal(after, plain)
+    assert sim.calls["linear"] == 1
+
+
+def test_an_exception_in_forward_switches_the_rounding_off() -> None:
+    class Broken(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise RuntimeError("boom")
+
+    x = torch.full((2, 2), 1 / 3)
+    plain = x @ x
+    with flt.simulate(Broken(), "bf16") as sim:
+        with pytest.raises(RuntimeError, match="boom"):
+            sim.model(x)
+        y = x @ x
+    assert torch.equal(y, plain)
+    assert not torch.equal(y, _cast(plain, "bf16"))
+
+
+def test_stochastic_rounding_is_reproducible_from_its_seed_and_unbiased() -> None:
+    policy = get_policy("bf16").replace(rounding="stochastic")
+    lin = torch.nn.Linear(16, 16, bias=False)
+    with torch.no_grad():  # the identity: each output is its input's stochastic rounding
+        lin.weight.copy_(torch.eye(16))
+    x = torch.full((512, 16), 1 / 3)
+    outs = []
+    for seed in (5, 5, 6):
+        with flt.simulate(lin, policy, rng=seed):
+            outs.append(lin(x).detach())
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.equal(outs[0], outs[2])
+    # every value is one of 1/3's two bf16 neighbours, and their mean is 1/3: the rounding step
+    # is 2^-9, the standard deviation of a mean of 8192 such roundings below 2^-9 / 2 / 90
+    assert set(outs[0].unique().tolist()) == {0.33203125, 0.333984375}
+    assert abs(outs[0].double().mean().item() - 1 / 3) < 2e-4
+    assert abs(_cast(x, "bf16")[0, 0].item() - 1 / 3) > 6e-4  # (round to nearest's error)
+
+
+def test_fp16_gradients_underflow_without_a_loss_scale() -> None:
+    lin = torch.nn.Linear(4, 1, bias=False)
+    x = torch.ones(2, 4)
+    with flt.simulate(lin, "mixed-fp16") as sim:
+        (lin(x).sum() * 1e-8).backward()  # every gradient 2e-8: below fp16's smallest subnormal / 2
+        flushed = _grad(lin.weight).clone()
+        lin.weight.grad = None
+        scale = 2.0**16  # what a GradScaler does: scale the loss, unscale the gradients in fp32
+        (lin(x).sum() * 1e-8 * scale).backward()
+    assert torch.equal(flushed, torch.zeros(1, 4))
+    assert torch.allclose(_grad(lin.weight) / scale, torch.full((1, 4), 2e-8), rtol=2**-10)
+    assert "dynamic loss scaling: use torch.amp.GradScaler" in sim.report()
+    static = flt.simulate(lin, get_policy("fp16").replace(loss_scaling="static", static_scale=512.0))
+    assert "static loss scale 512: multiply the loss by it, divide the gradients" in static.report()
+
+
+def test_the_policys_saturate_and_subnormals_switches_reach_every_rounding() -> None:
+    lin = torch.nn.Linear(1, 3, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1e-6], [1e5], [1.0]]))  # an fp16 subnormal, an overflow
+    x = torch.ones(1, 1)
+    outs = {}
+    for key, changes in {"plain": {}, "ftz": {"subnormals": False}, "sat": {"saturate": True}}.items():
+        with flt.simulate(lin, get_policy("fp16").replace(**changes)):
+            outs[key] = lin(x)[0].tolist()
+    sub = _cast(torch.tensor(1e-6), "fp16").item()  # torch's own fp16 keeps the subnormal
+    assert outs["plain"] == [sub, float("inf"), 1.0]
+    assert outs["ftz"] == [0.0, float("inf"), 1.0]
+    assert outs["sat"] == [sub, 65504.0, 1.0]
+
+
+def test_fp8_formats_forward_e4m3_backward_e5m2() -> None:
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    with flt.simulate(lin, "mixed-fp8"):
+        y = lin(x)
+        y.sum().backward()
+    # the output is stored in E4M3 (saturate off: torch's own E4M3 cast agrees away from overflow)
+    assert torch.equal(y, _cast(y.detach(), "e4m3fn"))
+    assert torch.equal(_grad(x), _cast(_grad(x), "e5m2"))
+    assert torch.equal(_grad(lin.weight), _cast(_grad(lin.weight), "e5m2"))
+
+
+def test_bad_input_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="fp8 recipe tensorwise is not simulated"):
+        flt.simulate(torch.nn.Linear(2, 2), "fp8-tensorwise")
+    with pytest.raises(ValueError, match=r"expected a torch\.nn\.Module"):
+        flt.simulate(lambda x: x, "bf16")  # type: ignore[arg-type]
+    sim = flt.simulate(torch.nn.Linear(2, 2), "bf16")
+    with sim, pytest.raises(ValueError, match="already attached"):
+        sim.__enter__()
+
+
+# ---- one training step against floatlab's NumPy trainer ---------------------------------------------
+class StoredSoftmax(torch.autograd.Function):
+    """Softmax whose backward uses its stored output, as the NumPy model's cache keeps ``p``
+    (torch's own softmax keeps its fp32 output: a difference of the models, not of simulate)."""
+
+    @staticmethod
+    def forward(ctx: Any, s: Any, store: Any) -> Any:
+        p = store(torch.softmax(s, -1))
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx: Any, dp: Any) -> Any:
+        (p,) = ctx.saved_tensors
+        return p * (dp - (dp * p).sum(-1, keepdim=True)), None
+
+
+class AttentionTwin(torch.nn.Module):
+    """floatlab's AttentionNet in torch, with its weights: embed (+ position) -> LN -> attention
+    (fused QKV) -> residual -> LN -> mean over tokens -> classifier.
+
+    ``store`` marks where the NumPy model stores a tensor that no GEMM of simulate's reaches (the
+    residual sums, the layer norms' outputs and input gradients, the scores, the pooled mean):
+    :meth:`Simulation.store` under simulate, the identity otherwise.
+    """
+
+    def __init__(self, w: dict[str, np.ndarray], tokens: int) -> None:
+        super().__init__()
+        f, d = w["We"].shape
+        self.t, self.d = tokens, d
+
+        def P(a: np.ndarray) -> Any:
+            return torch.nn.Parameter(torch.from_numpy(np.ascontiguousarray(a)).clone())
+
+        self.embed = torch.nn.Linear(f, d)
+        self.embed.weight, self.embed.bias = P(w["We"].T), P(w["be"])
+        self.pos = P(w["pos"])
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.ln1.weight, self.ln1.bias = P(w["ln1_g"]), P(w["ln1_b"])
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.qkv.weight = P(w["Wqkv"].T)
+        self.out = torch.nn.Linear(d, d)
+        self.out.weight, self.out.bias = P(w["Wo"].T), P(w["bo"])
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.ln2.weight, self.ln2.bias = P(w["ln2_g"]), P(w["ln2_b"])
+        self.head = torch.nn.Linear(d, w["Wc"].shape[1])
+        self.head.weight, self.head.bias = P(w["Wc"].T), P(w["bc"])
+        self.store: Any = lambda x: x
+        self.round: Any = lambda x: x
+
+    def forward(self, x: Any) -> Any:
+        S, d = self.store, self.d
+        h0 = S(self.embed(x.reshape(x.shape[0], self.t, -1)) + self.pos)
+        a = S(self.ln1(S(h0)))
+        qkv = self.qkv(a)
+        q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
+        s = S(torch.matmul(q, k.transpose(1, 2)) * (1 / math.sqrt(d)))
+        p = S(StoredSoftmax.apply(s, self.round))  # type: ignore[no-untyped-call]
+        h1 = S(h0 + self.out(p @ v))
+        c = S(self.ln2(S(h1)))
+        return self.head(S(c.mean(1)))
+
+
+#: AttentionNet's parameters, their twins' names, and whether the twin holds them transposed
+TWIN_NAMES = {
+    "We": ("embed.weight", True), "be": ("embed.bias", False), "pos": ("pos", False),
+    "ln1_g": ("ln1.weight", False), "ln1_b": ("ln1.bias", False), "Wqkv": ("qkv.weight", True),
+    "Wo": ("out.weight", True), "bo": ("out.bias", False), "ln2_g": ("ln2.weight", False),
+    "ln2_b": ("ln2.bias", False), "Wc": ("head.weight", True), "bc": ("head.bias", False),
+}  # fmt: skip
+
+
+def _comparable(name: str) -> Policy:
+    """The named policy, with every op of the fp32 list kept in fp32 where it is a pure policy:
+    the pure fp16 and bf16 policies round inside softmax, layer norm and the reductions of the
+    NumPy model, points simulate leaves to the model (in fp32)."""
+    p = get_policy(name)
+    return p if p.master_weights or p.is_wide else p.replace(fp32_ops=FP32_OPS, fp32_reductions=True)
+
+
+@pytest.mark.parametrize("name", ["fp32", "bf16", "fp16", "mixed-bf16"])
+def test_one_training_step_matches_the_numpy_trainer(name: str) -> None:
+    """Same loss and gradients as AttentionNet's step in floatlab's NumPy trainer.
+
+    Tolerance, from the summation order: both sides add the same exact products of the same
+    stored operands, only in another order (OpenBLAS and NumPy's reductions against torch's
+    kernels), and compute exp, log and 1/sqrt with their own fp32 functions (within a few ulps).
+    Higham's bound (Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1) gives
+    each K-term fp32 sum within gamma_K ~ K u of the exact one, u = 2^-24, relative to the sum of
+    the magnitudes of its terms, so two orders agree within 2 K u of it; through the L = 12 GEMMs
+    of the longest path of the step (forward and backward), with K at most 48 here, the fp32
+    results agree within 2 L K u relative to each tensor's largest value (3.4e-5).
+    In a low-precision format each stored value is then the same rounding of two fp32 values that
+    close: the same value, unless they straddle a rounding boundary, where the two differ by one
+    unit in the last place of the format, and what follows carries that difference on: gradients
+    within 4 ulps of the format at each tensor's largest value, most elements bit for bit equal.
+    """
+    policy = _comparable(name)
+    tokens, d = 4, 16  # d = 16: the scores' scale 1/sqrt(d) = 1/4 is exact, so it commutes with rounding
+    model = AttentionNet(64, 10, tokens=tokens, d_model=d)
+    rng = np.random.default_rng(0)
+    w = model.init(rng)
+    # the NumPy model adds the position table to the embedding's bias before its one rounding;
+    # torch adds it after the Linear's own: with a zero table both are one rounding
+    w["pos"][:] = 0.0
+    if not policy.master_weights:  # pure policies keep their weights in the forward format
+        w = {k: fl.round_array(v, policy.forward) for k, v in w.items()}
+    x = rng.standard_normal((8, 64), dtype=np.float32)
+    y = rng.integers(0, 10, 8)
+
+    P = Precision(policy)
+    wf = P.weights(w)
+    logits, cache = model.forward(wf, x, P)
+    loss, loss_cache = cross_entropy_forward(logits, y, P)
+    with P.backward():
+        grads = model.backward(wf, cache, cross_entropy_backward(loss_cache, P), P)
+
+    twin = AttentionTwin(w, tokens)
+    with flt.simulate(twin, policy) as sim:
+        twin.store = sim.store
+        twin.round = lambda t: sim.round(t, policy.forward)
+        out = twin(torch.from_numpy(x))
+        loss_t = F.cross_entropy(out, torch.from_numpy(y))
+        loss_t.backward()  # type: ignore[no-untyped-call]
+    assert sim.skipped == ["<model> (AttentionTwin)", "ln1 (LayerNorm)", "ln2 (LayerNorm)"]  # pos, norms
+
+    u, L, K = 2.0**-24, 12, 48
+    fp32_tol = 2 * L * K * u
+    low = not policy.is_wide
+    ulp = 2.0 ** (1 - policy.backward.precision) if low else 0.0
+    assert abs(loss_t.item() - loss) <= fp32_tol * max(abs(loss), 1.0)
+    stored = out.detach().numpy()  # the logits, stored in the forward format by both
+    assert np.abs(stored - logits).max() <= (fp32_tol + 4 * ulp) * float(np.abs(logits).max())
+    if low:
+        assert np.mean(stored == logits) >= 0.75
+    params = dict(twin.named_parameters())
+    for key, (tname, transposed) in TWIN_NAMES.items():
+        g = _grad(params[tname]).numpy()
+        g = g.T if transposed else g
+        # the NumPy trainer stores every gradient in the backward format; simulate stores those of
+        # its GEMMs, and leaves the position table's and the layer norms' in fp32, rounded here
+        g = fl.round_array(g, policy.backward)
+        want = grads[key]
+        scale = float(np.abs(want).max())
+        assert np.abs(g - want).max() <= (fp32_tol + 4 * ulp) * scale, key
+        if low:
+            assert np.mean(g == want) >= 0.75, key
