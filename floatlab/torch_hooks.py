@@ -126,6 +126,8 @@ class GradientRecorder:
             if t.requires_grad and t.is_floating_point():
 
                 def hook(grad: Any, name: str = name) -> None:
+                    if not self._handles:
+                        return  # detached between this forward pass and its backward
                     self._mark_backward()
                     self._add_activation(name, grad)
 
@@ -146,11 +148,12 @@ class GradientRecorder:
         (``ReLU(inplace=True)``: "Output 0 of BackwardHookFunction is a view and is being
         modified inplace"). Only forward passes run while attached are watched.
 
-        A step, under hooks, is one backward pass (``loss.backward()`` or
-        ``torch.autograd.backward``) in which at least one hook fired: the first hook of the
-        pass counts it, and a callback that torch's autograd engine runs at the end of the pass
-        re-arms the count. Do not also call :meth:`record` for the same backward, or it counts
-        twice.
+        A step, under hooks, is one backward pass (``loss.backward()``, ``torch.autograd.grad``)
+        in which at least one hook fired: the first hook of the pass counts it, and a callback
+        that torch's autograd engine runs at the end of the pass re-arms the count. So each
+        micro-batch of an accumulated step counts as a step of its own, and a forward pass
+        without backward counts nothing. Do not also call :meth:`record` for the same backward,
+        or it counts twice.
 
         >>> GradientRecorder(model=None).attach()
         Traceback (most recent call last):
@@ -161,6 +164,7 @@ class GradientRecorder:
             raise ValueError("model=None: expected a torch.nn.Module to attach to")
         if self._handles:
             return self
+        self._in_backward = False  # (a backward pass that raised never ran its closing callback)
         for name, p in self.model.named_parameters():
             if p.requires_grad:
 
@@ -219,6 +223,7 @@ class GradientRecorder:
         self.activation_grads.clear()
         self.activation_total = GradHistogram()
         self.steps = 0
+        self._in_backward = False
 
     def report(self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne") -> str:
         """A table: per parameter, the share of gradient values that ``fmt`` flushes to zero,

@@ -64,6 +64,10 @@ def test_steps_count_backward_passes_under_hooks() -> None:
         assert rec.steps == 6
         model(batch(5)[0])  # a forward pass alone is no step
         assert rec.steps == 6
+        late = model(batch(6)[0])  # watched, but its backward runs after detach
+    seen = rec.activation_total.total
+    late.sum().backward()
+    assert (rec.steps, rec.activation_total.total) == (6, seen)
     assert rec.report("fp16").splitlines()[0] == "gradients of 4 parameters over 6 steps, in fp16 unscaled:"
     model.zero_grad()
     loss_of(model, *batch(6)).backward()  # the hooks are gone

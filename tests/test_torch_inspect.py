@@ -365,6 +365,16 @@ def test_tuple_inputs_and_no_target() -> None:
     assert "(model)" in rep.report("weight")
 
 
+def test_a_frozen_model_gets_forward_kinds_only() -> None:
+    model, batch = mlp(), mlp_batch()
+    model.requires_grad_(False)  # nothing to differentiate: no backward pass, no error
+    everything = by_hand(mlp(), batch, tiny_loss)  # the same weights, not frozen
+    expected = {key: x for key, x in everything.items() if key[1] in ("weight", "activation")}
+    rep = inspect(model, batch, tiny_loss, ["fp16", "float8_e4m3fn"])
+    assert {r.kind for r in rep.rows} == {"weight", "activation"}
+    check_against_oracle(rep, expected)
+
+
 def test_import_floatlab_torch_does_not_import_torch() -> None:
     probe = "import sys, floatlab.torch; print('torch' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

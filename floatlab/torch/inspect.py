@@ -501,6 +501,8 @@ def inspect(
     each backward, and the weights of the next pass are the updated ones. Without it every pass
     sees the same weights (more steps then only matter for models with randomness, such as
     dropout). The model's mode (train or eval) is left as it is; the hooks are removed on return.
+    A loss that needs no gradient (every parameter frozen, or the passes run under
+    ``torch.no_grad()``) is not differentiated: the report then has weights and activations only.
 
     The counting runs on the host: tensors of a CUDA model are copied to the CPU for it.
     ``rounding`` is a deterministic rounding mode of floatlab, ``headroom`` the binades the
@@ -577,7 +579,8 @@ def inspect(
                     tally(name, "weight", p)
             out = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
             loss = loss_fn(out) if target is None else loss_fn(out, target)
-            loss.backward()
+            if loss.requires_grad:  # (a frozen model, or one under no_grad: forward kinds only)
+                loss.backward()
             for name, _module, own in layers:
                 for p in own:
                     if p.grad is not None:
