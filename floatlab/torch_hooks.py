@@ -1,4 +1,4 @@
-"""Record the parameter gradients of a PyTorch model into gradient histograms (torch is optional).
+"""Record the gradients of a PyTorch model into gradient histograms (torch is optional).
 
 "Would fp16 lose my gradients, and what loss scale saves them?" Attach a
 :class:`GradientRecorder` to a model, train as usual, and ask the histograms::
@@ -13,8 +13,13 @@
 
 or let hooks record each gradient as soon as it is accumulated (``with rec.attached(): ...``).
 Every parameter gets its own :class:`~floatlab.gradhist.GradHistogram` and ``rec.total`` holds
-them all. This module never imports torch itself: it only calls methods of the model it is given,
-so ``import floatlab`` stays light and floatlab runs without torch installed.
+them all. With hooks the recorder also sees the activation gradients, the gradients of the loss
+with respect to the output of each leaf module, where fp16 underflow usually starts (they flow
+through backward and are gone when it returns, so :meth:`~GradientRecorder.record` cannot see
+them): ``rec.activation_grads["0.grad_output"]`` and ``rec.activation_total``, reported apart
+from the parameter gradients. This module never imports torch itself: it only calls methods of
+the model it is given and of its tensors, so ``import floatlab`` stays light and floatlab runs
+without torch installed.
 
 >>> rec = GradientRecorder(model=None)
 >>> rec.steps, rec.total.total
@@ -23,6 +28,7 @@ so ``import floatlab`` stays light and floatlab runs without torch installed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,26 +37,38 @@ from floatlab.formats import FloatFormat, get_format
 from floatlab.gradhist import GradHistogram
 from floatlab.text import percent
 
-__all__ = ["GradientRecorder"]
+__all__ = ["GradientRecorder", "output_tensors"]
 
 
 class GradientRecorder:
-    """Per-parameter and total histograms of a torch model's gradients.
+    """Per-parameter and total histograms of a torch model's gradients, and with hooks the
+    histograms of its activation gradients.
 
     ``model`` is a ``torch.nn.Module`` (anything with ``named_parameters()``). Gradients are
     read as they are (detached, copied to the host when on a device), in their own dtype:
     float32 gradients of a float32 model, bfloat16 ones of a bf16 model.
 
-    >>> GradientRecorder(model=None).layers
-    {}
+    ``layers`` (one histogram per parameter name) and ``total`` hold the parameter gradients;
+    ``activation_grads`` (one per leaf module, keyed ``"<module name>.grad_output"``) and
+    ``activation_total`` the gradients of the leaf modules' outputs, recorded by :meth:`attach`
+    only (``activation_grads=False`` leaves them out). ``steps`` counts :meth:`record` calls, or
+    under hooks the backward passes (see :meth:`attach`).
+
+    >>> rec = GradientRecorder(model=None)
+    >>> rec.layers, rec.activation_grads, rec.activation_total.total
+    ({}, {}, 0)
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, activation_grads: bool = True) -> None:
         self.model = model
         self.layers: dict[str, GradHistogram] = {}
         self.total = GradHistogram()
+        self.activation_grads: dict[str, GradHistogram] = {}
+        self.activation_total = GradHistogram()
         self.steps = 0
+        self.record_activation_grads = activation_grads
         self._handles: list[Any] = []
+        self._in_backward = False
 
     def _add(self, name: str, grad: Any) -> None:
         h = GradHistogram(grad)
@@ -80,12 +98,62 @@ class GradientRecorder:
         self.steps += 1
         return self
 
+    def _add_activation(self, name: str, grad: Any) -> None:
+        h = GradHistogram(grad)
+        if name in self.activation_grads:
+            self.activation_grads[name] += h
+        else:
+            self.activation_grads[name] = h
+        self.activation_total += h
+
+    def _mark_backward(self) -> None:
+        """Count one step at the first hook of a backward pass; the end of the pass re-arms it."""
+        if self._in_backward:
+            return
+        self._in_backward = True
+        self.steps += 1
+        # torch's autograd engine runs the queued callback once, after the whole graph is done,
+        # so however many hooks fire in between, one backward pass counts as one step
+        engine = sys.modules["torch"].autograd.Variable._execution_engine
+        engine.queue_callback(self._end_backward)
+
+    def _end_backward(self) -> None:
+        self._in_backward = False
+
+    def _watch_output(self, name: str, output: Any) -> None:
+        """A forward hook: ask for the gradient of each floating-point output tensor."""
+        for t in output_tensors(output):
+            if t.requires_grad and t.is_floating_point():
+
+                def hook(grad: Any, name: str = name) -> None:
+                    if not self._handles:
+                        return  # detached between this forward pass and its backward
+                    self._mark_backward()
+                    self._add_activation(name, grad)
+
+                t.register_hook(hook)
+
     def attach(self) -> GradientRecorder:
         """Record each gradient by a hook, as soon as backward has accumulated it.
 
         Uses ``Tensor.register_post_accumulate_grad_hook`` (torch >= 2.1). With gradient
         accumulation over micro-batches each backward records the running sum: prefer
         :meth:`record` once per optimizer step there. :meth:`detach` removes the hooks.
+
+        Activation gradients: a forward hook on every leaf module (one without children) asks
+        for the gradient of its output (``Tensor.register_hook``), recorded as
+        ``"<module name>.grad_output"``: the ``grad_output`` that
+        ``Module.register_full_backward_hook`` would see. Full backward hooks themselves are not
+        used: they make torch refuse a model whose next layer works in place
+        (``ReLU(inplace=True)``: "Output 0 of BackwardHookFunction is a view and is being
+        modified inplace"). Only forward passes run while attached are watched.
+
+        A step, under hooks, is one backward pass (``loss.backward()``, ``torch.autograd.grad``)
+        in which at least one hook fired: the first hook of the pass counts it, and a callback
+        that torch's autograd engine runs at the end of the pass re-arms the count. So each
+        micro-batch of an accumulated step counts as a step of its own, and a forward pass
+        without backward counts nothing. Do not also call :meth:`record` for the same backward,
+        or it counts twice.
 
         >>> GradientRecorder(model=None).attach()
         Traceback (most recent call last):
@@ -96,13 +164,24 @@ class GradientRecorder:
             raise ValueError("model=None: expected a torch.nn.Module to attach to")
         if self._handles:
             return self
+        self._in_backward = False  # (a backward pass that raised never ran its closing callback)
         for name, p in self.model.named_parameters():
             if p.requires_grad:
 
                 def hook(param: Any, name: str = name) -> None:
+                    self._mark_backward()
                     self._add(name, param.grad)
 
                 self._handles.append(p.register_post_accumulate_grad_hook(hook))
+        if self.record_activation_grads:
+            for name, module in self.model.named_modules():
+                if next(iter(module.children()), None) is None:
+                    key = f"{name}.grad_output" if name else "grad_output"
+
+                    def forward_hook(module: Any, args: Any, output: Any, key: str = key) -> None:
+                        self._watch_output(key, output)
+
+                    self._handles.append(module.register_forward_hook(forward_hook))
         return self
 
     def detach(self) -> None:
@@ -141,30 +220,70 @@ class GradientRecorder:
         """
         self.layers.clear()
         self.total = GradHistogram()
+        self.activation_grads.clear()
+        self.activation_total = GradHistogram()
         self.steps = 0
+        self._in_backward = False
 
     def report(self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne") -> str:
         """A table: per parameter, the share of gradient values that ``fmt`` flushes to zero,
-        makes subnormal or overflows unscaled, then the advice for all gradients together.
+        makes subnormal or overflows unscaled, then the advice for all gradients together; and,
+        when hooks recorded any, the same for the activation gradients, apart.
 
         >>> print(GradientRecorder(model=None).report("fp16").splitlines()[0])
         gradients of 0 parameters over 0 steps, in fp16 unscaled:
         """
         f = get_format(fmt)
         lines = [f"gradients of {len(self.layers)} parameters over {self.steps} steps, in {f.name} unscaled:"]
-        if self.layers:
-            width = max(len(n) for n in self.layers)
-            lines.append(
-                f"  {'parameter':<{width}}  {'values':>12}  {'flushed':>8}  {'subnormal':>9}  {'overflow':>8}"
-            )
-            for name, h in self.layers.items():
-                v = h.verdict(f, 1, rounding)
-                t = v.total
-                lines.append(
-                    f"  {name:<{width}}  {t:>12,}  {percent(v.flushed, t):>8}  {percent(v.subnormal, t):>9}  "
-                    f"{percent(v.overflow, t):>8}"
-                )
+        lines += _table("parameter", self.layers, f, rounding)
         advice = self.total.recommend_scale(f, headroom=headroom, rounding=rounding)
         lines.append(f"all gradients: {advice.before}")
         lines.append(f"advice: scale 2^{advice.log2_scale}. {advice.reason}")
+        if self.activation_grads:
+            n = len(self.activation_grads)
+            lines.append("")
+            lines.append(
+                f"activation gradients of {n} modules over {self.steps} steps, in {f.name} unscaled:"
+            )
+            lines += _table("module output", self.activation_grads, f, rounding)
+            advice = self.activation_total.recommend_scale(f, headroom=headroom, rounding=rounding)
+            lines.append(f"all activation gradients: {advice.before}")
+            lines.append(f"advice: scale 2^{advice.log2_scale}. {advice.reason}")
         return "\n".join(lines)
+
+
+def _table(label: str, hists: dict[str, GradHistogram], f: FloatFormat, rounding: str) -> list[str]:
+    """The rows of :meth:`GradientRecorder.report` for one family of histograms."""
+    if not hists:
+        return []
+    width = max(len(label), *(len(n) for n in hists))
+    lines = [f"  {label:<{width}}  {'values':>12}  {'flushed':>8}  {'subnormal':>9}  {'overflow':>8}"]
+    for name, h in hists.items():
+        v = h.verdict(f, 1, rounding)
+        t = v.total
+        lines.append(
+            f"  {name:<{width}}  {t:>12,}  {percent(v.flushed, t):>8}  {percent(v.subnormal, t):>9}  "
+            f"{percent(v.overflow, t):>8}"
+        )
+    return lines
+
+
+def output_tensors(output: Any) -> Iterator[Any]:
+    """The torch tensors of a module's output: the output itself, or the tensors inside its
+    (nested) tuples, lists and dicts, in order; anything else is skipped.
+
+    >>> list(output_tensors((1, ["text"], {"n": None})))
+    []
+    >>> import pytest; torch = pytest.importorskip("torch")
+    >>> out = (torch.ones(2), {"h": torch.zeros(3)}, 7)
+    >>> [t.shape[0] for t in output_tensors(out)]
+    [2, 3]
+    """
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            yield from output_tensors(item)
+    elif isinstance(output, dict):
+        for item in output.values():
+            yield from output_tensors(item)
+    elif type(output).__module__.split(".")[0] == "torch" and hasattr(output, "register_hook"):
+        yield output
