@@ -275,8 +275,8 @@ def test_fp8_formats_forward_e4m3_backward_e5m2() -> None:
 
 
 def test_bad_input_is_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match="fp8 recipe tensorwise is not simulated"):
-        flt.simulate(torch.nn.Linear(2, 2), "fp8-tensorwise")
+    with pytest.raises(ValueError, match="the accumulator acc14 is simulated in the fp8 recipes' GEMMs only"):
+        flt.simulate(torch.nn.Linear(2, 2), get_policy("mixed-bf16").replace(accumulate="acc14"))
     with pytest.raises(ValueError, match=r"expected a torch\.nn\.Module"):
         flt.simulate(lambda x: x, "bf16")  # type: ignore[arg-type]
     sim = flt.simulate(torch.nn.Linear(2, 2), "bf16")
@@ -431,3 +431,64 @@ def test_one_training_step_matches_the_numpy_trainer(name: str) -> None:
         assert np.abs(g - want).max() <= (fp32_tol + 4 * ulp) * scale, key
         if low:
             assert np.mean(g == want) >= 0.75, key
+
+
+# ---- a policy's GEMM recipe on the Linear layers --------------------------------------------------
+def _bf16_values(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).bfloat16().float()  # (nothing left to round)
+
+
+def test_a_linear_under_mxfp8_is_torchaos_emulated_mx_training() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mxl = pytest.importorskip("torchao.prototype.moe_training.mxfp8_linear")
+        cfg = pytest.importorskip("torchao.prototype.mx_formats.config")
+        kp = pytest.importorskip("torchao.quantization.quantize_.common.kernel_preference")
+    x, dy = _bf16_values((64, 96), 0), _bf16_values((64, 32), 1, 1e-3)
+    lin = torch.nn.Linear(96, 32, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(_bf16_values((32, 96), 2, 0.1))
+    xs = x.clone().requires_grad_(True)
+    with flt.simulate(lin, "mxfp8") as sim:
+        y = lin(xs)
+        y.backward(dy)
+    tx, tw = x.clone().requires_grad_(True), lin.weight.detach().clone().requires_grad_(True)
+    e4m3 = torch.float8_e4m3fn
+    d0, d1 = cfg.MXFP8Dim0CastKernelChoice.TORCH, cfg.MXFP8Dim1CastKernelChoice.TORCH
+    mode = cfg.ScaleCalculationMode.FLOOR
+    ref = mxl.mx_mm.apply(tx, tw, e4m3, e4m3, e4m3, 32, kp.KernelPreference.EMULATED, d0, d1, mode, False)
+    ref.backward(dy)
+    assert xs.grad is not None
+    assert lin.weight.grad is not None
+    assert tx.grad is not None
+    assert tw.grad is not None
+    # the same quantized operands and float32 GEMMs; simulate stores the results in bf16
+    for got, want in ((y, ref), (xs.grad, tx.grad), (lin.weight.grad, tw.grad)):
+        assert torch.equal(got.detach(), want.detach().bfloat16().float())
+    assert sorted(sim.end_step()) == ["<model>.grad", "<model>.input", "<model>.weight"]
+
+
+def test_nvfp4_keeps_the_first_and_last_linear_and_records_the_rest_per_step() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 4),
+    )
+    x = torch.randn(16, 32)
+    with flt.simulate(model, "nvfp4") as sim:
+        for _ in range(3):
+            model(x).square().mean().backward()
+        with torch.no_grad():
+            model(x)  # an evaluation: no step, no record
+    sim.end_step()
+    assert sorted(sim.operands) == ["2.grad", "2.input", "2.weight"]
+    assert all(len(v["amax"]) == 3 for v in sim.operands.values())
+    assert sim.operands["2.input"]["amax"][0] == pytest.approx(
+        float(torch.relu(model[0](x)).detach().abs().max()), rel=2**-7
+    )

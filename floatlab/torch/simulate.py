@@ -46,7 +46,16 @@ What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulati
   the gradients it saves from underflow;
 * weights stored in the forward format without master weights (``master_weights=False``): the
   optimizer still updates the fp32 parameters, so swallowed updates are not simulated;
-* fp8 training recipes (per-tensor scaling) and narrow accumulators: refused with a ValueError.
+* a policy's GEMM recipe (an fp8 recipe: per-tensor current or delayed scaling, DeepSeek-V3's
+  blocks; a microscaling one: MXFP8, MXFP6, MXFP4, NVFP4) reaches the ``nn.Linear`` layers (a
+  linear is ``F.linear`` with one of the model's Linear weights): their three GEMMs run through
+  the same :class:`~floatlab.train.recipes.Fp8Scaling` or
+  :class:`~floatlab.train.recipes.MicroScaling` as floatlab's own trainer, on the host, with
+  the layer's module name as its site; other GEMMs (attention's, convolutions) take the plain
+  forward format. A recipe's step ends when the next training forward pass begins (or at
+  :meth:`Simulation.end_step`); a forward pass without gradients (``torch.no_grad()``: an
+  evaluation) records nothing. ``"first"`` and ``"last"`` in ``keep_bf16`` are the first and
+  last Linear modules in the model's definition order. A narrow accumulator needs an fp8 recipe.
 
 >>> import torch
 >>> _ = torch.manual_seed(0)
@@ -74,6 +83,7 @@ from floatlab.rounding import round_array
 from floatlab.rounding.options import RNG, as_generator
 from floatlab.torch.tensors import FLOAT_DTYPES
 from floatlab.train.policy import Policy, get_policy
+from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 __all__ = ["SIMULATED_LAYERS", "Simulation", "simulate"]
 
@@ -137,6 +147,67 @@ class _Store(torch.autograd.Function):
         return sim.round(grad, sim.policy.backward), None
 
 
+def _host(t: torch.Tensor) -> np.ndarray[Any, Any]:
+    """A float32 NumPy array of ``t``'s values (a view for a CPU float32 tensor)."""
+    out: np.ndarray[Any, Any] = t.detach().to("cpu", torch.float32).numpy()
+    return out
+
+
+class _RecipeLinear(torch.autograd.Function):
+    """``F.linear`` under a recipe: the forward GEMM ``x @ W^T``, and backward the data gradient
+    ``dy @ W`` and the weight gradient ``dy^T x``, each through the simulation's scaling, exactly
+    as :func:`floatlab.train.model.linear_forward` and ``linear_backward`` call
+    :meth:`~floatlab.train.precision.Precision.linear`: operands stored in the policy's formats
+    (inputs and weights forward, gradients backward), the bias added in the epilogue, the output
+    stored in the forward format and the gradients sent on in the backward format."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        sim: Simulation,
+        site: str,
+        record: bool,
+    ) -> torch.Tensor:
+        assert sim.scaling is not None
+        fwd = sim.policy.forward
+        xs = _host(sim.round(x, fwd)).reshape(-1, x.shape[-1])
+        w = _host(sim.round(weight, fwd))  # (out, in): W = w.T, as floatlab's (in, out) weight
+        y = sim.scaling.matmul(site, xs, "input", w.T, "weight", record=record)
+        if bias is not None:
+            y = y + _host(sim.round(bias, fwd))
+        ctx.sim, ctx.site, ctx.record = sim, site, record
+        ctx.shape, ctx.has_bias = x.shape, bias is not None
+        ctx.xs, ctx.w = xs, w
+        out = torch.from_numpy(np.ascontiguousarray(y)).reshape(*x.shape[:-1], w.shape[0])
+        return sim.round(out.to(x.dtype), fwd)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        sim: Simulation = ctx.sim
+        assert sim.scaling is not None
+        bwd = sim.policy.backward
+        g = _host(sim.round(dy, bwd)).reshape(-1, ctx.w.shape[0])
+        dx = sim.scaling.matmul(ctx.site, g, "grad", ctx.w, "weight", record=ctx.record)
+        dw = sim.scaling.matmul(ctx.site, ctx.xs.T, "input", g, "grad", record=ctx.record)
+        db = torch.from_numpy(g.sum(axis=0)) if ctx.has_bias else None  # (an fp32 reduction)
+
+        def sent(a: np.ndarray[Any, Any] | torch.Tensor, shape: Any) -> torch.Tensor:
+            t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+            return sim.round(t.reshape(shape).to(dy.dtype), bwd)
+
+        return (
+            sent(dx, ctx.shape),
+            sent(dw.T, ctx.w.shape),
+            None if db is None else sent(db, (ctx.w.shape[0],)),
+            None,
+            None,
+            None,
+        )
+
+
 class _GemmMode(TorchFunctionMode):
     """Rounds around the GEMMs and embeddings called while it is on (inside the model's forward)."""
 
@@ -175,15 +246,27 @@ class Simulation:
         self.model = model
         self.policy = get_policy(policy)
         p = self.policy
-        if p.fp8 is not None or p.accumulate:
-            what = f"the fp8 recipe {p.fp8.kind}" if p.fp8 is not None else f"the accumulator {p.accumulate}"
+        if p.accumulate and p.fp8 is None:
             raise ValueError(
-                f"policy {p.name}: simulate runs plain formats; {what} is not simulated on torch models "
-                "(expected a policy without fp8 recipe or narrow accumulator, such as mixed-fp8)"
+                f"policy {p.name}: the accumulator {p.accumulate} is simulated in the fp8 recipes' "
+                "GEMMs only (expected a policy with an fp8 recipe, or none)"
             )
         gen = as_generator(rng)
         #: the generator of stochastic rounding (seed 0 unless one is given, as the NumPy trainer's)
         self.rng: np.random.Generator = gen if gen is not None else np.random.default_rng(0)
+        #: the Linear layers by their weights: the sites of a recipe's GEMMs
+        self._sites = {
+            id(m.weight): name or "<model>"
+            for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear)
+        }
+        #: the recipe's state (as the NumPy trainer's ``P.scaling``), when the policy has one
+        self.scaling: Fp8Scaling | MicroScaling | None = None
+        if isinstance(p.recipe, MicroRecipe):
+            self.scaling = MicroScaling(p.recipe, self.rng, list(self._sites.values()))
+        elif p.recipe is not None:
+            self.scaling = Fp8Scaling(p.recipe)
+        self._cast = False  # whether the recipe cast anything since its last step ended
         self.calls: Counter[str] = Counter()
         self.simulated: list[str] = []
         self.skipped: list[str] = []
@@ -251,6 +334,17 @@ class Simulation:
     def _gemm(self, op: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """func with its operands stored and its output stored (the mode's handler)."""
         self.calls[op] += 1
+        if op == "linear" and self.scaling is not None:
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            site = self._sites.get(id(weight))
+            if site is not None:  # one of the model's Linear layers: the recipe's three GEMMs
+                bias = args[2] if len(args) > 2 else kwargs.get("bias")
+                self._cast = True
+                x = args[0] if args else kwargs["input"]
+                y: torch.Tensor = _RecipeLinear.apply(  # type: ignore[no-untyped-call]
+                    x, weight, bias, self, site, torch.is_grad_enabled()
+                )
+                return y
         places, names = _OPERANDS.get(op, _TWO)
         a = list(args)
         for i in places:
@@ -262,8 +356,34 @@ class Simulation:
         out = func(*a, **kwargs)
         return self.store(out) if isinstance(out, torch.Tensor) else out
 
+    def end_step(self) -> dict[str, dict[str, float]]:
+        """Close the recipe's step (the next training forward pass does it by itself): each GEMM
+        operand's statistics, as :meth:`floatlab.train.precision.Precision.end_step` gives them;
+        empty without a recipe or when nothing was cast since the last step.
+
+        >>> import torch
+        >>> lin = torch.nn.Linear(32, 2)
+        >>> with simulate(lin, "mxfp4") as sim:
+        ...     _ = lin(torch.randn(4, 32)).sum().backward()
+        >>> sorted(sim.end_step())
+        ['<model>.grad', '<model>.input', '<model>.weight']
+        """
+        if self.scaling is None or not self._cast:
+            return {}
+        self._cast = False
+        return self.scaling.end_step()
+
+    @property
+    def operands(self) -> dict[str, dict[str, list[float]]]:
+        """The recipe's per-step record of every GEMM operand (``"<layer>.<role>"``: lists of amax,
+        scale and the shares saturated, flushed and subnormal), as the NumPy trainer's
+        :attr:`floatlab.train.History.operands`; empty without a recipe."""
+        return {} if self.scaling is None else self.scaling.history
+
     # ---- switching ------------------------------------------------------------------------------
     def _on(self, *_: Any) -> None:
+        if self._depth == 0 and torch.is_grad_enabled():
+            self.end_step()  # a training forward pass begins a step
         if self._depth == 0:
             self._mode = _GemmMode(self)
             self._mode.__enter__()  # type: ignore[no-untyped-call]
