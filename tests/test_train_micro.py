@@ -4,6 +4,7 @@ stochastic rounding, the layers kept in bf16, the policies, the trainer and the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -357,3 +358,12 @@ def test_split_values_are_element_times_block_scale_as_ml_dtypes_decodes_them() 
     assert np.array_equal(b.values.astype(np.float64), want)
     # with the tensor scale: the same product times t, rounded once to float32
     assert np.array_equal(full.values, (want * b.tensor_scale).astype(np.float32))
+
+
+def test_the_memory_ledger_of_a_microscaling_run() -> None:
+    # the ledger runs a forward pass of its own: nvfp4's first and last layers come from the model
+    from floatlab.train.memory import ledger_for
+
+    cfg = ft.TrainConfig(model="transformer", data="text", layers=1, d_model=32, heads=2, context=16)
+    bf16 = ledger_for(dataclasses.replace(cfg, precision="mixed-bf16"))
+    assert ledger_for(dataclasses.replace(cfg, precision="nvfp4")).total == bf16.total

@@ -361,7 +361,7 @@ def _saved_at(model: Model, policy: Policy, n: int) -> dict[tuple[str, str, int]
     from floatlab.train.model import cross_entropy_forward
 
     rng = np.random.default_rng(0)
-    P = Precision(policy, rng=np.random.default_rng(1))
+    P = Precision(policy, rng=np.random.default_rng(1), layers=model.linear_sites)
     norm = model.norm_params
     params = {
         k: P.cast(np.asarray(v, P.dtype), policy.param_format(k in norm)) for k, v in model.init(rng).items()
