@@ -24,7 +24,12 @@ LESSONS = (
     "09-precision-in-a-language-model",
     "10-framework-recipes-side-by-side",
     "11-fp8-training",
+    "13-your-own-model",
 )
+#: the optional packages a lesson needs beyond the lessons extra: without them its run is skipped
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "13-your-own-model": ("torch", "pandas"),
+}
 STRIP_HINT = "strip it with: jupyter nbconvert --clear-output --inplace"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -56,6 +61,7 @@ def stored_output_problems(nb: dict[str, Any]) -> list[str]:
 
 def test_every_lesson_is_there() -> None:
     assert [p.stem for p in NOTEBOOKS] == list(LESSONS)
+    assert set(REQUIRES) <= set(LESSONS)
 
 
 def test_output_check_catches_outputs() -> None:
@@ -98,6 +104,8 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
+    for module in REQUIRES.get(path.stem, ()):
+        pytest.importorskip(module, reason=f"{path.stem} needs {module}")
     # the kernel inherits the environment: few numba threads, and no 'static' override of the widgets
     monkeypatch.setenv("NUMBA_NUM_THREADS", "2")
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
@@ -128,7 +136,7 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 # lessons whose exercises follow the predict-then-run pattern, at least three each
-EXERCISED = ("05-", "06-", "08-", "09-", "10-")
+EXERCISED = ("05-", "06-", "08-", "09-", "10-", "13-")
 
 
 def exercise_problems(nb: dict[str, Any], least: int = 3) -> list[str]:

@@ -28,6 +28,7 @@ PACKAGES = (
     "floatlab.gradhist",
     "floatlab.sweeps",
     "floatlab.widgets",
+    "floatlab.torch",
 )
 API_DIR = Path("reference") / "api"
 _PRIMITIVES = (bool, int, float, complex, str, bytes, type(None))
@@ -178,6 +179,15 @@ def _data_directive(index: ApiIndex, entry: Entry) -> list[str]:
     return [*lines, ""]
 
 
+def shadowed(index: ApiIndex, mod_name: str) -> bool:
+    """Whether a described object has the module's own name: ``floatlab.torch`` exports the
+    function ``inspect`` of its module ``floatlab.torch.inspect``, and the function, at its public
+    address, is the name's one description. The module's page then shows the module's docstring
+    without an index entry (Sphinx holds one object per name: a ``:mod:`` reference finds the
+    function), and the API index links to the page itself."""
+    return mod_name in set(index.canonical.values())
+
+
 def module_page(index: ApiIndex, mod_name: str) -> str:
     """The MyST source of one module's reference page."""
     entries = index.entries[mod_name]
@@ -186,6 +196,7 @@ def module_page(index: ApiIndex, mod_name: str) -> str:
         "",
         "```{eval-rst}",
         f".. automodule:: {mod_name}",
+        *(["   :no-index:"] if shadowed(index, mod_name) else []),
         "",
     ]
     for kind, title in _SECTIONS:
@@ -230,7 +241,8 @@ def index_page(index: ApiIndex) -> str:
     for mod_name in index.modules:
         first = index.docstrings[mod_name].strip().split("\n\n")[0].replace("\n", " ")
         first = first.replace("|", "\\|")
-        out.append(f"| {{py:mod}}`{mod_name}` | {first} |")
+        link = f"[`{mod_name}`]({mod_name}.md)" if shadowed(index, mod_name) else f"{{py:mod}}`{mod_name}`"
+        out.append(f"| {link} | {first} |")
     out += ["", "```{toctree}", ":hidden:", ""]
     out += [mod_name for mod_name in index.modules]
     out += ["```", ""]
