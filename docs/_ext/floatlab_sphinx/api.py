@@ -12,6 +12,7 @@ one description.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ PACKAGES = (
     "floatlab.widgets",
     "floatlab.torch",
 )
+#: floatlab.torch imports torch, an optional extra: without it the API reference leaves it out
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
 API_DIR = Path("reference") / "api"
 _PRIMITIVES = (bool, int, float, complex, str, bytes, type(None))
 
@@ -41,13 +44,15 @@ def public_modules() -> list[str]:
     modules under ``floatlab.cli`` are described by the CLI reference instead.
     """
     found: set[str] = set()
-    for pkg_name in PACKAGES:
+    packages = [p for p in PACKAGES if _HAS_TORCH or p != "floatlab.torch"]
+    for pkg_name in packages:
         pkg = importlib.import_module(pkg_name)
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
                 found.add(f"{pkg_name}.{info.name}")
-    rest = sorted(found - set(PACKAGES))
-    return [*PACKAGES, *rest]
+    rest = sorted(m for m in found - set(PACKAGES) if _HAS_TORCH or not m.startswith("floatlab.torch."))
+    rest = [m for m in rest if _HAS_TORCH or m != "floatlab.torch"]
+    return [*packages, *rest]
 
 
 def _kind(obj: Any) -> str:
