@@ -24,6 +24,7 @@ LESSONS = (
     "09-precision-in-a-language-model",
     "10-framework-recipes-side-by-side",
     "11-fp8-training",
+    "12-4bit-training",
     "13-your-own-model",
 )
 #: the optional packages a lesson needs beyond the lessons extra: without them its run is skipped
@@ -136,7 +137,7 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 # lessons whose exercises follow the predict-then-run pattern, at least three each
-EXERCISED = ("05-", "06-", "08-", "09-", "10-", "13-")
+EXERCISED = ("05-", "06-", "08-", "09-", "10-", "12-", "13-")
 
 
 def exercise_problems(nb: dict[str, Any], least: int = 3) -> list[str]:

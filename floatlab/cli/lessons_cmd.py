@@ -20,6 +20,7 @@ own command line shows it), and an empty token is refused.
   09-precision-in-a-language-model.ipynb         Lesson 9: Precision in a language model
   10-framework-recipes-side-by-side.ipynb        Lesson 10: The frameworks' recipes side by side
   11-fp8-training.ipynb                          Lesson 11: fp8 training
+  12-4bit-training.ipynb                         Lesson 12: 4-bit training
   13-your-own-model.ipynb                        Lesson 13: Your own PyTorch model
 0
 """
