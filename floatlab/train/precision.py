@@ -89,6 +89,15 @@ class Precision:
             self.scaling = Fp8Scaling(recipe)
         self._training = True
 
+    @property
+    def fp8(self) -> Fp8Scaling | None:
+        """The recipe's state when it is an fp8 recipe's (read-only: assign :attr:`scaling`).
+
+        >>> Precision("fp8-delayed").fp8 is not None, Precision("nvfp4").fp8
+        (True, None)
+        """
+        return self.scaling if isinstance(self.scaling, Fp8Scaling) else None
+
     # ---- casts --------------------------------------------------------------------------------
     def is_wide(self, fmt: FloatFormat) -> bool:
         """True when storing in ``fmt`` changes nothing (the holding arrays' own format)."""
