@@ -36,17 +36,28 @@ Here:
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from floatlab.formats import FloatFormat
-from floatlab.rounding import fma
+from floatlab.rounding import ScaledRound, fma, fma_sum
 from floatlab.train.accumulate import accumulate_matmul
+from floatlab.train.recipes._fp8_cast import scaled_cast
 from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
 
-__all__ = ["E4M3", "TileCast", "block_quantize", "blockwise_matmul", "expand_scales", "tile_quantize"]
+__all__ = [
+    "E4M3",
+    "TileCast",
+    "block_cast",
+    "block_quantize",
+    "blockwise_matmul",
+    "expand_scales",
+    "tile_cast",
+    "tile_quantize",
+]
 
 
 class TileCast(NamedTuple):
@@ -97,17 +108,39 @@ def tile_quantize(
     >>> t.scale.tolist(), t.values[:, 1].tolist()           # the second tile is the last row alone
     ([[224.0, 56.0], [112.0, 447999985582080.0]], [448.0, 112.0, 0.0])
     """
+    return tile_cast(x, fmt, block, axis, pow2)[0]
+
+
+def tile_cast(
+    x: NDArray[np.float32], fmt: FloatFormat, block: int, axis: int, pow2: bool = False
+) -> tuple[TileCast, ScaledRound | None]:
+    """:func:`tile_quantize`, and the cast's counts when it ran as one compiled pass (a
+    C-contiguous copy of ``x`` where it is not one; None when ``x`` is empty)."""
     n = x.shape[axis]
     nt = _ceil_div(n, block)
     xp = _padded(x, (axis,), block)
     xt = xp.reshape((*xp.shape[:axis], nt, block, *xp.shape[axis + 1 :]))
     amax = _amax_over(xt, (axis + 1,))
     scale = current_scale(amax, fmt, pow2)
+    bound = _bound(amax, fmt)
+    xc = np.ascontiguousarray(x)
+    pre, post = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    # the tiles as blocks of a 3-d view: (1, rows, n) in 1 x block tiles along the last axis,
+    # (pre, n, post) in block x 1 tiles down the middle one
+    last = post == 1
+    view = xc.reshape((1, pre, n) if last else (pre, n, post))
+    tiles = (1, block) if last else (block, 1)
+    fast = None
+    if x.size:
+        fast = scaled_cast(view, scale.reshape(view.shape[0], -1, nt if last else post), fmt, bound, tiles)
+    if fast is not None:
+        q, counted = fast
+        return TileCast(q.reshape(x.shape), scale, float(amax.max()) if amax.size else 0.0), counted
     xs = (xt * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
-    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
+    q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[tuple(slice(0, s) for s in x.shape)])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
 
 
 def _bound(amax: NDArray[np.float32], fmt: FloatFormat) -> float:
@@ -125,6 +158,14 @@ def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: b
     >>> t.scale.tolist()                                    # amax 5, 6, 8, 9
     [[89.5999984741211, 74.66666412353516], [56.0, 49.77777862548828]]
     """
+    return block_cast(x, fmt, block, pow2)[0]
+
+
+def block_cast(
+    x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False
+) -> tuple[TileCast, ScaledRound | None]:
+    """:func:`block_quantize`, and the cast's counts when it ran as one compiled pass (a
+    C-contiguous copy of ``x`` where it is not one; None when ``x`` is empty)."""
     if x.ndim != 2:
         raise ValueError(f"a weight of shape {x.shape}: expected a matrix for {block}x{block} blocks")
     rows, cols = x.shape
@@ -133,11 +174,16 @@ def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: b
     xb = xp.reshape(rt, block, ct, block)
     amax = _amax_over(xb, (1, 3))
     scale = current_scale(amax, fmt, pow2)
+    bound = _bound(amax, fmt)
+    fast = scaled_cast(np.ascontiguousarray(x), scale, fmt, bound, (block, block))
+    if fast is not None:
+        q, counted = fast
+        return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), counted
     xs = (xb * scale[:, None, :, None]).reshape(xp.shape)
-    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
+    q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[:rows, :cols])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
 
 
 def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int) -> NDArray[np.float32]:
@@ -175,6 +221,12 @@ def blockwise_matmul(
     n = b.shape[1]
     if k == 0:
         return np.zeros((m, n), np.float32)
+    if accumulate is None and k % block == 0 and a.flags.c_contiguous and b.flags.c_contiguous:
+        # the same slice GEMMs as the loop below (each batch is the view a[:, lo:hi] of the
+        # same memory, and b[lo:hi]), as one batched call, then the same FMAs in one pass
+        nt = k // block
+        partials = np.matmul(a.reshape(m, nt, block).transpose(1, 0, 2), b.reshape(nt, block, n))
+        return fma_sum(partials, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv))
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)
