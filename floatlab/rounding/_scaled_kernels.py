@@ -100,6 +100,76 @@ def _scaled_round_kernel_py(
     return n_over, n_zx, n_zq, n_sub
 
 
+#: rows of the result a task of the transposed loop gathers at once (16 float32: a cache line)
+GROUP = 16
+
+
+def _scaled_round_t_kernel_py(
+    xt: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any
+) -> Any:
+    """The loop above for an (R, C) array held transposed: ``xt`` is its (C, R) transpose,
+    C-contiguous (flat), and ``out`` gets the (R, C) values C-contiguous. A task is GROUP rows of
+    the result: gathered from xt into scratch a cache line at a time, then each cast as a row of
+    the loop above, so that no transposed copy of the whole input is made first."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    _, rows, cols = shape
+    br, bc = block
+    nbc = (cols + bc - 1) // bc
+    n_over = 0
+    n_zx = 0
+    n_zq = 0
+    n_sub = 0
+    for g in prange((rows + GROUP - 1) // GROUP):
+        r0 = g * GROUP
+        nr = min(GROUP, rows - r0)
+        buf = np.empty((nr, cols), np.float32)
+        # in squares of GROUP x GROUP, whose cache lines stay in the first-level cache
+        for c0 in range(0, cols, GROUP):
+            c1 = min(c0 + GROUP, cols)
+            for k in range(nr):
+                dst = buf[k, c0:c1]
+                for c in range(c1 - c0):
+                    dst[c] = xt[(c0 + c) * rows + r0 + k]
+        c_over = _u(0, z)
+        c_zx = _u(0, z)
+        c_zq = _u(0, z)
+        c_sub = _u(0, z)
+        for k in range(nr):
+            r = r0 + k
+            s0 = (r // br) * nbc
+            srow = scales[s0 : s0 + nbc]
+            xs = buf[k]
+            qs = out[r * cols : r * cols + cols]
+            if bc == 1:
+                for c in range(cols):
+                    xv = xs[c]
+                    q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
+                    qs[c] = q
+                    c_over = _u(c_over + over, z)
+                    c_zx = _u(c_zx + (xv == 0), z)
+                    c_zq = _u(c_zq + zq, z)
+                    c_sub = _u(c_sub + sub, z)
+            else:
+                for b in range(nbc):
+                    s = srow[b]
+                    seg = xs[b * bc : b * bc + bc]
+                    qseg = qs[b * bc : b * bc + bc]
+                    for c in range(seg.size):
+                        xv = seg[c]
+                        q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
+                        qseg[c] = q
+                        c_over = _u(c_over + over, z)
+                        c_zx = _u(c_zx + (xv == 0), z)
+                        c_zq = _u(c_zq + zq, z)
+                        c_sub = _u(c_sub + sub, z)
+        n_over += np.int64(c_over)
+        n_zx += np.int64(c_zx)
+        n_zq += np.int64(c_zq)
+        n_sub += np.int64(c_sub)
+    return n_over, n_zx, n_zq, n_sub
+
+
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Compile the scaled-cast loop into ``out``, on the element functions and intrinsics that
     :func:`floatlab.rounding._kernels.compile_into` and
@@ -113,9 +183,10 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_bits32"] = _block_kernels._bits32
     g["_cast_one"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_one_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    fn = _scaled_round_kernel_py
-    # numba's cache files are named after the function: the fingerprint of the element functions'
-    # file in the name makes a change there a new name, so the loop is compiled anew
-    stamped = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    stamped.__qualname__ = f"{fn.__name__}_{_block_kernels.fingerprint()}"
-    out["scaled_round"] = parallel(stamped)
+    for name in ("scaled_round", "scaled_round_t"):
+        fn = g[f"_{name}_kernel_py"]
+        # numba's cache files are named after the function: the fingerprint of the element
+        # functions' file in the name makes a change there a new name, so the loop is compiled anew
+        stamped = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+        stamped.__qualname__ = f"{fn.__name__}_{_block_kernels.fingerprint()}"
+        out[name] = parallel(stamped)

@@ -406,11 +406,13 @@ def round_scaled(
     (NumPy's, element by element), where NumPy needs a pass for the product, one for the
     rounding and more for the counts.
 
-    ``x`` is a C-contiguous float32 array, ``fmt`` a format within fp32, ``rounding`` a
-    deterministic mode. With ``block=None`` ``scale`` is one number for the whole array; with
-    ``block=(br, bc)`` the blocks are br rows by bc columns of x's last two axes (1 x k: tiles
-    along the last axis; k x 1: tiles down the rows; shorter last blocks where k does not divide),
-    and ``scale`` has shape ``(*x.shape[:-2], ceil(R / br), ceil(C / bc))``.
+    ``x`` is a C-contiguous float32 array, or the transpose of a C-contiguous matrix (read as it
+    lies, with no transposed copy first); the values come back C-contiguous, of x's shape.
+    ``fmt`` is a format within fp32, ``rounding`` a deterministic mode. With ``block=None``
+    ``scale`` is one number for the whole array; with ``block=(br, bc)`` the blocks are br rows
+    by bc columns of x's last two axes (1 x k: tiles along the last axis; k x 1: tiles down the
+    rows; shorter last blocks where k does not divide), and ``scale`` has shape
+    ``(*x.shape[:-2], ceil(R / br), ceil(C / bc))``.
 
     >>> x = np.float32([[1.0, 2.0, 3.0], [0.5, 600.0, 1e-9]])
     >>> r = round_scaled(x, np.float32([[1.0, 0.5]]), "e4m3fn", (2, 2), saturate=True)
@@ -418,9 +420,13 @@ def round_scaled(
     ([[1.0, 2.0, 1.5], [0.5, 448.0, 0.0]], 1, 1)
     """
     f = get_format(fmt)
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not x.flags.c_contiguous:
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
         what = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
-        raise ValueError(f"x: expected a C-contiguous float32 array, got {what}")
+        raise ValueError(f"x: expected a float32 array, got {what}")
+    # a matrix held transposed (the transpose of a C-contiguous one) is read as it lies
+    transposed = x.ndim == 2 and not x.flags.c_contiguous and x.T.flags.c_contiguous
+    if not x.flags.c_contiguous and not transposed:
+        raise ValueError(f"x of shape {x.shape}: expected a C-contiguous array or a transposed matrix")
     if not FP32.contains(f):
         raise ValueError(f"format {f.name or f}: expected a format within fp32 (its values float32 values)")
     if check_rounding(rounding) == "stochastic":
@@ -454,13 +460,14 @@ def round_scaled(
     options = RoundingOptions.make(rounding, saturate=saturate)
     plan = make_plan(FP32, f, options, back=True, flags=False)
     values, (over, zx, zq, sub) = cpu.run_scaled_round(
-        x.reshape(-1),
+        x.T.reshape(-1) if transposed else x.reshape(-1),
         np.ascontiguousarray(s).reshape(-1),
         shape,
         br_bc,
         plan.p,
         plan.d,
         f.smallest_normal,
+        transposed,
     )
     return ScaledRound(values.reshape(x.shape), over, zx, zq, sub)
 

@@ -337,12 +337,14 @@ def run_scaled_round(
     p: EncodeParams,
     d: DecodeParams,
     tiny: float,
+    transposed: bool = False,
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
     """The float32 values ``x`` (flat, C order over ``shape`` = (outer, R, C)) times their block's
     scale (``scales`` flat over (outer, ceil(R / br), ceil(C / bc)) for ``block`` = (br, bc)),
     rounded by ``p`` and decoded back by ``d`` (float32 into a format within fp32, 32 lanes): the
     values, and the counts (overflowed, zero inputs, zero results, results with
-    0 < |q| < ``tiny``).
+    0 < |q| < ``tiny``). With ``transposed`` (outer 1), ``x`` holds the (C, R) transpose of the
+    array, C order, and the values come back in the (R, C) array's C order.
 
     >>> from floatlab.formats import FP32, get_format
     >>> from floatlab.rounding.options import RoundingOptions
@@ -356,9 +358,9 @@ def run_scaled_round(
     ([2.0, 0.0, 448.0, 0.0], (1, 1, 2, 0))
     """
     out = np.empty(x.size, np.float32)
-    counts = launch(
-        "scaled_round", x.size, x, scales, shape, block, out, zero(32), tuple(p), tuple(d), np.float32(tiny)
-    )
+    loop = "scaled_round_t" if transposed else "scaled_round"
+    args = (x, scales, shape, block, out, zero(32), tuple(p), tuple(d), np.float32(tiny))
+    counts = launch(loop, x.size, *args)
     return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
 
 

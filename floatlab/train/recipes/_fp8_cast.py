@@ -25,8 +25,9 @@ def scaled_cast(
     bound: float,
     block: tuple[int, int] | None = None,
 ) -> tuple[NDArray[np.float32], ScaledRound] | None:
-    """``saturating_cast(x * scale, fmt, bound)`` and the cast's counts, for a C-contiguous float32
-    ``x`` that is not empty (None otherwise: the caller takes the NumPy path). ``block`` and the
+    """``saturating_cast(x * scale, fmt, bound)`` and the cast's counts, for a float32 ``x`` that is
+    not empty and C-contiguous or a transposed C-contiguous matrix (None otherwise: the caller
+    takes the NumPy path). ``block`` and the
     shape of ``scale`` as in :func:`floatlab.rounding.round_scaled`.
 
     >>> from floatlab.train.recipes.scales import E5M2
@@ -34,7 +35,8 @@ def scaled_cast(
     >>> q.tolist(), counted.overflow, counted.zeros_in
     ([2.0, 57344.0, 0.0], 1, 1)
     """
-    if x.dtype != np.float32 or not x.flags.c_contiguous or x.size == 0:
+    held = x.flags.c_contiguous or (x.ndim == 2 and x.T.flags.c_contiguous)  # (or a transposed matrix)
+    if x.dtype != np.float32 or not held or x.size == 0:
         return None
     counted = round_scaled(x, np.asarray(scale, np.float32), fmt, block, saturate=True)
     q = counted.values
