@@ -214,19 +214,21 @@ def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any, pt: 
     p = EncodeParams(*pt)
     nt, m, n = partials.shape
     for i in prange(m):
-        acc = np.empty(n, np.float32)
+        acc = out[i]
         a0 = a_scale[i, 0]
+        b0 = b_scale[0]
+        p0 = partials[0, i]
         for j in range(n):
-            acc[j] = np.float32(np.float32(a0 * b_scale[0, j]) * partials[0, i, j]) + np.float32(0.0)
+            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
         for t in range(1, nt):
             at = a_scale[i, t]
+            bt = b_scale[t]
+            pt_ = partials[t, i]
             for j in range(n):
-                s = np.float32(at * b_scale[t, j])
+                s = np.float32(at * bt[j])
                 # two fp32 values: their product is exact in float64; the sum rounded to odd
-                u = _odd_sum_bits(np.float64(s) * np.float64(partials[t, i, j]), np.float64(acc[j]), False)
+                u = _odd_sum_bits(np.float64(s) * np.float64(pt_[j]), np.float64(acc[j]), False)
                 acc[j] = np.float32(np.uint64(_round_ieee64(u, p)).view(np.float64))
-        for j in range(n):
-            out[i, j] = acc[j]
 
 
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
