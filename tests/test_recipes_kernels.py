@@ -28,6 +28,7 @@ from floatlab.train.recipes import (
     E4M3,
     E5M2,
     Fp8Recipe,
+    Fp8Scaling,
     OperandScaler,
     block_quantize,
     blockwise_matmul,
@@ -365,14 +366,48 @@ def test_a_reshaped_view_reuses_the_steps_cast() -> None:
     x = _spread(rng, (4, 6, 8))
     s = OperandScaler(Fp8Recipe("tensorwise"), "input")
     first = s.quantize(x, 2)
-    again = s.quantize(x.reshape(-1, 8).T, 1)
-    assert np.shares_memory(again.values, first.values)
-    assert _bits(again.values) == _bits(saturating_cast(x.reshape(-1, 8).T * F32(first.scale), E4M3))
     flat = s.quantize(x.reshape(-1, 8), 1)
     assert np.shares_memory(flat.values, first.values)
+    again = s.quantize(x.reshape(-1, 8).T, 1)
+    # a C-contiguous copy, as a cast of the transposed view comes out: BLAS may sum a matrix
+    # held transposed in another order
+    assert again.values.flags.c_contiguous
+    assert _bits(again.values) == _bits(saturating_cast(x.reshape(-1, 8).T * F32(first.scale), E4M3))
     other = s.quantize(x[:, :3], 2)  # a slice, not the tensor: cast anew with the step's scale
     assert not np.shares_memory(other.values, first.values)
     assert _bits(other.values) == _bits(saturating_cast(x[:, :3] * F32(first.scale), E4M3))
+
+
+@pytest.mark.parametrize("kind", ["tensorwise", "delayed", "blockwise"])
+@pytest.mark.parametrize("shape", [(3, 50, 40, 70), (2, 64, 128, 256)])
+def test_a_linear_layers_three_gemms_equal_the_numpy_passes(kind: str, shape: tuple[int, ...]) -> None:
+    # forward, data gradient and weight gradient, against casts written with NumPy and GEMMs on
+    # C-contiguous operands (as the casts always came out)
+    n, t, d, h = shape
+    rng = np.random.default_rng(d)
+    x, dy = _spread(rng, (n, t, d)), _spread(rng, (n, t, h))
+    w = _spread(rng, (d, h)) * F32(0.01)
+    f = Fp8Scaling(Fp8Recipe(kind, amax_history=4) if kind == "delayed" else Fp8Recipe(kind))
+    for _ in range(2):  # (delayed: the second step has scales from the first)
+        got = [
+            f.matmul("fc", x, "input", w, "weight"),
+            f.matmul("fc", dy, "grad", w.T, "weight"),
+            f.matmul("fc", x.reshape(-1, d).T, "input", dy.reshape(-1, h), "grad"),
+        ]
+        _ = f.end_step()
+    if kind == "blockwise":
+        a = tile_quantize(np.ascontiguousarray(x.reshape(-1, d).T), E4M3, 128, 1)
+        b = tile_quantize(dy.reshape(-1, h), E5M2, 128, 0)
+        a_inv, b_inv = (1 / a.scale).astype(np.float32), (1 / b.scale).astype(np.float32)
+        want = _blockwise_reference(a.values, a_inv, b.values, b_inv)
+    else:
+        step = f.history["fc.input"]["scale"][-1], f.history["fc.grad"]["scale"][-1]
+        sa, sg = F32(step[0]), F32(step[1])
+        qa = np.ascontiguousarray(saturating_cast(np.ascontiguousarray(x.reshape(-1, d).T) * sa, E4M3))
+        qg = saturating_cast(dy.reshape(-1, h) * sg, E5M2)
+        want = np.matmul(qa, qg)
+        want *= (F32(1) / sa) * (F32(1) / sg)
+    assert _bits(got[2]) == _bits(want)
 
 
 def test_scaled_round_result_type() -> None:

@@ -49,14 +49,49 @@ def _tile_amax_kernel_py(bits: Any, shape: Any, block: Any, out: Any) -> None:
                     acc[b] = m
 
 
-def _kernel() -> Any:
+#: the side of the squares the transposed copy moves at once (16 float32: a cache line)
+SQUARE = 16
+
+
+def _transpose_kernel_py(a: Any, out: Any) -> None:
+    # out = a.T for a C-contiguous (R, C) a and (C, R) out, in squares whose cache lines stay in
+    # the first-level cache (NumPy's copy of a transposed view walks a column at a time)
+    rows, cols = a.shape
+    for r0 in range(0, rows, SQUARE):
+        r1 = min(r0 + SQUARE, rows)
+        for c0 in range(0, cols, SQUARE):
+            c1 = min(c0 + SQUARE, cols)
+            for c in range(c0, c1):
+                dst = out[c, r0:r1]
+                for r in range(r1 - r0):
+                    dst[r] = a[r0 + r, c]
+
+
+def _kernel(name: str = "tile_amax") -> Any:
     if not _compiled:
         with _lock:
             if not _compiled:
                 import numba
 
-                _compiled["tile_amax"] = numba.njit(nogil=True, cache=True)(_tile_amax_kernel_py)
-    return _compiled["tile_amax"]
+                jit = numba.njit(nogil=True, cache=True)
+                _compiled["transpose"] = jit(_transpose_kernel_py)
+                _compiled["tile_amax"] = jit(_tile_amax_kernel_py)
+    return _compiled[name]
+
+
+def transposed_copy(a: NDArray[np.float32]) -> NDArray[np.float32]:
+    """``np.ascontiguousarray(a.T)`` of a C-contiguous float32 matrix, the same values, moved in
+    squares of SQUARE x SQUARE (several times faster than NumPy's copy of a transposed view).
+
+    >>> transposed_copy(np.float32([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).tolist()
+    [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    """
+    if a.dtype != np.float32 or a.ndim != 2 or not a.flags.c_contiguous:
+        out: NDArray[np.float32] = np.ascontiguousarray(a.T)
+        return out
+    moved = np.empty((a.shape[1], a.shape[0]), np.float32)
+    _kernel("transpose")(a, moved)
+    return moved
 
 
 def tile_amax(x: NDArray[np.float32], block: tuple[int, int]) -> NDArray[np.float32] | None:

@@ -46,7 +46,7 @@ from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
-from floatlab.train.recipes._fp8_kernels import tile_amax
+from floatlab.train.recipes._fp8_kernels import tile_amax, transposed_copy
 from floatlab.train.recipes.blockwise import block_cast, blockwise_matmul, expand_scales, tile_cast
 from floatlab.train.recipes.recipe import ROLES, Fp8Recipe, one_of
 from floatlab.train.recipes.scales import (
@@ -293,8 +293,9 @@ class OperandScaler:
         """The step's cast values for ``x32`` when it is the first cast's tensor itself or its
         transpose (the same memory, shape and strides, or both reversed), or, for a C-contiguous
         first tensor, a C-contiguous reshape of it or the transpose of one (the same memory read
-        in the same order: ``x.reshape(-1, d).T`` of the weight gradient); else None. The cast is
-        elementwise with one scale, so the values of a view are the view of the values."""
+        in the same order: ``x.reshape(-1, d).T`` of the weight gradient, whose values are then
+        copied C-contiguous); else None. The cast is elementwise with one scale, so the values of
+        a view are the view of the values."""
         if step.values is None or step.source is None:
             return None
         ptr, shape, strides = _where(x32)
@@ -310,9 +311,10 @@ class OperandScaler:
         if x32.size == src.size and src.flags.c_contiguous and values.flags.c_contiguous:
             if x32.flags.c_contiguous:
                 return values.reshape(shape)
-            if x32.T.flags.c_contiguous:
-                back: NDArray[np.float32] = values.reshape(shape[::-1]).T
-                return back
+            if x32.ndim == 2 and x32.T.flags.c_contiguous:
+                # C-contiguous, as a cast of x32 comes out: BLAS may sum a matrix held transposed
+                # in another order, so a transposed view would not give the GEMM's bits
+                return transposed_copy(values.reshape(shape[::-1]))
         return None
 
     def _quantize_blockwise(self, x32: NDArray[np.float32], axis: int, record: bool = True) -> Quantized:
