@@ -32,11 +32,12 @@ def loops() -> dict[str, Any]:
         if not _compiled:
             import numba
 
-            from floatlab.rounding import _block_kernels, _fp64_kernels, _kernels
+            from floatlab.rounding import _block_kernels, _fp64_kernels, _kernels, _scaled_kernels
 
             built: dict[str, Any] = {}
             _kernels.compile_into(numba, built)
             _block_kernels.compile_into(numba, built)  # (on the element functions just bound)
+            _scaled_kernels.compile_into(numba, built)  # (and on the block loops' intrinsics)
             _fp64_kernels.compile_into(numba, built)
             _compiled.update(built)
         return _compiled

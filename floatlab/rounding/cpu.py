@@ -36,8 +36,10 @@ __all__ = [
     "run_accumulate",
     "run_bf16",
     "run_blocks",
+    "run_fma_sum",
     "run_half",
     "run_running_sums",
+    "run_scaled_round",
 ]
 
 
@@ -304,6 +306,62 @@ def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.
     out = np.empty(x.size, np.float64)
     launch("fma", x.size, x, y, z, out, tuple(p))
     return out.astype(np.float32)  # (exact: the values are fp32 values)
+
+
+def run_fma_sum(
+    partials: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, p: EncodeParams
+) -> np.ndarray:
+    """The scaled sum of the float32 ``partials`` (T, M, N) with float32 scales ``a_scale``
+    (M, T) and ``b_scale`` (T, N): float32 (M, N), the first term a float32 product, each later
+    one added by an FMA rounded once by ``p`` (float64 into an IEEE format within fp32).
+
+    >>> from floatlab.formats import FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> p = encode_params(FP64, FP32, RoundingOptions(), lanes=64)
+    >>> parts = np.float32([[[1.0]], [[3.0]]])
+    >>> run_fma_sum(parts, np.float32([[2.0, 0.5]]), np.float32([[1.0], [1.0]]), p).tolist()
+    [[3.5]]
+    """
+    nt, m, n = partials.shape
+    out = np.empty((m, n), np.float32)
+    launch("fma_sum", nt * m * n, partials, a_scale, b_scale, out, tuple(p))
+    return out
+
+
+def run_scaled_round(
+    x: np.ndarray,
+    scales: np.ndarray,
+    shape: tuple[int, int, int],
+    block: tuple[int, int],
+    p: EncodeParams,
+    d: DecodeParams,
+    tiny: float,
+    transposed: bool = False,
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The float32 values ``x`` (flat, C order over ``shape`` = (outer, R, C)) times their block's
+    scale (``scales`` flat over (outer, ceil(R / br), ceil(C / bc)) for ``block`` = (br, bc)),
+    rounded by ``p`` and decoded back by ``d`` (float32 into a format within fp32, 32 lanes): the
+    values, and the counts (overflowed, zero inputs, zero results, results with
+    0 < |q| < ``tiny``). With ``transposed`` (outer 1), ``x`` holds the (C, R) transpose of the
+    array, C order, and the values come back in the (R, C) array's C order.
+
+    >>> from floatlab.formats import FP32, get_format
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import decode_params, encode_params
+    >>> e4m3 = get_format("e4m3fn")
+    >>> p = encode_params(FP32, e4m3, RoundingOptions(saturate=True), lanes=32)
+    >>> d = decode_params(e4m3, FP32, 32)
+    >>> x = np.float32([1.0, 0.0, 300.0, 1e-4])
+    >>> q, n = run_scaled_round(x, np.float32([2.0]), (1, 1, 4), (1, 4), p, d, 2.0**-6)
+    >>> q.tolist(), n
+    ([2.0, 0.0, 448.0, 0.0], (1, 1, 2, 0))
+    """
+    out = np.empty(x.size, np.float32)
+    loop = "scaled_round_t" if transposed else "scaled_round"
+    args = (x, scales, shape, block, out, zero(32), tuple(p), tuple(d), np.float32(tiny))
+    counts = launch(loop, x.size, *args)
+    return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
 
 
 def run_accumulate(

@@ -36,17 +36,29 @@ Here:
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from floatlab.formats import FloatFormat
-from floatlab.rounding import fma
+from floatlab.rounding import ScaledRound, fma, fma_sum
 from floatlab.train.accumulate import accumulate_matmul
+from floatlab.train.recipes._fp8_cast import scaled_cast
+from floatlab.train.recipes._fp8_kernels import tile_amax
 from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
 
-__all__ = ["E4M3", "TileCast", "block_quantize", "blockwise_matmul", "expand_scales", "tile_quantize"]
+__all__ = [
+    "E4M3",
+    "TileCast",
+    "block_cast",
+    "block_quantize",
+    "blockwise_matmul",
+    "expand_scales",
+    "tile_cast",
+    "tile_quantize",
+]
 
 
 class TileCast(NamedTuple):
@@ -97,17 +109,49 @@ def tile_quantize(
     >>> t.scale.tolist(), t.values[:, 1].tolist()           # the second tile is the last row alone
     ([[224.0, 56.0], [112.0, 447999985582080.0]], [448.0, 112.0, 0.0])
     """
+    return tile_cast(x, fmt, block, axis, pow2)[0]
+
+
+def tile_cast(
+    x: NDArray[np.float32], fmt: FloatFormat, block: int, axis: int, pow2: bool = False
+) -> tuple[TileCast, ScaledRound | None]:
+    """:func:`tile_quantize`, and the cast's counts when it ran as one compiled pass (a matrix as it
+    lies, transposed or not; another array as a C-contiguous copy where it is not one); None when
+    ``x`` is empty."""
     n = x.shape[axis]
     nt = _ceil_div(n, block)
-    xp = _padded(x, (axis,), block)
-    xt = xp.reshape((*xp.shape[:axis], nt, block, *xp.shape[axis + 1 :]))
-    amax = _amax_over(xt, (axis + 1,))
+    tiled = (*x.shape[:axis], nt, *x.shape[axis + 1 :])  # the scales' shape
+    pre, post = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    if x.ndim == 2:
+        # a matrix as it lies (a transposed one too: the loops read it without a copy)
+        view, tiles, by_view = x, ((1, block) if axis == 1 else (block, 1)), tiled
+    else:
+        # the tiles as blocks of a 3-d view: (1, rows, n) in 1 x block tiles along the last
+        # axis, (pre, n, post) in block x 1 tiles down the middle one
+        last = post == 1
+        view = np.ascontiguousarray(x).reshape((1, pre, n) if last else (pre, n, post))
+        tiles = (1, block) if last else (block, 1)
+        by_view = (1, pre, nt) if last else (pre, nt, post)
+    found = tile_amax(view, tiles) if x.size else None
+    amax = found.reshape(tiled) if found is not None else _amax_over(_tiled(x, axis, block, nt), (axis + 1,))
     scale = current_scale(amax, fmt, pow2)
-    xs = (xt * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
-    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
+    bound = _bound(amax, fmt)
+    fast = scaled_cast(view, scale.reshape(by_view), fmt, bound, tiles) if x.size else None
+    if fast is not None:
+        q, counted = fast
+        return TileCast(q.reshape(x.shape), scale, float(amax.max()) if amax.size else 0.0), counted
+    xp = _padded(x, (axis,), block)
+    xs = (_tiled(x, axis, block, nt) * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
+    q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[tuple(slice(0, s) for s in x.shape)])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
+
+
+def _tiled(x: NDArray[np.float32], axis: int, block: int, nt: int) -> NDArray[np.float32]:
+    """``x`` zero-padded along ``axis`` to ``nt`` tiles and viewed with the tiles as an axis."""
+    xp = _padded(x, (axis,), block)
+    return xp.reshape((*xp.shape[:axis], nt, block, *xp.shape[axis + 1 :]))
 
 
 def _bound(amax: NDArray[np.float32], fmt: FloatFormat) -> float:
@@ -125,19 +169,34 @@ def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: b
     >>> t.scale.tolist()                                    # amax 5, 6, 8, 9
     [[89.5999984741211, 74.66666412353516], [56.0, 49.77777862548828]]
     """
+    return block_cast(x, fmt, block, pow2)[0]
+
+
+def block_cast(
+    x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False
+) -> tuple[TileCast, ScaledRound | None]:
+    """:func:`block_quantize`, and the cast's counts when it ran as one compiled pass (a
+    C-contiguous copy of ``x`` where it is not one; None when ``x`` is empty)."""
     if x.ndim != 2:
         raise ValueError(f"a weight of shape {x.shape}: expected a matrix for {block}x{block} blocks")
     rows, cols = x.shape
     xp = _padded(x, (0, 1), block)
     rt, ct = xp.shape[0] // block, xp.shape[1] // block
     xb = xp.reshape(rt, block, ct, block)
-    amax = _amax_over(xb, (1, 3))
+    xc = np.ascontiguousarray(x)
+    found = tile_amax(xc, (block, block))
+    amax = found if found is not None else _amax_over(xb, (1, 3))
     scale = current_scale(amax, fmt, pow2)
+    bound = _bound(amax, fmt)
+    fast = scaled_cast(xc, scale, fmt, bound, (block, block))
+    if fast is not None:
+        q, counted = fast
+        return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), counted
     xs = (xb * scale[:, None, :, None]).reshape(xp.shape)
-    q = saturating_cast(xs, fmt, bound=_bound(amax, fmt))
+    q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[:rows, :cols])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0)
+    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
 
 
 def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int) -> NDArray[np.float32]:
@@ -175,6 +234,12 @@ def blockwise_matmul(
     n = b.shape[1]
     if k == 0:
         return np.zeros((m, n), np.float32)
+    if accumulate is None and k % block == 0 and a.flags.c_contiguous and b.flags.c_contiguous:
+        # the same slice GEMMs as the loop below (each batch is the view a[:, lo:hi] of the
+        # same memory, and b[lo:hi]), as one batched call, then the same FMAs in one pass
+        nt = k // block
+        partials = np.matmul(a.reshape(m, nt, block).transpose(1, 0, 2), b.reshape(nt, block, n))
+        return fma_sum(partials, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv))
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)

@@ -45,12 +45,15 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
 from floatlab.train.accumulate import accumulate_matmul
-from floatlab.train.recipes.blockwise import block_quantize, blockwise_matmul, expand_scales, tile_quantize
+from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
+from floatlab.train.recipes._fp8_kernels import tile_amax, transposed_copy
+from floatlab.train.recipes.blockwise import block_cast, blockwise_matmul, expand_scales, tile_cast
 from floatlab.train.recipes.recipe import ROLES, Fp8Recipe, one_of
 from floatlab.train.recipes.scales import (
     CastShares,
     amax_of,
     cast_shares,
+    cast_threshold,
     current_scale,
     delayed_update,
     saturating_cast,
@@ -150,6 +153,17 @@ class _Step:
     source: NDArray[np.float32] | None = None
 
 
+def _amax(x32: NDArray[np.float32], nan: str) -> float:
+    """:func:`~floatlab.train.recipes.scales.amax_of`, in one compiled pass for a C-contiguous
+    tensor that is not all zeros and holds no NaN (the same number: the largest magnitude); the
+    NumPy reductions otherwise (they decide the sign of a zero amax and which NaN, as before)."""
+    if x32.flags.c_contiguous and x32.size:
+        found = tile_amax(x32.reshape(1, -1), (1, x32.size))
+        if found is not None:
+            return float(found[0, 0])
+    return amax_of(x32, nan)
+
+
 def _where(x: NDArray[Any]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     return int(x.__array_interface__["data"][0]), x.shape, x.strides
 
@@ -234,10 +248,10 @@ class OperandScaler:
     def _tensor_scale(self, x32: NDArray[np.float32]) -> tuple[float, np.float32, float]:
         """The amax of ``x32``, the scale of this step's per-tensor cast, and a bound on |x * scale|."""
         if self.recipe.kind == "delayed":
-            amax = amax_of(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
+            amax = _amax(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
             # rounding is monotonic: max |fl(x * s)| is fl(amax * s), inf when x holds one
             return amax, self._scale, float(np.float32(amax) * self._scale)
-        amax = amax_of(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
+        amax = _amax(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
         # the scale maps a finite amax to fp8_max within a rounding: nothing overflows; an inf
         # or NaN amax gets the scale 1 (TE's rule), and an infinity then meets the clamp
         bound = self.fmt.max if math.isfinite(amax) else math.inf
@@ -249,22 +263,39 @@ class OperandScaler:
             scale = step.scale
             q = self._reuse(step, x32)
             if q is None:
-                q = saturating_cast(x32 * scale, self.fmt, step.bound)
+                q = self._cast(x32, scale, step.bound)[0]
         else:
             amax, scale, bound = self._tensor_scale(x32)
-            xs = x32 * scale
-            q = saturating_cast(xs, self.fmt, bound)
+            q, shares = self._cast(x32, scale, bound, counted=record)
             if record:
                 if self._history.size:
                     self._history[0] = np.fmax(self._history[0], np.float32(amax))  # (TE's atomicMax)
-                shares = cast_shares(x32, q, self.fmt, xs=xs, bound=bound)
+                assert shares is not None
                 self._step = _Step(amax, scale, bound, shares, q, x32)
         return Quantized(q, np.asarray(scale, np.float32), self.fmt, axis, "tensor", 0)
+
+    def _cast(
+        self, x32: NDArray[np.float32], scale: np.float32, bound: float, counted: bool = False
+    ) -> tuple[NDArray[np.float32], CastShares | None]:
+        """``saturating_cast(x32 * scale)`` and, when ``counted``, its shares: one compiled pass
+        for a C-contiguous tensor, the NumPy passes otherwise (the same values and counts)."""
+        fast = scaled_cast(x32, scale, self.fmt, bound)
+        if fast is not None:
+            q, counts = fast
+            threshold = cast_threshold(self.fmt)
+            return q, shares_of(counts, x32.size, bound >= threshold) if counted else None
+        xs = x32 * scale
+        q = saturating_cast(xs, self.fmt, bound)
+        return q, cast_shares(x32, q, self.fmt, xs=xs, bound=bound) if counted else None
 
     @staticmethod
     def _reuse(step: _Step, x32: NDArray[np.float32]) -> NDArray[np.float32] | None:
         """The step's cast values for ``x32`` when it is the first cast's tensor itself or its
-        transpose (the same memory, shape and strides, or both reversed); else None."""
+        transpose (the same memory, shape and strides, or both reversed), or, for a C-contiguous
+        first tensor, a C-contiguous reshape of it or the transpose of one (the same memory read
+        in the same order: ``x.reshape(-1, d).T`` of the weight gradient, whose values are then
+        copied C-contiguous); else None. The cast is elementwise with one scale, so the values of
+        a view are the view of the values."""
         if step.values is None or step.source is None:
             return None
         ptr, shape, strides = _where(x32)
@@ -276,20 +307,31 @@ class OperandScaler:
         if (shape[::-1], strides[::-1]) == first[1:]:
             out: NDArray[np.float32] = step.values.T
             return out
+        src, values = step.source, step.values
+        if x32.size == src.size and src.flags.c_contiguous and values.flags.c_contiguous:
+            if x32.flags.c_contiguous:
+                return values.reshape(shape)
+            if x32.ndim == 2 and x32.T.flags.c_contiguous:
+                # C-contiguous, as a cast of x32 comes out: BLAS may sum a matrix held transposed
+                # in another order, so a transposed view would not give the GEMM's bits
+                return transposed_copy(values.reshape(shape[::-1]))
         return None
 
     def _quantize_blockwise(self, x32: NDArray[np.float32], axis: int, record: bool = True) -> Quantized:
         b, pow2 = self.recipe.block, self.recipe.pow2_scale
         if self.role == "weight":
-            cast = block_quantize(x32, self.fmt, b, pow2)
+            cast, counted = block_cast(x32, self.fmt, b, pow2)
             layout = "block"
         else:
-            cast = tile_quantize(x32, self.fmt, b, axis, pow2)
+            cast, counted = tile_cast(x32, self.fmt, b, axis, pow2)
             layout = "tile"
         if self._step is None and record:
             smallest = float(cast.scale.min()) if cast.scale.size else 0.0
             # no tile can saturate (each scale maps its own amax to fp8_max): bound fp8_max
-            shares = cast_shares(x32, cast.values, self.fmt, bound=self.fmt.max)
+            if counted is not None:
+                shares = shares_of(counted, x32.size, False)
+            else:
+                shares = cast_shares(x32, cast.values, self.fmt, bound=self.fmt.max)
             self._step = _Step(cast.amax, np.float32(smallest), self.fmt.max, shares)
         return Quantized(cast.values, cast.scale, self.fmt, axis, layout, b)
 

@@ -38,6 +38,7 @@ __all__ = [
     "CastShares",
     "amax_of",
     "cast_shares",
+    "cast_threshold",
     "current_scale",
     "delayed_update",
     "round_down_pow2",
@@ -210,6 +211,17 @@ class CastShares(NamedTuple):
     saturated: float
     flushed: float
     subnormal: float
+
+
+def cast_threshold(fmt: FloatFormat) -> float:
+    """The magnitude from which a round-to-nearest-even cast into ``fmt`` overflows (the tie itself
+    overflows when fmt.max's last fraction bit is 1): a cast whose ``max(|x * scale|)`` stays below
+    it saturates nothing.
+
+    >>> cast_threshold(E4M3), cast_threshold(E5M2)
+    (464.0, 61440.0)
+    """
+    return _overflow_threshold(fmt)[0]
 
 
 def _overflow_threshold(fmt: FloatFormat) -> tuple[float, bool]:

@@ -1,0 +1,192 @@
+"""The scaled-cast loop (numba source, private to :mod:`floatlab.rounding`): float32 values
+multiplied by one float32 scale per block and rounded into a format, on the element functions of
+:mod:`floatlab.rounding._kernels`, with the counts of what the cast did, in one pass.
+
+The array is a C-contiguous (outer, R, C) view; a block is br rows by bc columns of it, each with
+its own scale (1 x C: one scale per row or per tensor; 1 x k: tiles along the last axis; k x 1:
+tiles down a middle axis; k x k: square blocks). A task is one row: its scales are one row of the
+scale array, read one per block (bc > 1) or one per column (bc == 1), so that the element loop
+never asks which block a value is in.
+
+Like the block loops, the loop here is compiled under a name that carries a fingerprint of the
+element functions' file, so that a change there compiles it anew.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from floatlab.rounding import _block_kernels, _kernels
+from floatlab.rounding.params import DecodeParams, EncodeParams
+
+# Names bound to numba objects by compile_into(); plain placeholders until then.
+prange: Any = range
+_u: Any = None
+_encode_one: Any = None
+_decode_one: Any = None
+_f32: Any = None
+_bits32: Any = None
+_cast_one: Any = None
+
+
+def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+    """The float32 ``v`` (already scaled) rounded by ``p`` and decoded back by ``d``, exactly as
+    the door's round loop does; with the flags (overflowed, not NaN), (result 0), (result
+    subnormal: 0 < |q| < ``tiny``)."""
+    r = _encode_one(_bits32(v), z, np.uint32(0), p, 0)
+    q = _f32(_decode_one(r.code, r.sign, z, d, True))
+    # the rounding overflowed (a plain cast would leave the range; saturation held it): an
+    # infinity counts, a NaN (an all-ones exponent with a fraction) does not
+    over = r.overflow & ~(r.special & (r.fraction != _u(0, z)))
+    return q, over, q == 0, (q != 0) & (q > -tiny) & (q < tiny)
+
+
+def _scaled_round_kernel_py(
+    x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any
+) -> Any:
+    """out = round(x * scale of its block) for the float32 values ``x`` of an (outer, R, C) array
+    (flat), ``scales`` flat over (outer, ceil(R / br), ceil(C / bc)); returns the counts
+    (overflowed, zero inputs, zero results, subnormal results)."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    outer, rows, cols = shape
+    br, bc = block
+    nbr = (rows + br - 1) // br
+    nbc = (cols + bc - 1) // bc
+    n_over = 0
+    n_zx = 0
+    n_zq = 0
+    n_sub = 0
+    for rr in prange(outer * rows):
+        o = rr // rows
+        s0 = (o * nbr + (rr - o * rows) // br) * nbc
+        srow = scales[s0 : s0 + nbc]
+        xs = x[rr * cols : rr * cols + cols]
+        qs = out[rr * cols : rr * cols + cols]
+        # (per row in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
+        c_over = _u(0, z)
+        c_zx = _u(0, z)
+        c_zq = _u(0, z)
+        c_sub = _u(0, z)
+        if bc == 1:
+            for c in range(cols):
+                xv = xs[c]
+                q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
+                qs[c] = q
+                c_over = _u(c_over + over, z)
+                c_zx = _u(c_zx + (xv == 0), z)
+                c_zq = _u(c_zq + zq, z)
+                c_sub = _u(c_sub + sub, z)
+        else:
+            for b in range(nbc):
+                s = srow[b]
+                seg = xs[b * bc : b * bc + bc]
+                qseg = qs[b * bc : b * bc + bc]
+                for c in range(seg.size):
+                    xv = seg[c]
+                    q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
+                    qseg[c] = q
+                    c_over = _u(c_over + over, z)
+                    c_zx = _u(c_zx + (xv == 0), z)
+                    c_zq = _u(c_zq + zq, z)
+                    c_sub = _u(c_sub + sub, z)
+        n_over += np.int64(c_over)
+        n_zx += np.int64(c_zx)
+        n_zq += np.int64(c_zq)
+        n_sub += np.int64(c_sub)
+    return n_over, n_zx, n_zq, n_sub
+
+
+#: rows of the result a task of the transposed loop gathers at once (16 float32: a cache line)
+GROUP = 16
+
+
+def _scaled_round_t_kernel_py(
+    xt: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any
+) -> Any:
+    """The loop above for an (R, C) array held transposed: ``xt`` is its (C, R) transpose,
+    C-contiguous (flat), and ``out`` gets the (R, C) values C-contiguous. A task is GROUP rows of
+    the result: gathered from xt into scratch a cache line at a time, then each cast as a row of
+    the loop above, so that no transposed copy of the whole input is made first."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    _, rows, cols = shape
+    br, bc = block
+    nbc = (cols + bc - 1) // bc
+    n_over = 0
+    n_zx = 0
+    n_zq = 0
+    n_sub = 0
+    for g in prange((rows + GROUP - 1) // GROUP):
+        r0 = g * GROUP
+        nr = min(GROUP, rows - r0)
+        buf = np.empty((nr, cols), np.float32)
+        # in squares of GROUP x GROUP, whose cache lines stay in the first-level cache
+        for c0 in range(0, cols, GROUP):
+            c1 = min(c0 + GROUP, cols)
+            for k in range(nr):
+                dst = buf[k, c0:c1]
+                for c in range(c1 - c0):
+                    dst[c] = xt[(c0 + c) * rows + r0 + k]
+        c_over = _u(0, z)
+        c_zx = _u(0, z)
+        c_zq = _u(0, z)
+        c_sub = _u(0, z)
+        for k in range(nr):
+            r = r0 + k
+            s0 = (r // br) * nbc
+            srow = scales[s0 : s0 + nbc]
+            xs = buf[k]
+            qs = out[r * cols : r * cols + cols]
+            if bc == 1:
+                for c in range(cols):
+                    xv = xs[c]
+                    q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
+                    qs[c] = q
+                    c_over = _u(c_over + over, z)
+                    c_zx = _u(c_zx + (xv == 0), z)
+                    c_zq = _u(c_zq + zq, z)
+                    c_sub = _u(c_sub + sub, z)
+            else:
+                for b in range(nbc):
+                    s = srow[b]
+                    seg = xs[b * bc : b * bc + bc]
+                    qseg = qs[b * bc : b * bc + bc]
+                    for c in range(seg.size):
+                        xv = seg[c]
+                        q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
+                        qseg[c] = q
+                        c_over = _u(c_over + over, z)
+                        c_zx = _u(c_zx + (xv == 0), z)
+                        c_zq = _u(c_zq + zq, z)
+                        c_sub = _u(c_sub + sub, z)
+        n_over += np.int64(c_over)
+        n_zx += np.int64(c_zx)
+        n_zq += np.int64(c_zq)
+        n_sub += np.int64(c_sub)
+    return n_over, n_zx, n_zq, n_sub
+
+
+def compile_into(numba: Any, out: dict[str, Any]) -> None:
+    """Compile the scaled-cast loop into ``out``, on the element functions and intrinsics that
+    :func:`floatlab.rounding._kernels.compile_into` and
+    :func:`floatlab.rounding._block_kernels.compile_into` have bound (they run first)."""
+    g = globals()
+    g["prange"] = numba.prange
+    g["_u"] = _kernels._u
+    g["_encode_one"] = _kernels._encode_one
+    g["_decode_one"] = _kernels._decode_one
+    g["_f32"] = _block_kernels._f32
+    g["_bits32"] = _block_kernels._bits32
+    g["_cast_one"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_one_py)
+    parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+    for name in ("scaled_round", "scaled_round_t"):
+        fn = g[f"_{name}_kernel_py"]
+        # numba's cache files are named after the function: the fingerprint of the element
+        # functions' file in the name makes a change there a new name, so the loop is compiled anew
+        stamped = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+        stamped.__qualname__ = f"{fn.__name__}_{_block_kernels.fingerprint()}"
+        out[name] = parallel(stamped)
