@@ -32,11 +32,12 @@ Modes (IEEE 754 names in brackets):
 
 from __future__ import annotations
 
-from floatlab.rounding import arrays, options, params, spec
+from floatlab.rounding import arrays, options, params, scaled, spec
 from floatlab.rounding.arrays import *  # noqa: F403
 from floatlab.rounding.options import *  # noqa: F403
 from floatlab.rounding.params import *  # noqa: F403
+from floatlab.rounding.scaled import *  # noqa: F403
 from floatlab.rounding.spec import *  # noqa: F403
 
 # every public name of the layers, each listed once, in its own module
-__all__ = [*spec.__all__, *options.__all__, *params.__all__, *arrays.__all__]
+__all__ = [*spec.__all__, *options.__all__, *params.__all__, *arrays.__all__, *scaled.__all__]
