@@ -11,7 +11,8 @@ momentum 0.9):
 * the decoder-only transformer language model at its default size (4 layers, width 128, 4 heads,
   context 64, vocabulary 65, batch 32 sequences of 64 tokens): floatlab fp32, mixed-fp16,
   mixed-bf16, pure fp16, pure bf16 and the three fp8 recipes (fp8-tensorwise, fp8-delayed,
-  fp8-blockwise: their linear layers' GEMM operands scaled into fp8), against the same model in
+  fp8-blockwise: their linear layers' GEMM operands scaled into fp8) and two microscaling recipes
+  (mxfp8, nvfp4: the operands quantized in blocks along each GEMM's reduction), against the same model in
   torch fp32 (written with
   ``torch.nn.functional``: causal ``scaled_dot_product_attention``, and once more with the
   attention spelled out as a masked softmax, as floatlab computes it); torch runs on as many
@@ -210,6 +211,8 @@ LM_VARIANTS: dict[str, Maker] = {
     "floatlab fp8-tensorwise": lambda x, y: lm_floatlab_step("fp8-tensorwise", x, y),
     "floatlab fp8-delayed": lambda x, y: lm_floatlab_step("fp8-delayed", x, y),
     "floatlab fp8-blockwise": lambda x, y: lm_floatlab_step("fp8-blockwise", x, y),
+    "floatlab mxfp8": lambda x, y: lm_floatlab_step("mxfp8", x, y),
+    "floatlab nvfp4": lambda x, y: lm_floatlab_step("nvfp4", x, y),
     "torch fp32": lambda x, y: lm_torch_step(x, y, sdpa=True),
     "torch fp32, attention spelled out": lambda x, y: lm_torch_step(x, y, sdpa=False),
 }
@@ -470,6 +473,8 @@ def run_model(args: argparse.Namespace, model: str) -> None:
         ratio("floatlab bf16 (pure)", "floatlab fp32", "")
         for recipe in ("tensorwise", "delayed", "blockwise"):
             ratio(f"floatlab fp8-{recipe}", "floatlab fp32", "<= 2")
+        for recipe in ("mxfp8", "nvfp4"):
+            ratio(f"floatlab {recipe}", "floatlab fp32", "<= 2.5")
         sections = [
             f"Decoder-only transformer, {LM['layers']} layers x {LM['d_model']}, {LM['heads']} heads, "
             f"context {LM['context']}, vocabulary {LM['vocab']} (tied output), batch {LM_BATCH} sequences; "
