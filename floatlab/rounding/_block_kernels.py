@@ -54,6 +54,7 @@ _itof: Any = None
 _value: Any = None
 _fma32: Any = None
 _round_f32: Any = None
+_elem_f32: Any = None
 
 #: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
 #: is its E8M0 code, 255)
@@ -234,6 +235,19 @@ def _round_f32_py(y: Any, rnd: Any, p: Any) -> Any:
     if (p.fnuz != 0) & (mag == 0):
         sbit = _u(0, y)  # fnuz has no negative zero
     return _u(sbit | mag, y), ovf
+
+
+def _elem_f32_py(code: Any, p: Any, sub: Any) -> Any:
+    """The float32 value of the element ``code`` (format of ``p``, at most 8 bits: every value
+    is a float32), ``sub`` = 2^(emin - mantissa bits): a normal element's bits moved into
+    float32's fields and its exponent rebiased by one add, a subnormal one's significand times
+    ``sub``. The value the code's bits spell out (an infinity's too, as :func:`_value_py`)."""
+    one = _u(1, code)
+    mag = _u(code & _u(_shl(one, p.sign_bit) - one, code), code)
+    m_t = p.mantissa_bits
+    bits = _u(_shl(mag, 23 - m_t) + _u((p.emin + 126) << 23, code), code)
+    v = _f32(bits) if mag >= _shl(one, m_t) else _itof(mag) * sub
+    return _f32(_u(_bits32(v) | _shl(_shr(code, p.sign_bit), 31), code))
 
 
 def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
@@ -422,6 +436,7 @@ def _e4m3_blocks_kernel_py(
     tv = np.empty(1, values.dtype)
     tv[0] = vt
     vl = tv[0]
+    sub = _f32(_u(_shl(_u(p.emin - m_t + 127, z), 23), z))  # 2^(emin - m_t), a normal float32
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
@@ -493,7 +508,7 @@ def _e4m3_blocks_kernel_py(
                     cs[c] = code
                     mag = _u(code & code_mag, z)
                     nonzero = ok & ((u & mag_mask) != 0)
-                    pv = _value(code, 0, z, p) * s8c[c]  # (exact: at most 8 by 4 bits)
+                    pv = _elem_f32(code, p, sub) * s8c[c]  # (exact: at most 8 by 4 bits)
                     if exact32:
                         changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
                     else:
@@ -514,7 +529,7 @@ def _e4m3_blocks_kernel_py(
                     cs = codes[row : row + w]
                     vs = values[row : row + w]
                     for c in range(w):
-                        vs[c] = (_value(_u(cs[c], z), 0, z, p) * s8c[c]) * vl
+                        vs[c] = (_elem_f32(_u(cs[c], z), p, sub) * s8c[c]) * vl
         elif values.size > 0:
             for r in range(r0, r1):
                 row = base + r * cols
@@ -523,7 +538,7 @@ def _e4m3_blocks_kernel_py(
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
                     code, _ovf = _round_f32(_bits32(_f32(xs[c]) * rcp[c]), rnd, p)
-                    vs[c] = (_value(code, 0, z, p) * s8c[c]) * vl
+                    vs[c] = (_elem_f32(code, p, sub) * s8c[c]) * vl
 
 
 def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
@@ -569,6 +584,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_itof"] = intrinsic(_itof_typer)
     g["_value"] = helper(_value_py)
     g["_round_f32"] = helper(_round_f32_py)
+    g["_elem_f32"] = helper(_elem_f32_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     stamp = fingerprint()
     for name in ("e8m0_blocks", "e4m3_blocks", "finite_amax"):
