@@ -173,11 +173,12 @@ def _value_py(code: Any, shift: Any, z: Any, p: Any) -> Any:
     return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
 
 
-def _round_f32_py(y: Any, rnd: Any, p: Any) -> Any:
+def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any) -> Any:
     """(code, overflow) of the float32 bits ``y`` (a number or an infinity) rounded into the
     element format of ``p`` (float32 into it, 32 lanes, saturating, no true exponent): what
     :func:`floatlab.rounding._kernels._encode_one_py` gives for these at shift 0, in about half
-    its operations. ``rnd`` is the random word of stochastic rounding."""
+    its operations. ``rnd`` is the random word of stochastic rounding, which ``stochastic``
+    (a constant of the compiled loop: its work is left out of the other modes' loops) asks for."""
     one = _u(1, y)
     zs = _s(0, y)
     m_t = p.mantissa_bits
@@ -210,7 +211,7 @@ def _round_f32_py(y: Any, rnd: Any, p: Any) -> Any:
     kept = _shr(_u(sig + add, y), rs)
     if (p.mode_rodd != 0) & inexact:
         kept = _u(kept | one, y)
-    if p.mode_stochastic != 0:
+    if stochastic:
         # as the element rounding: the remainder as a 32-bit fraction (from the unclamped s),
         # cut to random_bits, carries out of 32 bits with the random word's as many bits
         c32 = _s(32, y)
@@ -386,7 +387,7 @@ def _e8m0_blocks_kernel_py(
 
 def _e4m3_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    counts: Any, z: Any, pt: Any, ps: Any,
+    counts: Any, z: Any, pt: Any, ps: Any, sr: Any,
 ) -> None:  # fmt: skip
     """Block scaling with E4M3 scales over a float32 tensor scale (NVFP4), in float32 arithmetic
     as NVIDIA's recipe and torchao's ``nvfp4_quantize`` compute it: the float32 bits ``x`` of an
@@ -397,7 +398,9 @@ def _e4m3_blocks_kernel_py(
     t to the caller), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into
     E4M3, nearest even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is
     fl(v * fl(fl(1 / t) / scale)) rounded into the element format (``pt``: float32 into it,
-    saturating). A block holding an inf or NaN gets the NaN scale and zero codes. ``codes``,
+    saturating; ``sr`` None, or not None for stochastic rounding: a type, so that each kind of
+    mode gets its own compiled loop). A block holding an inf or NaN gets the NaN scale and zero
+    codes. ``codes``,
     ``values`` and ``counts`` as in the E8M0 loop, a value counting as inexact when element
     times block scale times t differs from it; values in values' dtype, (element x block scale)
     x the last factor, the first product exact, the second rounded once (to nearest).
@@ -413,7 +416,7 @@ def _e4m3_blocks_kernel_py(
     qnan = _f32(_u(0x7FC00000, z))
     code_mag = _u(_shl(one, p.sign_bit) - one, z)
     m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
+    stochastic = sr is not None
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
     # a normal float32 rounded to nearest even at E4M3's fraction bits, in place: float32's
@@ -502,7 +505,7 @@ def _e4m3_blocks_kernel_py(
                     u = _u(xs[c], z)
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
                     k = rcp[c]
-                    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p)
+                    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic)
                     ok = k == k
                     code = code if ok else _u(0, z)
                     cs[c] = code
@@ -537,7 +540,7 @@ def _e4m3_blocks_kernel_py(
                 vs = values[row : row + w]
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    code, _ovf = _round_f32(_bits32(_f32(xs[c]) * rcp[c]), rnd, p)
+                    code, _ovf = _round_f32(_bits32(_f32(xs[c]) * rcp[c]), rnd, p, stochastic)
                     vs[c] = (_elem_f32(code, p, sub) * s8c[c]) * vl
 
 

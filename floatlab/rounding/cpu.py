@@ -239,7 +239,9 @@ def run_blocks(
     if ps is None:
         launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
     else:
-        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps))
+        # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
+        sr = np.uint32(1) if p.mode_stochastic else None
+        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
     n = [int(c) for c in total]
     back = out if values is not None else None
