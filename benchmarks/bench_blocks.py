@@ -12,7 +12,8 @@ is timed:
 * codes and scales: floatlab ``mx_quantize`` (which also counts what flushed, saturated and
   turned subnormal) against torchao's ``to_mx`` (FLOOR and RCEIL) and ``nvfp4_quantize`` (one
   level, and two with ``per_tensor_amax_to_scale``);
-* every rounding mode, blocks down the columns and 16 x 16 tiles.
+* every rounding mode, blocks down the columns and 16 x 16 tiles (NVFP4: ``mx_round`` and
+  ``mx_quantize``).
 
 Rates are million values per second at the best of several timed calls after a warm-up
 (compilation excluded). Writes ``benchmarks/results/blocks.md`` and ``blocks.json``.
@@ -45,6 +46,10 @@ ELEMENT_TYPES: dict[str, Any] = {
     "mxfp4_e2m1": ml_dtypes.float4_e2m1fn,
 }
 MODES = ("rne", "rna", "rtz", "rup", "rdown", "rodd", "stochastic")
+LAYOUTS: tuple[tuple[str, int | tuple[int, int]], ...] = (
+    ("blocks down the columns (axis 0)", 0),
+    ("16 x 16 tiles (axis 0, 1)", (0, 1)),
+)
 PACKAGES = ["ml_dtypes", "numba", "torch", "torchao", "gfloat", "pychop"]
 
 
@@ -206,10 +211,22 @@ def main(argv: list[str] | None = None) -> int:
             rng = 1 if mode == "stochastic" else None
             rate = timed(partial(mx_round, x, name, rounding=mode, rng=rng), x.size)
             row("modes", name, f"floatlab mx_round, {mode}", rate, base, "-")
-        for label, axis in (("blocks down the columns (axis 0)", 0), ("16 x 16 tiles (axis 0, 1)", (0, 1))):
+        for label, axis in LAYOUTS:
             size = 16 if isinstance(axis, tuple) else None
             rate = timed(partial(mx_round, x, name, axis=axis, block_size=size), x.size)
             row("layout", name, f"floatlab mx_round, {label}", rate, base, "-")
+
+    # ---- NVFP4's codes and counts in every mode and layout ------------------------------------
+    name = "nvfp4"
+    base = next(r["mvalues_per_s"] for r in rows if r["implementation"] == "floatlab mx_quantize, two levels")
+    for mode in MODES[1:]:
+        rng = 1 if mode == "stochastic" else None
+        rate = timed(partial(mx_quantize, x, name, rounding=mode, rng=rng), x.size)
+        row("modes", name, f"floatlab mx_quantize, {mode}", rate, base, "-")
+    for label, axis in LAYOUTS:
+        size = 16 if isinstance(axis, tuple) else None
+        rate = timed(partial(mx_quantize, x, name, axis=axis, block_size=size), x.size)
+        row("layout", name, f"floatlab mx_quantize, {label}", rate, base, "-")
 
     load_after = os.getloadavg()[0]
     table = Table(["section", "format", "implementation", "M values/s", "floatlab / this", "same"])
@@ -220,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     fake = [r["mvalues_per_s"] for r in rows if r["section"] in ("fake", "codes", "modes", "layout")
             and r["implementation"].startswith("floatlab")]  # fmt: skip
+    nv = [r["mvalues_per_s"] for r in rows
+          if r["format"] == "nvfp4" and r["implementation"].startswith("floatlab")]  # fmt: skip
     notes = [
         f"{x.size:,} float32 values per call (standard normal times 2^-10), a {x.shape[0]} x 1024 matrix, "
         "blocks along the rows (32 values, NVFP4 16), round to nearest even unless said.",
@@ -230,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         f"floatlab's block loop, every format, mode and layout: {min(fake):,.0f} to {max(fake):,.0f} "
         f"M values/s; numpy's copy of the input {copy:,.0f}, floatlab's plain fp8 cast (no blocks) "
         f"{e4m3:,.0f}.",
+        f"NVFP4 (E4M3 block scales over a float32 tensor scale), mx_round and mx_quantize, every mode and "
+        f"layout: {min(nv):,.0f} to {max(nv):,.0f} M values/s.",
         "torchao's RCEIL in eager mode takes ceil(log2(amax / max)) with a float32 log2, which rounds "
         "to the integer k when amax / max lies within about 2^-21 above 2^k: one binade below the "
         "round-up of NVIDIA's hardware (cvt.rp), which floatlab follows; the blocks that differ are those "

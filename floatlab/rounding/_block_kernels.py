@@ -20,6 +20,13 @@ What keeps the element loops vectorised (each point cost a factor of two or more
   the vector work), per work item;
 * the loops are written out in the kernels, not in helpers.
 
+The NVFP4 loop's per-value work is cut to what its float32 products need (about 1.5 times the
+general element functions' speed for the values, 2 times for codes and counts, measured): an
+element rounding for float32 alone (the deterministic modes as one addend), element values read
+off the codes' bits by a shift and an add, exactness tested by a float32 fma instead of a
+float64 product, E4M3 scales rounded by an integer add on their bits (a lane per block, no
+encoder or decoder), and stochastic rounding compiled as a loop of its own.
+
 numba's cache notices a change in the file of a loop, not in the files of the functions it
 inlines: the kernels here are compiled under names that carry a fingerprint of the element
 functions' file (:func:`fingerprint`), so that a change there compiles them anew.
@@ -34,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from floatlab.rounding import _kernels
-from floatlab.rounding.params import DecodeParams, EncodeParams
+from floatlab.rounding.params import EncodeParams
 
 # Names bound to numba objects by compile_into(); plain placeholders until then.
 prange: Any = range
@@ -44,7 +51,6 @@ _shl: Any = None
 _shr: Any = None
 _clz: Any = None
 _encode_one: Any = None
-_decode_one: Any = None
 _random32: Any = None
 _float: Any = None
 _f32: Any = None
@@ -53,6 +59,9 @@ _tile: Any = None
 _e8m0_rule: Any = None
 _itof: Any = None
 _value: Any = None
+_fma32: Any = None
+_round_f32: Any = None
+_elem_f32: Any = None
 
 #: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
 #: is its E8M0 code, 255)
@@ -96,6 +105,20 @@ def _bits32_typer(typingctx: Any, f: Any) -> Any:
         return builder.bitcast(args[0], ir.IntType(32))
 
     return nt.uint32(nt.float32), codegen
+
+
+def _fma32_typer(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
+    """fl(a x b + c) in float32, rounded once (LLVM's fma: the CPU's instruction where it has one)."""
+    from llvmlite import ir
+    from numba.core import types as nt
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        vals = [context.cast(builder, v, ty, nt.float32) for v, ty in zip(args, sig.args, strict=True)]
+        f32 = ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f32], ir.FunctionType(f32, [f32, f32, f32]))
+        return builder.call(fn, vals)
+
+    return nt.float32(a, b, c), codegen
 
 
 def _tile_py(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
@@ -155,6 +178,84 @@ def _value_py(code: Any, shift: Any, z: Any, p: Any) -> Any:
     v = _itof(sig) * _float(bits)
     v = -v if _shr(code, p.sign_bit) != 0 else v
     return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
+
+
+def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any) -> Any:
+    """(code, overflow) of the float32 bits ``y`` (a number or an infinity) rounded into the
+    element format of ``p`` (float32 into it, 32 lanes, saturating, no true exponent): what
+    :func:`floatlab.rounding._kernels._encode_one_py` gives for these at shift 0, in about half
+    its operations. ``rnd`` is the random word of stochastic rounding, which ``stochastic``
+    (a constant of the compiled loop: its work is left out of the other modes' loops) asks for."""
+    one = _u(1, y)
+    zs = _s(0, y)
+    m_t = p.mantissa_bits
+    sgn = _shr(y, 31)
+    a = _u(y & _u(0x7FFFFFFF, y), y)
+    ex = _s(_shr(a, 23), y)
+    sig = _u(_u(a & _u(0x7FFFFF, y), y) | _shl(_u(ex != zs, y), 23), y)
+    if (p.daz != 0) & (ex == zs):
+        sig = _u(0, y)  # denormals-are-zero: a subnormal input counts as a zero of its sign
+    # biased exponents: the input's, and the result's (at least the element's emin)
+    e = _s(max(ex, _s(1, y)), y)
+    emin_b = _s(p.emin + 127, y)
+    te = _s(max(e, emin_b), y)
+    # the bits below the element's last place: at least 23 - m_t, clamped where only "below
+    # half, not zero" is left to tell
+    s = _s(te - e + _s(23 - m_t, y), y)
+    rs = _s(min(s, _s(p.shift_cap, y)), y)
+    p2 = _shl(one, rs)
+    rem = _u(sig & _u(p2 - one, y), y)
+    half = _shr(p2, 1)
+    inexact = rem != 0
+    odd = _u(_shr(sig, rs) & one, y)
+    neg = sgn != 0
+    # the deterministic modes as an addend that carries into the kept bits exactly when the
+    # mode rounds up: rne half - 1 + the last kept bit, rna half, away from zero all ones below
+    # the last place (rup, rdown by sign), toward zero nothing; round to odd sets the last bit
+    dir_up = ((p.mode_rup != 0) & ~neg) | ((p.mode_rdown != 0) & neg)
+    mode_add = _u(p2 - one, y) if dir_up else _u(0, y)
+    add = _u(half - one + odd, y) if p.mode_rne != 0 else (half if p.mode_rna != 0 else mode_add)
+    kept = _shr(_u(sig + add, y), rs)
+    if (p.mode_rodd != 0) & inexact:
+        kept = _u(kept | one, y)
+    if stochastic:
+        # as the element rounding: the remainder as a 32-bit fraction (from the unclamped s),
+        # cut to random_bits, carries out of 32 bits with the random word's as many bits
+        c32 = _s(32, y)
+        up_sh = _s(min(max(c32 - s, zs), _s(31, y)), y)
+        down_sh = _s(min(max(s - c32, zs), _s(31, y)), y)
+        frac32 = _u(_shr(_shl(rem, up_sh), down_sh), y)
+        rm = _u(p.random_mask, y)
+        r = _u(rnd & rm, y)
+        q = _u(frac32 & rm, y)
+        st_up = _shr(_u(_shr(r, 1) + _shr(q, 1) + (r & q & one), y), 31) != 0
+        kept = _u(kept + _u(inexact & st_up, y), y)
+    # the carry out of kept walks into the exponent field by itself
+    mag = _u(_shl(_u(te - emin_b, y), m_t) + kept, y)
+    top = _u(p.max_code, y)
+    ovf = (te > _s(p.emax + 127, y)) | (mag > top)
+    mag = top if ovf else mag  # (saturating)
+    if a == _u(0x7F800000, y):
+        mag = _u(p.inf_mag, y)
+    if (p.ftz != 0) & (mag != 0) & (mag < _shl(one, m_t)):
+        mag = _u(0, y)
+    sbit = _shl(sgn, p.sign_bit)
+    if (p.fnuz != 0) & (mag == 0):
+        sbit = _u(0, y)  # fnuz has no negative zero
+    return _u(sbit | mag, y), ovf
+
+
+def _elem_f32_py(code: Any, p: Any, sub: Any) -> Any:
+    """The float32 value of the element ``code`` (format of ``p``, at most 8 bits: every value
+    is a float32), ``sub`` = 2^(emin - mantissa bits): a normal element's bits moved into
+    float32's fields and its exponent rebiased by one add, a subnormal one's significand times
+    ``sub``. The value the code's bits spell out (an infinity's too, as :func:`_value_py`)."""
+    one = _u(1, code)
+    mag = _u(code & _u(_shl(one, p.sign_bit) - one, code), code)
+    m_t = p.mantissa_bits
+    bits = _u(_shl(mag, 23 - m_t) + _u((p.emin + 126) << 23, code), code)
+    v = _f32(bits) if mag >= _shl(one, m_t) else _itof(mag) * sub
+    return _f32(_u(_bits32(v) | _shl(_shr(code, p.sign_bit), 31), code))
 
 
 def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
@@ -293,35 +394,59 @@ def _e8m0_blocks_kernel_py(
 
 def _e4m3_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    counts: Any, z: Any, pt: Any, ps: Any, dt8: Any,
+    counts: Any, z: Any, pt: Any, ps: Any, sr: Any,
 ) -> None:  # fmt: skip
     """Block scaling with E4M3 scales over a float32 tensor scale (NVFP4), in float32 arithmetic
     as NVIDIA's recipe and torchao's ``nvfp4_quantize`` compute it: the float32 bits ``x`` of an
     (outer, R, C) array in blocks of ``block``, ``chunk`` columns per work item.
 
     ``rule`` = (tensor scale t, fl(1 / t), the element's max, the smallest and largest block
-    scale, the factor the values are multiplied by last: t, or 1 to leave t to the caller),
-    all float32. A block's scale is the E4M3 rounding (``ps``: float32 into E4M3, nearest
-    even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is fl(v * fl(fl(1 / t) /
-    scale)) rounded into the element format (``pt``, saturating). A block holding an inf or NaN
-    gets the NaN scale and zero codes. ``dt8`` decodes E4M3 codes into float32; ``codes``,
-    ``values`` and ``counts`` as in the E8M0 loop, a value counting as inexact when element times
-    block scale times t differs from it (values of a float32 array: rounded to nearest).
+    scale (normal E4M3 numbers), the factor the values are multiplied by last: t, or 1 to leave
+    t to the caller), all float32. A block's scale is the E4M3 rounding (``ps``: float32 into
+    E4M3, nearest even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is
+    fl(v * fl(fl(1 / t) / scale)) rounded into the element format (``pt``: float32 into it,
+    saturating; ``sr`` None, or not None for stochastic rounding: a type, so that each kind of
+    mode gets its own compiled loop). A block holding an inf or NaN gets the NaN scale and zero
+    codes. ``codes``,
+    ``values`` and ``counts`` as in the E8M0 loop, a value counting as inexact when element
+    times block scale times t differs from it; values in values' dtype, (element x block scale)
+    x the last factor, the first product exact, the second rounded once (to nearest).
     """
     p = EncodeParams(*pt)
     q = EncodeParams(*ps)
-    d8 = DecodeParams(*dt8)
     t, inv_t, elem_max, lo, hi, vt = rule
     cols = shape[2]
     bc = block[1]
     one = _u(1, z)
     mag_mask = _shr(_u(_u(0, z) - one, z), 1)
-    inf_bits = _u(_shl(_u(p.in_exponent_mask, z), p.in_mantissa_bits), z)
+    inf_bits = _u(0x7F800000, z)
+    qnan = _f32(_u(0x7FC00000, z))
     code_mag = _u(_shl(one, p.sign_bit) - one, z)
     m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
+    stochastic = sr is not None
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
+    # a normal float32 rounded to nearest even at E4M3's fraction bits, in place: float32's
+    # fraction bits below E4M3's, and the difference of the two exponent biases in the code
+    m_s = q.mantissa_bits
+    cut = _s(23 - m_s, z)
+    low = _u(_shl(one, cut) - one, z)
+    bias_d = _u(_shl(_u(127 - (1 - q.emin), z), m_s), z)
+    nan_code = _u(q.nan_base, z)
+    # element x block scale x t equals v exactly when fma(element x block scale, t, -v) is 0 in
+    # float32: the exact difference is a multiple of the smaller of v's spacing (2^-149) and the
+    # product's (element's x the smallest block scale's x t's last place), and when that is not
+    # below 2^-149, no nonzero difference rounds to 0; else the product is formed in float64
+    t_exp = _s(_s(_shr(_bits32(t), 23), z) - _s(127, z), z)
+    lo_exp = _s(_s(_shr(_bits32(lo), 23), z) - _s(127, z), z)
+    exact32 = (p.emin - m_t) + (lo_exp - m_s) + (t_exp - 23) >= -149
+    # values in values' dtype: (element x E4M3 scale) x the last factor, the first product exact
+    # (at most 8 by 4 bits) in float32, the second rounded once, in float32 too: the correctly
+    # rounded exact product
+    tv = np.empty(1, values.dtype)
+    tv[0] = vt
+    vl = tv[0]
+    sub = _f32(_u(_shl(_u(p.emin - m_t + 127, z), 23), z))  # 2^(emin - m_t), a normal float32
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
@@ -349,35 +474,30 @@ def _e4m3_blocks_kernel_py(
                 for c in range(seg.size):
                     a = max(a, seg[c])
                 bmax[b] = a
-        # the rule, one block per lane (E4M3 decoded, not looked up: a lookup keeps it scalar)
+        # the rule, one block per lane: the clamped scale is a normal E4M3 number's float32, so
+        # its E4M3 rounding is an integer add on its bits (no encoder, no decoder, no lookup)
         sc = scales[s0 : s0 + nb]
         rcp_b = np.empty(nb, np.float32)
         s8_b = np.empty(nb, np.float32)
-        scale_b = np.empty(nb, np.float64)
         for b in range(nb):
             a = bmax[b]
             # fl(amax / max) / t, clamped: the block's decode scale relative to the tensor's
             s = min(max((_f32(a) / elem_max) / t, lo), hi)
-            code = _encode_one(_bits32(s), z, np.uint32(0), q, 0).code if a < inf_bits else _u(q.nan_base, z)
-            sc[b] = code
-            s8 = _f32(_decode_one(code, _u(0, z), z, d8, True))  # (NaN for the NaN code)
+            sb = _bits32(s)
+            # nearest even: add half an E4M3 place less one, plus the last kept bit, and cut
+            r8 = _u(_u(sb + _u(_shr(low, 1) + (_shr(sb, cut) & one), z), z) & ~low, z)
+            fin = a < inf_bits
+            sc[b] = _u(_shr(r8, cut) - bias_d, z) if fin else nan_code
+            s8 = _f32(r8) if fin else qnan
             s8_b[b] = s8
             rcp_b[b] = inv_t / s8  # the recipe multiplies by this reciprocal, rounded once
-            scale_b[b] = np.float64(s8) * np.float64(t)  # (exact: 4 by 24 bits)
+        # the reciprocals and scales spread over the columns
         rcp = rcp_b if bc == 1 else np.empty(w, np.float32)
-        scale = scale_b if bc == 1 else np.empty(w, np.float64)
+        s8c = s8_b if bc == 1 else np.empty(w, np.float32)
         if bc > 1:
             for b in range(nb):
                 rcp[b * bc : b * bc + bc] = rcp_b[b]
-                scale[b * bc : b * bc + bc] = scale_b[b]
-        # values in values' dtype: (element x E4M3 scale) x t, the first product exact (6 bits),
-        # the second rounded once, to float32 too: the correctly rounded exact product
-        s8v = np.empty(w if values.size > 0 else 0, values.dtype)
-        if values.size > 0:
-            for b in range(nb):
-                s8v[b * bc : b * bc + bc] = s8_b[b]
-        tv = np.empty(1, values.dtype)
-        tv[0] = vt
+                s8c[b * bc : b * bc + bc] = s8_b[b]
         if codes.size > 0:
             n_nonzero = _u(0, z)
             n_flushed = _u(0, z)
@@ -392,20 +512,22 @@ def _e4m3_blocks_kernel_py(
                     u = _u(xs[c], z)
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
                     k = rcp[c]
-                    res = _encode_one(_bits32(_f32(u) * k), z, rnd, p, 0)
+                    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic)
                     ok = k == k
-                    code = res.code if ok else _u(0, z)
+                    code = code if ok else _u(0, z)
                     cs[c] = code
                     mag = _u(code & code_mag, z)
                     nonzero = ok & ((u & mag_mask) != 0)
-                    # (element x scale is exact in float64: 2 by 4 by 24 bits)
-                    v = np.float64(_value(code, 0, z, p)) * scale[c]
-                    changed = v != np.float64(_f32(u))
+                    pv = _elem_f32(code, p, sub) * s8c[c]  # (exact: at most 8 by 4 bits)
+                    if exact32:
+                        changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
+                    else:
+                        changed = np.float64(pv) * np.float64(t) != np.float64(_f32(u))  # (exact)
                     n_nonzero = _u(n_nonzero + nonzero, z)
                     n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
                     n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
                     n_inexact = _u(n_inexact + (ok & changed), z)
-                    n_saturated = _u(n_saturated + (ok & res.overflow), z)
+                    n_saturated = _u(n_saturated + (ok & ovf), z)
             counts[it, 0] = n_nonzero
             counts[it, 1] = n_flushed
             counts[it, 2] = n_subnormal
@@ -417,7 +539,7 @@ def _e4m3_blocks_kernel_py(
                     cs = codes[row : row + w]
                     vs = values[row : row + w]
                     for c in range(w):
-                        vs[c] = (_value(_u(cs[c], z), 0, z, p) * s8v[c]) * tv[0]
+                        vs[c] = (_elem_f32(_u(cs[c], z), p, sub) * s8c[c]) * vl
         elif values.size > 0:
             for r in range(r0, r1):
                 row = base + r * cols
@@ -425,8 +547,8 @@ def _e4m3_blocks_kernel_py(
                 vs = values[row : row + w]
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    code = _encode_one(_bits32(_f32(xs[c]) * rcp[c]), z, rnd, p, 0).code
-                    vs[c] = (_value(code, 0, z, p) * s8v[c]) * tv[0]
+                    code, _ovf = _round_f32(_bits32(_f32(xs[c]) * rcp[c]), rnd, p, stochastic)
+                    vs[c] = (_elem_f32(code, p, sub) * s8c[c]) * vl
 
 
 def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
@@ -460,16 +582,19 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
 
     g = globals()
     g["prange"] = numba.prange
-    for name in (*_kernels.INTRINSICS, "_encode_one", "_decode_one", "_random32"):
+    for name in (*_kernels.INTRINSICS, "_encode_one", "_random32"):
         g[name] = getattr(_kernels, name)
     g["_float"] = intrinsic(_float_typer)
     g["_f32"] = intrinsic(_f32_typer)
     g["_bits32"] = intrinsic(_bits32_typer)
+    g["_fma32"] = intrinsic(_fma32_typer)
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     g["_tile"] = helper(_tile_py)
     g["_e8m0_rule"] = helper(_e8m0_rule_py)
     g["_itof"] = intrinsic(_itof_typer)
     g["_value"] = helper(_value_py)
+    g["_round_f32"] = helper(_round_f32_py)
+    g["_elem_f32"] = helper(_elem_f32_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     stamp = fingerprint()
     for name in ("e8m0_blocks", "e4m3_blocks", "finite_amax"):

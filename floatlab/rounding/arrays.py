@@ -605,7 +605,6 @@ def _run_blocks(
             rows.dtype if values else None,
             codes=codes,
             ps=ps,
-            d8=decode_params(_E4M3, FP32, 32),
         )
     else:
         src = FP32 if rows.dtype == np.float32 else FP64

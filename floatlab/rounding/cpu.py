@@ -201,7 +201,6 @@ def run_blocks(
     *,
     codes: bool = True,
     ps: EncodeParams | None = None,
-    d8: DecodeParams | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, tuple[int, int, int, int, int]]:
     """Block scaling of the bit patterns ``bits`` (float32 as uint32, float64 as uint64) of a
     C-contiguous array of ``shape`` (outer, R, C) in blocks of ``block`` (br rows, bc columns):
@@ -211,8 +210,8 @@ def run_blocks(
     without ``codes``, the values alone (no codes, zero counts: one pass, for fake quantization).
 
     Without ``ps`` the scales are E8M0 and ``rule`` is (element emax, rceil, the element max's
-    fraction); with ``ps`` (float32 into E4M3) and ``d8`` (E4M3 into float32) they are E4M3
-    codes over a tensor scale and ``rule`` holds six float32 numbers (see
+    fraction); with ``ps`` (float32 into E4M3, nearest even) they are E4M3 codes over a tensor
+    scale, ``p`` rounds float32 (32 lanes) and ``rule`` holds six float32 numbers (see
     :mod:`floatlab.rounding._block_kernels`). ``p`` rounds the input format into the element
     format (saturating, with the true exponent of subnormal inputs).
 
@@ -239,10 +238,12 @@ def run_blocks(
     counts = np.zeros((items, 5), np.int64)
     z = zero(8 * bits.itemsize)
     args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
-    if ps is None or d8 is None:
+    if ps is None:
         launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
     else:
-        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), tuple(d8))
+        # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
+        sr = np.uint32(1) if p.mode_stochastic else None
+        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
     n = [int(c) for c in total]
     back = out if values is not None else None

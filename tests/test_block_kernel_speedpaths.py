@@ -1,0 +1,113 @@
+"""The E4M3-scaled (NVFP4) block loop's own arithmetic against independent oracles: its float32
+element rounding against the general rounding door (``encode_array``) on the recipe's float32
+products, in every mode and element format; its float32 inexact test against exact float64
+products, on both sides of the tensor scale below which it falls back to float64; the values of
+``encode_blocks(split_tensor_scale=True)`` against ml_dtypes' decoding of the codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import floatlab as fl
+from floatlab.rounding import encode_blocks
+
+MODES = ("rne", "rna", "rtz", "rup", "rdown", "rodd", "stochastic")
+#: ml_dtypes types of the element formats (to decode their codes)
+ELEMENTS = {
+    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
+    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
+    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+}
+
+
+def _data(rng: np.random.Generator, rows: int, k: int = 16) -> np.ndarray:
+    """float32 rows of very different sizes, exact ties, zeros and float32 subnormals."""
+    x = rng.standard_normal((rows, k)) * np.exp2(rng.uniform(-40, 20, (rows, 1)))
+    x[::5] = (rng.integers(-16, 16, (len(x[::5]), k)) + 0.5) * 2.0 ** float(rng.integers(-6, 6))
+    x[3::9, : k // 2] = 0.0
+    x[4, :3] = [2.0**-149, -(2.0**-140), 2.0**-130]
+    return x.astype(np.float32)
+
+
+def _decode(codes: np.ndarray, name: str) -> np.ndarray:
+    """float64 values of the element codes of ``name`` (ml_dtypes' decoding)."""
+    out: np.ndarray = np.asarray(codes, np.uint8).view(ELEMENTS[name]).astype(np.float64)
+    return out
+
+
+def _scales(codes: np.ndarray) -> np.ndarray:
+    """float32 values of E4M3 scale codes (ml_dtypes' decoding)."""
+    out: np.ndarray = np.asarray(codes, np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTS))
+@pytest.mark.parametrize("mode", MODES)
+def test_elements_are_the_rounding_doors_codes_of_the_recipes_products(name: str, mode: str) -> None:
+    """Each element is fl(v x fl(fl(1 / t) / scale)), numpy float32 arithmetic, rounded into the
+    element format by encode_array (same mode, same random words, saturating)."""
+    x = _data(np.random.default_rng(len(name) + len(mode)), 96)
+    element = fl.get_format(name)
+    rng = 11 if mode == "stochastic" else None
+    b = encode_blocks(x, element, 16, mode, rng=rng, scale="e4m3", tensor_scale=None)
+    t = np.float32(b.tensor_scale)
+    rcp = (np.float32(1) / t) / _scales(b.scale_codes)  # float32, one rounding each
+    y = x * rcp  # (one block per row)
+    want = fl.encode_array(y, element, mode, rng=rng, saturate=True)
+    np.testing.assert_array_equal(b.element_codes, want)
+    # saturated: |y| beyond the largest element, rounded in this mode (the door's overflow flag)
+    _, flags = fl.encode_array_with_flags(y.reshape(-1), element, mode, rng=rng, saturate=True)
+    assert b.overflow == flags.overflow
+
+
+@pytest.mark.parametrize(
+    "tensor_scale", [(1 + 2.0**-23) * 2.0**-121, 3 * 2.0**-118, 2.0**-100, 0.37, 2.0**90]
+)
+def test_inexact_counts_against_exact_products(tensor_scale: float) -> None:
+    """A value is inexact when element x block scale x t (exact in float64) differs from it; the
+    loop's float32 test holds above a tensor scale of about 2^-116 and falls back below it."""
+    t32 = float(np.float32(tensor_scale))
+    rng = np.random.default_rng(5)
+    # blocks around t x the smallest block scale x the elements: products near float32's bottom
+    x = (rng.standard_normal((200, 16)) * t32 * 2.0 ** rng.integers(-8, 12, (200, 1))).astype(np.float32)
+    x[7] = np.float32(2.0**-128)  # (1 + 2^-23) 2^-121: element 0.5 x 2^-6 x t is 2^-151 off 2^-128
+    x[8, :4] = [2.0**-149, 0.0, -(2.0**-149), 2.0**-126]
+    b = encode_blocks(x, fl.get_format("e2m1"), 16, "rne", scale="e4m3", tensor_scale=tensor_scale)
+    product = _decode(b.element_codes, "float4_e2m1fn") * _scales(b.scale_codes).astype(np.float64) * t32
+    assert b.inexact == np.count_nonzero(product != x.astype(np.float64))
+    assert b.inexact > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [16, (16, 1), (16, 16)])
+def test_split_tensor_scale_values_are_element_times_block_scale(
+    dtype: Any, block: int | tuple[int, int]
+) -> None:
+    """split_tensor_scale=True: each value is the element (ml_dtypes' float4_e2m1fn) times its
+    block's E4M3 scale (ml_dtypes' float8_e4m3fn), exactly; without it, that times t rounded
+    once into the rows' dtype."""
+    x: np.ndarray = _data(np.random.default_rng(9), 64, 32).astype(dtype)
+    element = fl.get_format("e2m1")
+    split = encode_blocks(x, element, block, "rne", values=True, scale="e4m3", split_tensor_scale=True)
+    whole = encode_blocks(x, element, block, "rne", values=True, scale="e4m3")
+    np.testing.assert_array_equal(split.element_codes, whole.element_codes)
+    np.testing.assert_array_equal(split.scale_codes, whole.scale_codes)
+    assert split.tensor_scale == whole.tensor_scale
+    br, bc = (1, block) if isinstance(block, int) else block
+    s8 = _scales(split.scale_codes).astype(np.float64)
+    per_value = np.repeat(np.repeat(s8, br, axis=0), bc, axis=1)[: x.shape[0], : x.shape[1]]
+    exact = _decode(split.element_codes, "float4_e2m1fn") * per_value  # (exact: 2 by 4 bits)
+    assert split.values is not None
+    assert whole.values is not None
+    assert split.values.dtype == dtype
+    np.testing.assert_array_equal(split.values.astype(np.float64), exact)
+    # with t: the exact float64 product (at most 30 bits) rounded once into the dtype
+    np.testing.assert_array_equal(whole.values, (exact * whole.tensor_scale).astype(dtype))
