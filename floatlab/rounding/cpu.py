@@ -344,7 +344,7 @@ def run_scaled_round(
     scale (``scales`` flat over (outer, ceil(R / br), ceil(C / bc)) for ``block`` = (br, bc)),
     rounded by ``p`` and decoded back by ``d`` (float32 into a format within fp32, 32 lanes): the
     values, and the counts (overflowed, zero inputs, zero results, results with
-    0 < |q| < ``tiny``). With ``transposed`` (outer 1), ``x`` holds the (C, R) transpose of the
+    ``0 < abs(q) < tiny``). With ``transposed`` (outer 1), ``x`` holds the (C, R) transpose of the
     array, C order, and the values come back in the (R, C) array's C order.
 
     >>> from floatlab.formats import FP32, get_format
