@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,13 @@ def test_serial_pool_and_cluster_give_identical_tables(serial: pd.DataFrame, tmp
     cluster = sweep(AXES, FIXED, executor="dask", workers=2, processes=False, out=tmp_path / "t.parquet")
     pd.testing.assert_frame_equal(serial, cluster)
     pd.testing.assert_frame_equal(serial, read_table(tmp_path / "t.parquet"))
+
+
+def test_a_pool_of_this_process_and_two_children_gives_the_same_table(serial: pd.DataFrame) -> None:
+    filters = list(warnings.filters)
+    pool = sweep(AXES, FIXED, executor="process", workers=3)
+    pd.testing.assert_frame_equal(serial, pool)
+    assert warnings.filters == filters  # the runs here ignored warnings, and only meanwhile
 
 
 class _Interrupt(Exception):
