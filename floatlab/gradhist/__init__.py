@@ -20,8 +20,8 @@ NaNs and inputs that were subnormal in their own format. It is
 
 The package: ``_histogram`` holds the class, ``_verdict`` its answers (:class:`Verdict`,
 :class:`ScaleAdvice`), ``_classes`` where each outcome of a rounding begins on the cells,
-``_inputs`` the reading of arrays and tensors, ``_shards`` the reading of dumps on disk (``.npy``
-files memory-mapped by ``_mapped``), ``_kernels`` the counting loops (numba, compiled on first use) and ``plot`` the figure (matplotlib,
+``_inputs`` the reading of arrays and tensors, ``_shards`` the reading of dumps on disk,
+``_kernels`` the counting loops (numba, compiled on first use) and ``plot`` the figure (matplotlib,
 loaded when drawing; :mod:`floatlab.plotting` is its public address).
 
 >>> import numpy as np
