@@ -7,6 +7,13 @@ table already. Every run limits BLAS and numba to ``threads`` threads (1 by defa
 runs, so that serial, pool and cluster give the same numbers bit for bit and the workers do not
 fight over cores. A run that raises is recorded as failed with its reason; the others go on.
 
+Each data set the runs train on is read once per sweep, here, and sent with the tasks: a worker
+never imports the data set's reader (scikit-learn, for the digits, costs a fresh process over a
+second of CPU). The local pool's ``workers`` are this process (a thread) and ``workers - 1`` child
+processes taking the next task from one queue; the fork server that starts the children imports
+the trainer and sets numba up once (:mod:`floatlab.sweeps._preload`) while this process already
+runs tasks, so no core waits for the pool to start.
+
 >>> from floatlab.sweeps.grid import Grid
 >>> g = Grid({"precision": ["fp32"], "seed": [0]}, {"data": "underflow", "hidden": (4,), "steps": 2})
 >>> rows = execute(g.tasks[0])
