@@ -281,16 +281,24 @@ def read_shards(plan: Sequence[Shard], chunk: int = CHUNK) -> Iterator[np.ndarra
         buffer = place()
         return np.empty(chunk * width, np.uint8) if buffer is None else buffer
 
+    def placed(blocks: Iterator[np.ndarray[Any, Any]]) -> None:
+        """Each block made (a Zarr block read, a window mapped) once a place is free for it."""
+        while True:
+            where = place()
+            block = next(blocks, None)
+            if block is None:
+                free.put(where)
+                return
+            ready.put((block, where))
+            del block  # (a window is unmapped once the caller is done with it)
+
     def produce() -> None:
         try:
             for shard in plan:
                 if shard.offset < 0:  # a Zarr block or a mapped window holds a place: two in flight
-                    for block in _zarr_blocks(shard, chunk):
-                        ready.put((block, place()))
+                    placed(_zarr_blocks(shard, chunk))
                 elif not shard.entry:  # a .npy file
-                    for window in _mapped(shard, chunk):
-                        ready.put((window, place()))
-                        del window  # (unmapped once the caller is done with it)
+                    placed(_mapped(shard, chunk))
                 else:  # (a chunk's buffer goes back to `free` once the caller is done with it)
                     for values_and_buffer in _fill(shard, chunk, take):
                         ready.put(values_and_buffer)
