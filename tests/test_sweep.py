@@ -68,6 +68,21 @@ class _Interrupt(Exception):
     pass
 
 
+class _Abort(BaseException):
+    pass
+
+
+def test_an_abort_in_this_process_s_share_of_the_pool_ends_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    import floatlab.sweeps.run as runner
+
+    def abort(*args: Any) -> Any:
+        raise _Abort  # not a failed run: something that ends the process's work (as Ctrl-C would)
+
+    monkeypatch.setattr(runner, "_train", abort)  # (the children's runs are their own)
+    with pytest.raises(_Abort):
+        sweep(AXES, FIXED, executor="process", workers=2)
+
+
 def test_an_interrupted_sweep_resumes_to_the_same_table(serial: pd.DataFrame, tmp_path: Path) -> None:
     out = tmp_path / "runs.parquet"
 

@@ -208,7 +208,12 @@ def _run_pool(
 
     def here() -> None:
         while (task := take()) is not None:
-            results.put((task, run(task)))
+            try:
+                rows = run(task)
+            except BaseException as e:  # (not a failed run: run records those) raised over there
+                results.put((task, e))
+                return
+            results.put((task, rows))
 
     pool = ProcessPoolExecutor(workers - 1, mp_context=context)
     in_pool: dict[Future[list[dict[str, Any]]], Task] = {}
@@ -229,6 +234,8 @@ def _run_pool(
             helper.start()
             for _ in range(len(todo)):
                 task, got = results.get()
+                if isinstance(got, BaseException):
+                    raise got
                 if isinstance(got, Future):
                     del in_pool[got]
                     rows = got.result()
