@@ -347,8 +347,11 @@ def run_grid(
     try:
         from distributed import as_completed
 
-        # each data set goes to the cluster once, not with every task
-        sent = {k: None if d is None else client.scatter(d, hash=False) for k, d in data.items()}
+        # each data set goes to every worker once, not with every task (to one worker only, it
+        # would draw every task there: the scheduler runs a task where its data is)
+        sent = {
+            k: None if d is None else client.scatter(d, broadcast=True, hash=False) for k, d in data.items()
+        }
         futures = {client.submit(execute, t, threads, sent[_data_key(t)], pure=False): t for t in todo}
         event.running = min(n, len(futures))
         for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
