@@ -230,8 +230,8 @@ def _run_pool(
         # set once, here, for the whole pool, never by the thread
         warnings.simplefilter("ignore")
         try:
-            feed()  # (the pool's first task starts its first child; this process works meanwhile)
-            helper.start()
+            helper.start()  # first: handing the pool its first task waits for the fork server to start
+            feed()
             for _ in range(len(todo)):
                 task, got = results.get()
                 if isinstance(got, BaseException):
