@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from floatlab.cli import main
-from floatlab.gradhist import GradHistogram, histogram, histogram_files, shard_plan
+from floatlab.gradhist import GradHistogram, histogram, histogram_files, read_shard, read_shards, shard_plan
 
 
 def _values(n: int, seed: int) -> np.ndarray:
@@ -130,3 +130,49 @@ def test_the_command_line_counts_shards_as_one_dump(
     assert f'"total": {whole.size}' in out
     assert main(["histogram", os.path.join(folder, "g0*.npy"), "--shards", "--dask", "--chunk", "0"]) == 2
     assert "--chunk 0: expected a number of values >= 1" in capsys.readouterr().err
+
+
+def _mapped_windows(folder: Path) -> int:
+    with open("/proc/self/maps", encoding="utf-8") as fh:
+        return sum(str(folder) in line for line in fh)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's list of mappings")
+def test_npy_shards_are_mapped_a_window_at_a_time_and_unmapped(tmp_path: Path) -> None:
+    x = _values(40_000, 5).astype(np.float32)
+    for i, part in enumerate(np.array_split(x, 4)):
+        np.save(tmp_path / f"g{i}.npy", part)
+    h, most = GradHistogram(), 0
+    for values in read_shards(shard_plan(tmp_path), chunk=1000):  # 40 windows, none page-aligned
+        h.update(values)
+        most = max(most, _mapped_windows(tmp_path))
+    del values
+    assert h == GradHistogram(x)
+    assert 1 <= most <= 2  # this window and the next one, mapped ahead
+    assert _mapped_windows(tmp_path) == 0  # every window unmapped with its array
+    one_by_one = GradHistogram()  # the same, one shard at a time
+    for shard in shard_plan(tmp_path):
+        for values in read_shard(shard, chunk=7):
+            one_by_one.update(values)
+    assert one_by_one == GradHistogram(x)
+
+
+def test_byte_swapped_and_fortran_order_shards(tmp_path: Path) -> None:
+    a = _values(3000, 6).astype(">f4")
+    c = np.asfortranarray(_values(1200, 7).astype(np.float32).reshape(40, 30))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "c.npy", c)
+    assert histogram_files(tmp_path, chunk=256) == histogram(a.astype(np.float32), c)
+
+
+def test_a_shard_cut_short_after_its_header_was_checked_is_named(tmp_path: Path) -> None:
+    p = tmp_path / "g.npy"
+    np.save(p, np.ones(10_000, np.float32))
+    plan = shard_plan(p)
+    with open(p, "r+b") as fh:  # (another process cuts the file while the count is planned)
+        fh.truncate(20_000)
+    with pytest.raises(ValueError, match=r"shard '.*g.npy' is truncated"):
+        histogram(*read_shard(plan[0], chunk=1000))
+    with pytest.raises(ValueError, match=r"shard '.*g.npy' is truncated"):
+        for _ in read_shards(plan, chunk=1000):
+            pass

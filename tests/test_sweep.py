@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,30 @@ def test_serial_pool_and_cluster_give_identical_tables(serial: pd.DataFrame, tmp
     pd.testing.assert_frame_equal(serial, read_table(tmp_path / "t.parquet"))
 
 
+def test_a_pool_of_this_process_and_two_children_gives_the_same_table(serial: pd.DataFrame) -> None:
+    filters = list(warnings.filters)
+    pool = sweep(AXES, FIXED, executor="process", workers=3)
+    pd.testing.assert_frame_equal(serial, pool)
+    assert warnings.filters == filters  # the runs here ignored warnings, and only meanwhile
+
+
 class _Interrupt(Exception):
     pass
+
+
+class _Abort(BaseException):
+    pass
+
+
+def test_an_abort_in_this_process_s_share_of_the_pool_ends_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    import floatlab.sweeps.run as runner
+
+    def abort(*args: Any) -> Any:
+        raise _Abort  # not a failed run: something that ends the process's work (as Ctrl-C would)
+
+    monkeypatch.setattr(runner, "_train", abort)  # (the children's runs are their own)
+    with pytest.raises(_Abort):
+        sweep(AXES, FIXED, executor="process", workers=2)
 
 
 def test_an_interrupted_sweep_resumes_to_the_same_table(serial: pd.DataFrame, tmp_path: Path) -> None:

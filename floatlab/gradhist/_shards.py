@@ -3,9 +3,10 @@
 A source is a folder, a glob pattern, a list of files (``.npy``, ``.npz``: every entry) or a Zarr
 array (a folder holding ``.zarray`` or ``zarr.json``). Every shard's header is read first, so that
 a shard that is not a float array, or whose data is shorter than its header says (a truncated
-file), is named in the error before any counting; nothing is ever written. The values are then
-read into reused buffers of ``chunk`` values, so the memory held stays about two chunks whatever
-the data size. :meth:`floatlab.gradhist.GradHistogram.from_files` counts them: counting is
+file), is named in the error before any counting; nothing is ever written. The values of a ``.npy``
+file are then memory-mapped ``chunk`` values at a time (:mod:`floatlab.gradhist._mapped`: no
+copy), the others read into reused buffers of ``chunk`` values, so the memory held stays about two
+chunks whatever the data size. :meth:`floatlab.gradhist.GradHistogram.from_files` counts them: counting is
 order-free, so the result equals the in-memory histogram of all the values, bin for bin.
 
 >>> import numpy as np, tempfile, os
@@ -33,6 +34,7 @@ from typing import IO, Any
 import numpy as np
 
 from floatlab.gradhist._inputs import _format_of_dtype
+from floatlab.gradhist._mapped import mapped_chunks
 
 __all__ = ["CHUNK", "Shard", "read_shard", "read_shards", "shard_plan"]
 
@@ -219,10 +221,14 @@ def _fill(
             zf.close()
 
 
+def _mapped(shard: Shard, chunk: int) -> Iterator[np.ndarray[Any, Any]]:
+    return mapped_chunks(shard.path, shard.dtype, shard.count, shard.offset, chunk, shard.label)
+
+
 def read_shard(shard: Shard, chunk: int = CHUNK) -> Iterator[np.ndarray[Any, Any]]:
-    """The values of one shard, ``chunk`` at a time, read into one reused buffer (each array is
-    valid until the next is asked for); first an empty array of the shard's dtype, so that an
-    empty shard still names its dtype.
+    """The values of one shard, ``chunk`` at a time, mapped from a ``.npy`` file or read into one
+    reused buffer (each array is valid until the next is asked for); first an empty array of the
+    shard's dtype, so that an empty shard still names its dtype.
 
     >>> import tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "g.npy")
@@ -234,16 +240,20 @@ def read_shard(shard: Shard, chunk: int = CHUNK) -> Iterator[np.ndarray[Any, Any
     if shard.offset < 0:
         yield from _zarr_blocks(shard, chunk)
         return
+    if not shard.entry:
+        yield from _mapped(shard, chunk)
+        return
     buf = np.empty(min(chunk, max(shard.count, 1)) * shard.dtype.itemsize, np.uint8)
     for values, _ in _fill(shard, chunk, lambda: buf):
         yield values
 
 
 def read_shards(plan: Sequence[Shard], chunk: int = CHUNK) -> Iterator[np.ndarray[Any, Any]]:
-    """The values of every shard in turn, ``chunk`` at a time, the next chunk read from disk (a
-    thread) while the caller works on this one (the counting loops release the GIL): two buffers of
-    ``chunk`` values in all, each array valid until the next is asked for. An empty array of each
-    shard's dtype comes first.
+    """The values of every shard in turn, ``chunk`` at a time, the next chunk mapped or read from
+    disk (a thread) while the caller works on this one (the counting loops release the GIL): two
+    chunks of ``chunk`` values in all (mapped windows, or buffers made when a shard that cannot be
+    mapped needs one), each array valid until the next is asked for. An empty array of each shard's
+    dtype comes first.
 
     >>> import tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "g.npy")
@@ -254,24 +264,41 @@ def read_shards(plan: Sequence[Shard], chunk: int = CHUNK) -> Iterator[np.ndarra
     for shard in plan:
         yield np.zeros(0, shard.dtype)
     width = max((s.dtype.itemsize for s in plan if s.offset >= 0), default=0)
-    free: queue.Queue[np.ndarray[Any, Any]] = queue.Queue()
+    # two places for chunks in flight; a place gets a read buffer once a shard needs one
+    free: queue.Queue[np.ndarray[Any, Any] | None] = queue.Queue()
     for _ in range(2):
-        free.put(np.empty(chunk * width, np.uint8))
+        free.put(None)
     ready: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
 
-    def take() -> np.ndarray[Any, Any]:
+    def place() -> np.ndarray[Any, Any] | None:
         while not stop.is_set():
             with contextlib.suppress(queue.Empty):
                 return free.get(timeout=0.1)
         raise _Stopped
 
+    def take() -> np.ndarray[Any, Any]:
+        buffer = place()
+        return np.empty(chunk * width, np.uint8) if buffer is None else buffer
+
+    def placed(blocks: Iterator[np.ndarray[Any, Any]]) -> None:
+        """Each block made (a Zarr block read, a window mapped) once a place is free for it."""
+        while True:
+            where = place()
+            block = next(blocks, None)
+            if block is None:
+                free.put(where)
+                return
+            ready.put((block, where))
+            del block  # (a window is unmapped once the caller is done with it)
+
     def produce() -> None:
         try:
             for shard in plan:
-                if shard.offset < 0:  # a Zarr block holds a buffer's place: two in flight at most
-                    for block in _zarr_blocks(shard, chunk):
-                        ready.put((block, take()))
+                if shard.offset < 0:  # a Zarr block or a mapped window holds a place: two in flight
+                    placed(_zarr_blocks(shard, chunk))
+                elif not shard.entry:  # a .npy file
+                    placed(_mapped(shard, chunk))
                 else:  # (a chunk's buffer goes back to `free` once the caller is done with it)
                     for values_and_buffer in _fill(shard, chunk, take):
                         ready.put(values_and_buffer)
@@ -289,7 +316,8 @@ def read_shards(plan: Sequence[Shard], chunk: int = CHUNK) -> Iterator[np.ndarra
                 raise item
             values, buffer = item
             yield values
-            free.put(buffer)  # used: its buffer (or place) is free for the next read
+            free.put(buffer)  # used: its place (and buffer) is free for the next chunk
+            del values, item
     finally:
         stop.set()
         reader.join()

@@ -67,8 +67,9 @@ def sweep(
     YAML file with the tables ``grid`` and ``fixed``) with the settings ``fixed``; return the tidy
     table as a pandas DataFrame (one row per run and evaluation). With ``out`` (.parquet or .csv) the
     table is written after every run, and the runs already there are skipped. ``executor``:
-    "serial", "process" (a local pool of ``workers`` processes, default every core) or "dask" (a
-    ``LocalCluster``, or the cluster at ``scheduler``). See :func:`floatlab.sweeps.run.run_grid`.
+    "serial", "process" (a local pool of ``workers`` processes, this one among them; default every
+    core) or "dask" (a ``LocalCluster``, or the cluster at ``scheduler``). See
+    :func:`floatlab.sweeps.run.run_grid`.
 
     >>> df = sweep({"seed": [0, 1]}, {"precision": "bf16", "data": "underflow", "hidden": (4,), "steps": 2},
     ...            executor="serial")

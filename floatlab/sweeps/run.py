@@ -7,6 +7,13 @@ table already. Every run limits BLAS and numba to ``threads`` threads (1 by defa
 runs, so that serial, pool and cluster give the same numbers bit for bit and the workers do not
 fight over cores. A run that raises is recorded as failed with its reason; the others go on.
 
+Each data set the runs train on is read once per sweep, here, and sent with the tasks: a worker
+never imports the data set's reader (scikit-learn, for the digits, costs a fresh process over a
+second of CPU). The local pool's ``workers`` are this process (a thread) and ``workers - 1`` child
+processes taking the next task from one queue; the fork server that starts the children imports
+the trainer and sets numba up once (:mod:`floatlab.sweeps._preload`) while this process already
+runs tasks, so no core waits for the pool to start.
+
 >>> from floatlab.sweeps.grid import Grid
 >>> g = Grid({"precision": ["fp32"], "seed": [0]}, {"data": "underflow", "hidden": (4,), "steps": 2})
 >>> rows = execute(g.tasks[0])
@@ -18,9 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import threading
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,21 +58,32 @@ def _threads(n: int) -> Iterator[None]:
         numba.set_num_threads(before)
 
 
-def execute(task: Task, threads: int = 1) -> list[dict[str, Any]]:
-    """Train ``task``'s configuration with ``threads`` threads; its rows of the table. An exception
-    is a failed run (its rows say why), never an exception here; training faults (warnings) are
-    counted in the history, not raised.
+def execute(task: Task, threads: int = 1, data: Any = None) -> list[dict[str, Any]]:
+    """Train ``task``'s configuration with ``threads`` threads on ``data`` (its data set, as
+    :func:`floatlab.train.data.get_data` gives it; None: read it here); its rows of the table. An
+    exception is a failed run (its rows say why), never an exception here; training faults
+    (warnings) are counted in the history, not raised.
 
     >>> bad = Grid({"seed": [0]}, {"data": "underflow", "hidden": (4,), "steps": 2, "backend": "nope"})
     >>> execute(bad.tasks[0])[0]["status"]
     'failed'
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a training fault is in the history already
+        return _train(task, threads, data)
+
+
+def _train(task: Task, threads: int, data: Any) -> list[dict[str, Any]]:
+    """:func:`execute` under the caller's warning filters (the filters are global: a thread that
+    changed them while another thread did too could leave them changed)."""
     from floatlab.train import Trainer
+    from floatlab.train.text import check_model_and_data
 
     try:
-        with _threads(threads), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a training fault is in the history already
-            trainer = Trainer.from_config(task.config, backend=task.backend)
+        with _threads(threads):
+            if data is not None:  # (from_config checks the pair only when it reads the data itself)
+                check_model_and_data(task.config.model, task.config.data)
+            trainer = Trainer.from_config(task.config, data, backend=task.backend)
             history = trainer.run()
         return run_rows(task, history, stopped=str(trainer.stopped or ""))
     except Exception as e:  # a failed run is a result; the sweep goes on
@@ -114,17 +135,119 @@ class _Table:
             write_table(self.rows, self.path)
 
 
+#: a data set larger than this (bytes) is read by each run itself rather than sent with its task
+_SEND_DATA_BELOW = 1 << 26
+
+
+def _data_key(task: Task) -> tuple[str, int, int]:
+    c = task.config
+    return (c.data, c.data_seed, c.context)
+
+
+def _shared_data(tasks: list[Task]) -> dict[tuple[str, int, int], Any]:
+    """Each data set of ``tasks``, read once (by :func:`floatlab.train.data.get_data`, as the
+    trainer would); None where reading fails (each run then fails with the reason) or the set is
+    large (each run reads it)."""
+    from floatlab.train.data import get_data
+
+    out: dict[tuple[str, int, int], Any] = {}
+    for t in tasks:
+        key = _data_key(t)
+        if key in out:
+            continue
+        try:
+            d = get_data(key[0], seed=key[1], context=key[2])
+        except Exception:  # the run meets it again, and records it as failed
+            d = None
+        if d is not None and sum(a.nbytes for a in (d.x_train, d.y_train, d.x_test, d.y_test)) > (
+            _SEND_DATA_BELOW
+        ):
+            d = None
+        out[key] = d
+    return out
+
+
 def _start_method() -> Any:
     """How the pool starts its workers: never a plain fork (a forked child would inherit the
     parent's compiler and BLAS threads mid-state), but a fork server that has imported the trainer
-    once where the platform has one (each worker then starts in a fraction of a second), else spawn."""
+    and set numba up once where the platform has one (each worker then starts in a fraction of a
+    second), else spawn."""
     import multiprocessing
 
     if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
         return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["floatlab.sweeps.run", "floatlab.train"])
+    ctx.set_forkserver_preload(["floatlab.sweeps._preload"])
+    forkserver.ensure_running()  # it prepares itself while the caller goes on (a no-op once running)
     return ctx
+
+
+def _run_pool(
+    todo: list[Task],
+    workers: int,
+    run: Callable[[Task], list[dict[str, Any]]],
+    args: Callable[[Task], tuple[Any, ...]],
+    finished: Callable[[Task, list[dict[str, Any]]], None],
+    context: Any,
+) -> None:
+    """Run ``todo`` on ``workers``: a thread here (``run``) and ``workers - 1`` child processes
+    (:func:`execute` with ``args``, started by ``context``), each taking the next task from one
+    queue as it gets free; the results reach ``finished`` here, in this thread, as they come. At
+    most one task is handed to the pool per child, so a free worker never waits behind a busy one.
+    Warnings are ignored meanwhile, in this thread too (see :func:`_train`)."""
+    tasks = deque(todo)
+    results: queue.Queue[tuple[Task, Any]] = queue.Queue()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def take() -> Task | None:
+        with lock:
+            return tasks.popleft() if tasks and not stop.is_set() else None
+
+    def here() -> None:
+        while (task := take()) is not None:
+            try:
+                rows = run(task)
+            except BaseException as e:  # (not a failed run: run records those) raised over there
+                results.put((task, e))
+                return
+            results.put((task, rows))
+
+    pool = ProcessPoolExecutor(workers - 1, mp_context=context)
+    in_pool: dict[Future[list[dict[str, Any]]], Task] = {}
+
+    def feed() -> None:
+        while len(in_pool) < workers - 1 and (task := take()) is not None:
+            f = pool.submit(execute, task, *args(task))
+            in_pool[f] = task
+            f.add_done_callback(lambda f: results.put((in_pool[f], f)))
+
+    helper = threading.Thread(target=here, name="floatlab-sweep-run", daemon=True)
+    with warnings.catch_warnings():
+        # the thread's runs ignore warnings as execute's do, but the filters are global: they are
+        # set once, here, for the whole pool, never by the thread
+        warnings.simplefilter("ignore")
+        try:
+            helper.start()  # first: handing the pool its first task waits for the fork server to start
+            feed()
+            for _ in range(len(todo)):
+                task, got = results.get()
+                if isinstance(got, BaseException):
+                    raise got
+                if isinstance(got, Future):
+                    del in_pool[got]
+                    rows = got.result()
+                    feed()
+                else:
+                    rows = got
+                finished(task, rows)
+        finally:  # interrupted: the runs not started are dropped, the running ones end
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            if helper.is_alive():
+                helper.join()
 
 
 def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: float) -> Any:
@@ -160,7 +283,8 @@ def run_grid(
     callback: Callable[[SweepEvent], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``grid``'s tasks not yet in the table ``out`` on ``executor`` ("serial", "process": a
-    local pool of ``workers`` processes (default: every core), "dask": a ``LocalCluster`` of
+    local pool of ``workers`` processes, this one and ``workers - 1`` children (default: every
+    core), "dask": a ``LocalCluster`` of
     ``workers`` workers, processes or threads, or the cluster at ``scheduler``); write the table
     after each run; return its rows. Failed runs in the table are run again with ``retry_failed``.
     ``timeout``: seconds to reach a Dask scheduler.
@@ -180,6 +304,9 @@ def run_grid(
     todo = [t for t in grid.tasks if t.run_id not in table.have]
     event = SweepEvent(total=len(todo), skipped=len(grid.tasks) - len(todo))
     n = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
+    # the pool's fork server starts now and prepares itself while the data sets are read
+    context = _start_method() if executor == "process" and n > 1 else None
+    data = _shared_data(todo)
     if callback is not None:
         callback(event)
 
@@ -195,30 +322,37 @@ def run_grid(
         if out is not None and not os.path.exists(out):
             table.add([])
         return table.rows
-    if executor == "serial":
+    if executor == "serial" or (executor == "process" and n == 1):
         for task in todo:
             event.running = 1
-            finished(task, execute(task, threads))
+            finished(task, execute(task, threads, data[_data_key(task)]))
         return table.rows
     if executor == "process":
-        pool = ProcessPoolExecutor(n, mp_context=_start_method())
-        try:
-            pending: dict[Future[list[dict[str, Any]]], Task] = {
-                pool.submit(execute, t, threads): t for t in todo
-            }
-            while pending:
-                event.running = min(n, len(pending))
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for f in sorted(done, key=lambda f: pending[f].index):
-                    finished(pending.pop(f), f.result())
-        finally:  # interrupted: the runs not started are dropped, the running ones end
-            pool.shutdown(wait=True, cancel_futures=True)
+        event.running = n
+
+        def pool_finished(task: Task, rows: list[dict[str, Any]]) -> None:
+            event.running = min(n, len(todo) - event.done - 1)
+            finished(task, rows)
+
+        _run_pool(
+            todo,
+            n,
+            lambda t: _train(t, threads, data[_data_key(t)]),
+            lambda t: (threads, data[_data_key(t)]),
+            pool_finished,
+            context,
+        )
         return table.rows
     client = _dask_client(scheduler, n, processes, timeout)
     try:
         from distributed import as_completed
 
-        futures = {client.submit(execute, t, threads, pure=False): t for t in todo}
+        # each data set goes to every worker once, not with every task (to one worker only, it
+        # would draw every task there: the scheduler runs a task where its data is)
+        sent = {
+            k: None if d is None else client.scatter(d, broadcast=True, hash=False) for k, d in data.items()
+        }
+        futures = {client.submit(execute, t, threads, sent[_data_key(t)], pure=False): t for t in todo}
         event.running = min(n, len(futures))
         for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
             finished(futures[f], f.result())
