@@ -52,6 +52,7 @@ __all__ = [
     "round_array",
     "round_array_with_flags",
     "round_blocks",
+    "round_blocks_split",
     "running_sums",
 ]
 
@@ -546,6 +547,33 @@ def round_blocks(
     run = _run_blocks(rows, element, block_size, rounding, rng, scale, tensor_scale, values=True, codes=False)
     vals: np.ndarray = run[2]
     return vals.reshape(rows.shape)
+
+
+def round_blocks_split(
+    rows: np.ndarray,
+    element: FloatFormat,
+    block_size: int | tuple[int, int],
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    scale: str = "floor",
+    tensor_scale: float | None = None,
+) -> tuple[np.ndarray, float]:
+    """:func:`round_blocks` with the tensor scale left out of the values (element x block scale,
+    exact), and the tensor scale: a block-scaled GEMM's operand, whose two tensor scales the GEMM
+    applies in its epilogue (``encode_blocks(..., split_tensor_scale=True)`` without codes or
+    counts, in the one pass of :func:`round_blocks`). Under the E8M0 rules the tensor scale is 1.
+
+    >>> import floatlab as fl
+    >>> v, t = round_blocks_split(np.float32([3.0, 1.0]), fl.get_format("e2m1"), 16, scale="e4m3")
+    >>> v.tolist(), round(t * 2688, 6)                           # 448 x 6 = 2688: t = 3 / 2688
+    ([2688.0, 896.0], 3.0)
+    """
+    run = _run_blocks(
+        rows, element, block_size, rounding, rng, scale, tensor_scale, values=True, codes=False, split=True
+    )
+    vals: np.ndarray = run[2]
+    return vals.reshape(rows.shape), float(run[4])
 
 
 def _run_blocks(

@@ -46,17 +46,17 @@ from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
-from floatlab.train.recipes._fp8_kernels import tile_amax, transposed_copy
+from floatlab.train.recipes._fp8_kernels import transposed_copy
 from floatlab.train.recipes.blockwise import block_cast, blockwise_matmul, expand_scales, tile_cast
 from floatlab.train.recipes.recipe import ROLES, Fp8Recipe, one_of
 from floatlab.train.recipes.scales import (
     CastShares,
-    amax_of,
     cast_shares,
     cast_threshold,
     current_scale,
     delayed_update,
     saturating_cast,
+    tensor_amax,
     to_float32,
 )
 
@@ -153,17 +153,6 @@ class _Step:
     source: NDArray[np.float32] | None = None
 
 
-def _amax(x32: NDArray[np.float32], nan: str) -> float:
-    """:func:`~floatlab.train.recipes.scales.amax_of`, in one compiled pass for a C-contiguous
-    tensor that is not all zeros and holds no NaN (the same number: the largest magnitude); the
-    NumPy reductions otherwise (they decide the sign of a zero amax and which NaN, as before)."""
-    if x32.flags.c_contiguous and x32.size:
-        found = tile_amax(x32.reshape(1, -1), (1, x32.size))
-        if found is not None:
-            return float(found[0, 0])
-    return amax_of(x32, nan)
-
-
 def _where(x: NDArray[Any]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     return int(x.__array_interface__["data"][0]), x.shape, x.strides
 
@@ -248,10 +237,10 @@ class OperandScaler:
     def _tensor_scale(self, x32: NDArray[np.float32]) -> tuple[float, np.float32, float]:
         """The amax of ``x32``, the scale of this step's per-tensor cast, and a bound on |x * scale|."""
         if self.recipe.kind == "delayed":
-            amax = _amax(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
+            amax = tensor_amax(x32, "ignore")  # TE's fmaxf(fabsf(v), amax): a NaN never counts
             # rounding is monotonic: max |fl(x * s)| is fl(amax * s), inf when x holds one
             return amax, self._scale, float(np.float32(amax) * self._scale)
-        amax = _amax(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
+        amax = tensor_amax(x32, "propagate")  # torch.max(torch.abs(x)): a NaN makes it NaN
         # the scale maps a finite amax to fp8_max within a rounding: nothing overflows; an inf
         # or NaN amax gets the scale 1 (TE's rule), and an infinity then meets the clamp
         bound = self.fmt.max if math.isfinite(amax) else math.inf

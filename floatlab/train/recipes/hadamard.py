@@ -97,10 +97,15 @@ def rht(x: NDArray[np.float32], axis: int, *, transpose: bool = False) -> NDArra
     """
     if x.ndim != 2 or axis not in (0, 1, -1, -2):
         raise ValueError(f"an array of shape {x.shape} along axis {axis}: expected a matrix")
+    axis %= 2
+    if not x.flags.c_contiguous and x.T.flags.c_contiguous:
+        # a transposed matrix (x.T of a weight-gradient GEMM): transformed as it lies, along the
+        # other axis of its C-contiguous base, with no transposed copy: (x M)^T = M^T x^T
+        back: NDArray[np.float32] = rht(x.T, 1 - axis, transpose=transpose).T
+        return back
     m = rht_matrix()
     if transpose:
         m = m.T
-    axis %= 2
     n = x.shape[axis]
     padded = -(-n // RHT_SIZE) * RHT_SIZE
     if padded != n:

@@ -68,12 +68,12 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.backend import get_xp, to_numpy
 from floatlab.blocks import E8M0_BIAS, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
-from floatlab.rounding import encode_blocks
+from floatlab.rounding import encode_blocks, round_blocks_split
 from floatlab.train._checks import shown, want_bool, want_dict, want_int, want_str
 from floatlab.train.recipes.fp8 import STATS, OperandStats
 from floatlab.train.recipes.hadamard import rht
 from floatlab.train.recipes.recipe import ROLES, one_of
-from floatlab.train.recipes.scales import amax_of, to_float32
+from floatlab.train.recipes.scales import tensor_amax, to_float32
 
 __all__ = ["GEMMS", "MICRO_KINDS", "MicroRecipe", "MicroScaling", "OperandLog", "gemm_of"]
 
@@ -488,29 +488,27 @@ class MicroScaling:
         k = fmt.block_size
         block: int | tuple[int, int] = (k, k) if tiles else (k if along == 1 else (k, 1))
         mode = r.rounding_for(role)
-        enc = encode_blocks(
-            base,
-            fmt.element,
-            block,
-            mode,
-            rng=self.rng if mode == "stochastic" else None,
-            values=True,
-            scale=fmt.scale if fmt.scale == "e4m3" else (r.scale_mode or "floor"),
-            split_tensor_scale=True,
-        )
-        assert enc.values is not None
-        values: NDArray[np.float32] = enc.values.T if flip else enc.values
-        cast = _Cast(values, float(enc.tensor_scale))
+        how: dict[str, Any] = {
+            "rng": self.rng if mode == "stochastic" else None,
+            "scale": fmt.scale if fmt.scale == "e4m3" else (r.scale_mode or "floor"),
+        }
+        if record and key not in self._step:  # the step's first cast: its codes give the counts
+            enc = encode_blocks(base, fmt.element, block, mode, values=True, split_tensor_scale=True, **how)
+            assert enc.values is not None
+            found, t = enc.values, float(enc.tensor_scale)
+            self._step[key] = self._stats(x, fmt, enc)
+        else:  # (the values alone, in the faster pass that forms no codes)
+            found, t = round_blocks_split(base, fmt.element, block, mode, **how)
+        values: NDArray[np.float32] = found.T if flip else found
+        cast = _Cast(values, t)
         if tiles and record:
             self._tiles[key] = (x, cast)
-        if record and key not in self._step:
-            self._step[key] = self._stats(x, fmt, enc)
         return cast
 
     @staticmethod
     def _stats(x: NDArray[np.float32], fmt: BlockFormat, enc: Any) -> OperandStats:
         n = x.size
-        amax = amax_of(x, "propagate")
+        amax = tensor_amax(x, "propagate")
         codes = enc.scale_codes.reshape(-1)
         nan_code = 255 if fmt.scale == "e8m0" else 0x7F
         finite = codes[codes != nan_code]

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import round_array
 from floatlab.train.recipes._counting import cast_counts
+from floatlab.train.recipes._fp8_kernels import tile_amax
 
 __all__ = [
     "AMAX_EPS",
@@ -86,6 +87,21 @@ def amax_of(x: NDArray[np.float32], nan: str) -> float:
     if amax != amax and nan == "ignore":
         return float(np.fmax.reduce(np.abs(x).ravel(), initial=0.0))
     return amax
+
+
+def tensor_amax(x: NDArray[np.float32], nan: str) -> float:
+    """:func:`amax_of` in one compiled pass for a C-contiguous tensor that is not all zeros and
+    holds no NaN (the same number: the largest magnitude); the NumPy reductions otherwise (they
+    decide the sign of a zero amax and which NaN, as before).
+
+    >>> tensor_amax(np.float32([[1.0, -3.0], [2.0, 0.5]]), "propagate")
+    3.0
+    """
+    if x.flags.c_contiguous and x.size:
+        found = tile_amax(x.reshape(1, -1), (1, x.size))
+        if found is not None:
+            return float(found[0, 0])
+    return amax_of(x, nan)
 
 
 def round_down_pow2(scale: ArrayLike) -> NDArray[np.float32]:
