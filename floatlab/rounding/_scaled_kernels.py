@@ -30,6 +30,7 @@ _decode_one: Any = None
 _f32: Any = None
 _bits32: Any = None
 _cast_one: Any = None
+_cast_row: Any = None
 
 
 def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
@@ -42,6 +43,39 @@ def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     # infinity counts, a NaN (an all-ones exponent with a fraction) does not
     over = r.overflow & ~(r.special & (r.fraction != _u(0, z)))
     return q, over, q == 0, (q != 0) & (q > -tiny) & (q < tiny)
+
+
+def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+    """One row: ``qs = round(xs * scale of its block)``, the scales ``srow`` one per block (bc > 1)
+    or one per column (bc == 1); the row's counts in lane-wide integers (overflowed, zero inputs,
+    zero results, subnormal results)."""
+    c_over = _u(0, z)
+    c_zx = _u(0, z)
+    c_zq = _u(0, z)
+    c_sub = _u(0, z)
+    if bc == 1:
+        for c in range(xs.size):
+            xv = xs[c]
+            q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
+            qs[c] = q
+            c_over = _u(c_over + over, z)
+            c_zx = _u(c_zx + (xv == 0), z)
+            c_zq = _u(c_zq + zq, z)
+            c_sub = _u(c_sub + sub, z)
+    else:
+        for b in range(nbc):
+            s = srow[b]
+            seg = xs[b * bc : b * bc + bc]
+            qseg = qs[b * bc : b * bc + bc]
+            for c in range(seg.size):
+                xv = seg[c]
+                q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
+                qseg[c] = q
+                c_over = _u(c_over + over, z)
+                c_zx = _u(c_zx + (xv == 0), z)
+                c_zq = _u(c_zq + zq, z)
+                c_sub = _u(c_sub + sub, z)
+    return c_over, c_zx, c_zq, c_sub
 
 
 def _scaled_round_kernel_py(
@@ -67,32 +101,7 @@ def _scaled_round_kernel_py(
         xs = x[rr * cols : rr * cols + cols]
         qs = out[rr * cols : rr * cols + cols]
         # (per row in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
-        c_over = _u(0, z)
-        c_zx = _u(0, z)
-        c_zq = _u(0, z)
-        c_sub = _u(0, z)
-        if bc == 1:
-            for c in range(cols):
-                xv = xs[c]
-                q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
-                qs[c] = q
-                c_over = _u(c_over + over, z)
-                c_zx = _u(c_zx + (xv == 0), z)
-                c_zq = _u(c_zq + zq, z)
-                c_sub = _u(c_sub + sub, z)
-        else:
-            for b in range(nbc):
-                s = srow[b]
-                seg = xs[b * bc : b * bc + bc]
-                qseg = qs[b * bc : b * bc + bc]
-                for c in range(seg.size):
-                    xv = seg[c]
-                    q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
-                    qseg[c] = q
-                    c_over = _u(c_over + over, z)
-                    c_zx = _u(c_zx + (xv == 0), z)
-                    c_zq = _u(c_zq + zq, z)
-                    c_sub = _u(c_sub + sub, z)
+        c_over, c_zx, c_zq, c_sub = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
@@ -141,28 +150,11 @@ def _scaled_round_t_kernel_py(
             srow = scales[s0 : s0 + nbc]
             xs = buf[k]
             qs = out[r * cols : r * cols + cols]
-            if bc == 1:
-                for c in range(cols):
-                    xv = xs[c]
-                    q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
-                    qs[c] = q
-                    c_over = _u(c_over + over, z)
-                    c_zx = _u(c_zx + (xv == 0), z)
-                    c_zq = _u(c_zq + zq, z)
-                    c_sub = _u(c_sub + sub, z)
-            else:
-                for b in range(nbc):
-                    s = srow[b]
-                    seg = xs[b * bc : b * bc + bc]
-                    qseg = qs[b * bc : b * bc + bc]
-                    for c in range(seg.size):
-                        xv = seg[c]
-                        q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
-                        qseg[c] = q
-                        c_over = _u(c_over + over, z)
-                        c_zx = _u(c_zx + (xv == 0), z)
-                        c_zq = _u(c_zq + zq, z)
-                        c_sub = _u(c_sub + sub, z)
+            o, zx, zq, sub = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+            c_over = _u(c_over + o, z)
+            c_zx = _u(c_zx + zx, z)
+            c_zq = _u(c_zq + zq, z)
+            c_sub = _u(c_sub + sub, z)
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
@@ -182,6 +174,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_f32"] = _block_kernels._f32
     g["_bits32"] = _block_kernels._bits32
     g["_cast_one"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_one_py)
+    g["_cast_row"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_row_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     for name in ("scaled_round", "scaled_round_t"):
         fn = g[f"_{name}_kernel_py"]

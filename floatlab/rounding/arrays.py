@@ -94,6 +94,29 @@ def _no_flags(flags: object, name: str) -> None:
         )
 
 
+def _is_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _through_tensor(door: Any, x: Any, fmt: Any, back: bool, rounding: str, rng: RNG, *knobs: Any) -> Any:
+    """``door`` (this module's encode_array or round_array) on a view of the tensor's memory, and
+    its result as a tensor of the input's dtype and device again."""
+    from floatlab.torch.tensors import array_tensor, tensor_array
+
+    saturate, subnormals, random_bits = knobs
+    y = door(
+        tensor_array(x, fmt, back=back),
+        fmt,
+        rounding,
+        rng=rng,
+        saturate=saturate,
+        subnormals=subnormals,
+        random_bits=random_bits,
+    )
+    return array_tensor(y, x)
+
+
 def encode_array(
     x: ArrayLike,
     fmt: FloatFormat | str,
@@ -127,21 +150,8 @@ def encode_array(
     [126, 126, 126]
     """
     _no_flags(flags, "encode_array")  # (before the key is drawn: a refused call leaves rng as it was)
-    torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
-    if torch is not None and isinstance(x, torch.Tensor):
-        from floatlab.torch.tensors import array_tensor, tensor_array
-
-        # this same door on a view of the tensor's memory, and its result as a tensor again
-        y = encode_array(
-            tensor_array(x, fmt, back=False),
-            fmt,
-            rounding,
-            rng=rng,
-            saturate=saturate,
-            subnormals=subnormals,
-            random_bits=random_bits,
-        )
-        return array_tensor(y, x)
+    if _is_tensor(x):
+        return _through_tensor(encode_array, x, fmt, False, rounding, rng, saturate, subnormals, random_bits)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
@@ -202,21 +212,8 @@ def round_array(
     1.0078125
     """
     _no_flags(flags, "round_array")  # (before the key is drawn: a refused call leaves rng as it was)
-    torch = sys.modules.get("torch")  # (a program that never imported torch has no tensors)
-    if torch is not None and isinstance(x, torch.Tensor):
-        from floatlab.torch.tensors import array_tensor, tensor_array
-
-        # this same door on a view of the tensor's memory, and its result as a tensor again
-        y = round_array(
-            tensor_array(x, fmt, back=True),
-            fmt,
-            rounding,
-            rng=rng,
-            saturate=saturate,
-            subnormals=subnormals,
-            random_bits=random_bits,
-        )
-        return array_tensor(y, x)
+    if _is_tensor(x):
+        return _through_tensor(round_array, x, fmt, True, rounding, rng, saturate, subnormals, random_bits)
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
