@@ -71,3 +71,15 @@ def run_protocol(args: argparse.Namespace, policies: list[str]) -> Any:
         callback=progress,
         **model_settings(args),
     )
+
+
+def compare(table: Any, label: str, a: list[float], b: list[float]) -> dict[str, Any]:
+    """Add the paired difference a - b (per seed) to ``table`` (columns: label, mean, the 95%
+    Student-t interval, the spread over seeds, the number of seeds); return it as data."""
+    from floatlab.train.seeds import paired_gap
+
+    g = paired_gap(a, b)
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    spread = f"{min(d):+.4f} to {max(d):+.4f}"
+    table.add(label, f"{g.mean:+.4f}", f"{g.low:+.4f}", f"{g.high:+.4f}", spread, g.n)
+    return {"mean": g.mean, "low": g.low, "high": g.high, "n": g.n, "per_seed": d}

@@ -32,11 +32,10 @@ import time
 from typing import Any
 
 from _common import RESULTS, Table, write_results
-from _late_phase import add_protocol_options, bits, model_settings, run_protocol
+from _late_phase import add_protocol_options, bits, compare, model_settings, run_protocol
 
 import floatlab.train as ft
 from floatlab.train.operands import operand_summary
-from floatlab.train.seeds import paired_gap
 
 #: label -> (policy, the recipe's switches changed)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -124,14 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     columns = ["95% CI low", "95% CI high", "every seed", "seeds"]
     gaps = Table(["variant", f"minus {REFERENCE}, bits/char", *columns])
     ablations = Table(["variant", f"minus {RECIPE}, bits/char", *columns])
-
-    def compare(table: Table, label: str, a: list[float], b: list[float]) -> dict[str, Any]:
-        """Add the paired difference a - b (per seed) to ``table``; return it as data."""
-        g = paired_gap(a, b)
-        d = [x - y for x, y in zip(a, b, strict=True)]
-        spread = f"{min(d):+.4f} to {max(d):+.4f}"
-        table.add(label, f"{g.mean:+.4f}", f"{g.low:+.4f}", f"{g.high:+.4f}", spread, g.n)
-        return {"mean": g.mean, "low": g.low, "high": g.high, "n": g.n, "per_seed": d}
 
     if len(seeds) >= 2:
         for v in labels:
