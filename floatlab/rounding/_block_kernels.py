@@ -55,6 +55,7 @@ _random32: Any = None
 _float: Any = None
 _f32: Any = None
 _bits32: Any = None
+_block_amax: Any = None
 _tile: Any = None
 _e8m0_rule: Any = None
 _itof: Any = None
@@ -258,6 +259,37 @@ def _elem_f32_py(code: Any, p: Any, sub: Any) -> Any:
     return _f32(_u(_bits32(v) | _shl(_shr(code, p.sign_bit), 31), code))
 
 
+def _block_amax_py(
+    x: Any, base: Any, r0: Any, r1: Any, cols: Any, w: Any, bc: Any, z: Any, mag_mask: Any
+) -> Any:
+    """Each block's largest magnitude, as bits (a NaN's bits above an infinity's above every
+    number's), over rows r0..r1 and ``w`` columns from ``base``, blocks ``bc`` wide: a strip of one
+    row straight from the values, a taller one through its columns' maxima."""
+    nb = (w + bc - 1) // bc
+    bmax = np.zeros(nb, x.dtype)
+    if r1 - r0 == 1:
+        xs = x[base + r0 * cols : base + r0 * cols + w]
+        for b in range(nb):
+            seg = xs[b * bc : b * bc + bc]
+            a = _u(0, z)
+            for c in range(seg.size):
+                a = max(a, _u(seg[c] & mag_mask, z))
+            bmax[b] = a
+    else:
+        amax = np.zeros(w, x.dtype)
+        for r in range(r0, r1):
+            xs = x[base + r * cols : base + r * cols + w]
+            for c in range(w):
+                amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
+        for b in range(nb):
+            seg = amax[b * bc : b * bc + bc]
+            a = _u(0, z)
+            for c in range(seg.size):
+                a = max(a, seg[c])
+            bmax[b] = a
+    return bmax
+
+
 def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     """The shared exponent of a block whose largest magnitude has the bits ``a``, or NAN_SHIFT
     (see the E8M0 loop)."""
@@ -309,30 +341,8 @@ def _e8m0_blocks_kernel_py(
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
-        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
-        # a strip of one row straight from the values, a taller one through its columns' maxima
         nb = (w + bc - 1) // bc
-        bmax = np.zeros(nb, x.dtype)
-        if r1 - r0 == 1:
-            xs = x[base + r0 * cols : base + r0 * cols + w]
-            for b in range(nb):
-                seg = xs[b * bc : b * bc + bc]
-                a = _u(0, z)
-                for c in range(seg.size):
-                    a = max(a, _u(seg[c] & mag_mask, z))
-                bmax[b] = a
-        else:
-            amax = np.zeros(w, x.dtype)
-            for r in range(r0, r1):
-                xs = x[base + r * cols : base + r * cols + w]
-                for c in range(w):
-                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
-            for b in range(nb):
-                seg = amax[b * bc : b * bc + bc]
-                a = _u(0, z)
-                for c in range(seg.size):
-                    a = max(a, seg[c])
-                bmax[b] = a
+        bmax = _block_amax(x, base, r0, r1, cols, w, bc, z, mag_mask)
         # the rule, one block per lane; the scales; the shifts spread over the columns
         shift_b = np.empty(nb, np.int32)
         for b in range(nb):
@@ -450,30 +460,8 @@ def _e4m3_blocks_kernel_py(
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
-        # each block's largest magnitude (a NaN's bits above an infinity's above every number's):
-        # a strip of one row straight from the values, a taller one through its columns' maxima
         nb = (w + bc - 1) // bc
-        bmax = np.zeros(nb, x.dtype)
-        if r1 - r0 == 1:
-            xs = x[base + r0 * cols : base + r0 * cols + w]
-            for b in range(nb):
-                seg = xs[b * bc : b * bc + bc]
-                a = _u(0, z)
-                for c in range(seg.size):
-                    a = max(a, _u(seg[c] & mag_mask, z))
-                bmax[b] = a
-        else:
-            amax = np.zeros(w, x.dtype)
-            for r in range(r0, r1):
-                xs = x[base + r * cols : base + r * cols + w]
-                for c in range(w):
-                    amax[c] = max(amax[c], _u(xs[c] & mag_mask, z))
-            for b in range(nb):
-                seg = amax[b * bc : b * bc + bc]
-                a = _u(0, z)
-                for c in range(seg.size):
-                    a = max(a, seg[c])
-                bmax[b] = a
+        bmax = _block_amax(x, base, r0, r1, cols, w, bc, z, mag_mask)
         # the rule, one block per lane: the clamped scale is a normal E4M3 number's float32, so
         # its E4M3 rounding is an integer add on its bits (no encoder, no decoder, no lookup)
         sc = scales[s0 : s0 + nb]
@@ -591,6 +579,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     g["_tile"] = helper(_tile_py)
     g["_e8m0_rule"] = helper(_e8m0_rule_py)
+    g["_block_amax"] = helper(_block_amax_py)
     g["_itof"] = intrinsic(_itof_typer)
     g["_value"] = helper(_value_py)
     g["_round_f32"] = helper(_round_f32_py)
