@@ -135,6 +135,37 @@ def test_round_scaled_boundaries_derived_by_hand() -> None:
     assert (r.zeros_in, r.zeros_out, r.subnormal) == (0, 1, 2)
 
 
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e3m2", "e2m1", "fp16", "bf16", "e4m3fnuz"])
+def test_round_scaled_over_a_sweep_of_every_float32_binade(name: str) -> None:
+    # round to nearest even with saturation has a loop of its own (rounding in float32's own bit
+    # pattern); the door's loop is the oracle, on float32 patterns that step through every binade
+    # of both signs with varied low bits (the ties, the subnormals, the overflow edge), then again
+    # with infinities and NaNs among them (the array is then cast by the door's loop)
+    fmt = fl.get_format(name)
+    # (plus every pattern whose low 16 bits are 0, and its two neighbours: the ties of every
+    # format with up to 6 fraction bits, in and below its normal range)
+    top = np.arange(2**16, dtype=np.uint64) << np.uint64(16)
+    swept = np.arange(0, 2**32, 4099, dtype=np.uint64)
+    bits = (np.concatenate([swept, top, top + 1, top - 1]) % 2**32).astype(np.uint32)
+    x = bits.view(np.float32)
+    finite = np.ascontiguousarray(x[np.isfinite(x)])
+    for values in (finite, x):
+        got = round_scaled(values, F32(1.0), fmt, saturate=True)
+        want = fl.round_array(values, fmt, saturate=True)
+        assert _bits(got.values) == _bits(want)
+        assert got.zeros_out == int(np.count_nonzero(want == 0))
+        tiny = fmt.smallest_normal
+        assert got.subnormal == int(np.count_nonzero((want != 0) & (np.abs(want) < tiny)))
+    # and ml_dtypes' own casts where they saturate as the door does (finite values within range)
+    dtype = {"e4m3fn": "float8_e4m3fn", "e3m2": "float6_e3m2fn", "e2m1": "float4_e2m1fn"}.get(name)
+    if dtype is not None:
+        import ml_dtypes
+
+        inside = finite[np.abs(finite) <= fmt.max]
+        cast = inside.astype(getattr(ml_dtypes, dtype)).astype(np.float32)
+        assert _bits(round_scaled(inside, F32(1.0), fmt, saturate=True).values) == _bits(cast)
+
+
 def test_round_scaled_counts_equal_cast_shares() -> None:
     rng = np.random.default_rng(3)
     x = _spread(rng, (64, 96))

@@ -29,6 +29,9 @@ _encode_one: Any = None
 _decode_one: Any = None
 _f32: Any = None
 _bits32: Any = None
+_shl: Any = None
+_shr: Any = None
+_s: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
 
@@ -42,26 +45,59 @@ def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     # the rounding overflowed (a plain cast would leave the range; saturation held it): an
     # infinity counts, a NaN (an all-ones exponent with a fraction) does not
     over = r.overflow & ~(r.special & (r.fraction != _u(0, z)))
-    return q, over, q == 0, (q != 0) & (q > -tiny) & (q < tiny)
+    return q, over, q == 0, (q != 0) & (q > -tiny) & (q < tiny), False
+
+
+def _cast_one_rne_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+    """:func:`_cast_one_py` for round to nearest even with saturation into a format without
+    flush-to-zero or fnuz zeros, for a finite ``v``, in about a quarter of its operations: the
+    value is rounded in place, in float32's own bit pattern, at the bit of the target's last
+    place (from 23 - m up, more below its smallest normal; a carry walks into the exponent). The
+    fifth flag says ``v`` was an infinity or a NaN, whose results here are not the door's: the
+    caller then casts the whole array again by :func:`_cast_one_py`. ``tiny`` is unused: the
+    smallest normal's bits come from ``p``."""
+    one = _u(1, z)
+    m_t = p.mantissa_bits
+    yb = _bits32(v)
+    a = _u(yb & _u(0x7FFFFFFF, z), z)
+    ebias = _s(p.emin + 127, z)
+    # the bits below the last place: 23 - m_t in the normal range, one more per binade below it
+    s = _s(_s(23 - m_t, z) + _s(max(_s(ebias - _s(max(_s(_shr(a, 23), z), _s(1, z)), z), z), _s(0, z)), z), z)
+    sc = _s(min(s, _s(23, z)), z)
+    p2 = _shl(one, sc)
+    # the last kept bit (at the place 23 it is the implicit bit, not the exponent's last one)
+    odd = _u(_shr(_u(a | _shl(_u(a >= _u(0x800000, z), z), 23), z), sc) & one, z)
+    r = _u(_u(a + _u(_u(_shr(p2, 1) - one, z) + odd, z), z) & ~_u(p2 - one, z), z)
+    # a place above float32's implicit bit (|v| below the smallest subnormal q): 0 or q
+    qexp = max(p.emin + 127 - m_t, 1)  # (below 1 this case cannot arise: s stays under 24)
+    r = r if s <= _s(23, z) else (_u(qexp << 23, z) if a > _u((qexp - 1) << 23, z) else _u(0, z))
+    # the largest finite magnitude's float32 bits (a normal code: its fields moved over, rebiased)
+    top = _u(_shl(_u(p.max_code, z), 23 - m_t) + _u((p.emin + 126) << 23, z), z)
+    over = r > top
+    r = top if over else r
+    q = _f32(_u(r | _u(yb & _u(0x80000000, z), z), z))
+    return q, over, r == _u(0, z), (r != _u(0, z)) & (r < _u(ebias << 23, z)), a >= _u(0x7F800000, z)
 
 
 def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     """One row: ``qs = round(xs * scale of its block)``, the scales ``srow`` one per block (bc > 1)
     or one per column (bc == 1); the row's counts in lane-wide integers (overflowed, zero inputs,
-    zero results, subnormal results)."""
+    zero results, subnormal results, infinities and NaNs among the products)."""
     c_over = _u(0, z)
     c_zx = _u(0, z)
     c_zq = _u(0, z)
     c_sub = _u(0, z)
+    c_sp = _u(0, z)
     if bc == 1:
         for c in range(xs.size):
             xv = xs[c]
-            q, over, zq, sub = _cast_one(xv * srow[c], z, p, d, tiny)
+            q, over, zq, sub, sp = _cast_one(xv * srow[c], z, p, d, tiny)
             qs[c] = q
             c_over = _u(c_over + over, z)
             c_zx = _u(c_zx + (xv == 0), z)
             c_zq = _u(c_zq + zq, z)
             c_sub = _u(c_sub + sub, z)
+            c_sp = _u(c_sp + sp, z)
     else:
         for b in range(nbc):
             s = srow[b]
@@ -69,13 +105,14 @@ def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any,
             qseg = qs[b * bc : b * bc + bc]
             for c in range(seg.size):
                 xv = seg[c]
-                q, over, zq, sub = _cast_one(xv * s, z, p, d, tiny)
+                q, over, zq, sub, sp = _cast_one(xv * s, z, p, d, tiny)
                 qseg[c] = q
                 c_over = _u(c_over + over, z)
                 c_zx = _u(c_zx + (xv == 0), z)
                 c_zq = _u(c_zq + zq, z)
                 c_sub = _u(c_sub + sub, z)
-    return c_over, c_zx, c_zq, c_sub
+                c_sp = _u(c_sp + sp, z)
+    return c_over, c_zx, c_zq, c_sub, c_sp
 
 
 def _scaled_round_kernel_py(
@@ -94,6 +131,7 @@ def _scaled_round_kernel_py(
     n_zx = 0
     n_zq = 0
     n_sub = 0
+    n_sp = 0
     for rr in prange(outer * rows):
         o = rr // rows
         s0 = (o * nbr + (rr - o * rows) // br) * nbc
@@ -101,12 +139,13 @@ def _scaled_round_kernel_py(
         xs = x[rr * cols : rr * cols + cols]
         qs = out[rr * cols : rr * cols + cols]
         # (per row in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
-        c_over, c_zx, c_zq, c_sub = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+        c_over, c_zx, c_zq, c_sub, c_sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
         n_sub += np.int64(c_sub)
-    return n_over, n_zx, n_zq, n_sub
+        n_sp += np.int64(c_sp)
+    return n_over, n_zx, n_zq, n_sub, n_sp
 
 
 #: rows of the result a task of the transposed loop gathers at once (16 float32: a cache line)
@@ -129,6 +168,7 @@ def _scaled_round_t_kernel_py(
     n_zx = 0
     n_zq = 0
     n_sub = 0
+    n_sp = 0
     for g in prange((rows + GROUP - 1) // GROUP):
         r0 = g * GROUP
         nr = min(GROUP, rows - r0)
@@ -144,42 +184,53 @@ def _scaled_round_t_kernel_py(
         c_zx = _u(0, z)
         c_zq = _u(0, z)
         c_sub = _u(0, z)
+        c_sp = _u(0, z)
         for k in range(nr):
             r = r0 + k
             s0 = (r // br) * nbc
             srow = scales[s0 : s0 + nbc]
             xs = buf[k]
             qs = out[r * cols : r * cols + cols]
-            o, zx, zq, sub = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+            o, zx, zq, sub, sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
             c_over = _u(c_over + o, z)
             c_zx = _u(c_zx + zx, z)
             c_zq = _u(c_zq + zq, z)
             c_sub = _u(c_sub + sub, z)
+            c_sp = _u(c_sp + sp, z)
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
         n_sub += np.int64(c_sub)
-    return n_over, n_zx, n_zq, n_sub
+        n_sp += np.int64(c_sp)
+    return n_over, n_zx, n_zq, n_sub, n_sp
 
 
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
-    """Compile the scaled-cast loop into ``out``, on the element functions and intrinsics that
+    """Compile the scaled-cast loops into ``out``, on the element functions and intrinsics that
     :func:`floatlab.rounding._kernels.compile_into` and
-    :func:`floatlab.rounding._block_kernels.compile_into` have bound (they run first)."""
+    :func:`floatlab.rounding._block_kernels.compile_into` have bound (they run first): each loop
+    twice, on the door's element routine (``scaled_round``, ``scaled_round_t``) and on the
+    round-to-nearest-even one (the same names with ``_rne``)."""
     g = globals()
     g["prange"] = numba.prange
-    g["_u"] = _kernels._u
-    g["_encode_one"] = _kernels._encode_one
-    g["_decode_one"] = _kernels._decode_one
+    for name in ("_u", "_s", "_shl", "_shr", "_encode_one", "_decode_one"):
+        g[name] = getattr(_kernels, name)
     g["_f32"] = _block_kernels._f32
     g["_bits32"] = _block_kernels._bits32
-    g["_cast_one"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_one_py)
-    g["_cast_row"] = numba.njit(nogil=True, error_model="numpy", forceinline=True)(_cast_row_py)
+    inline = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("scaled_round", "scaled_round_t"):
-        fn = g[f"_{name}_kernel_py"]
-        # numba's cache files are named after the function: the fingerprint of the element
-        # functions' file in the name makes a change there a new name, so the loop is compiled anew
-        stamped = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-        stamped.__qualname__ = f"{fn.__name__}_{_block_kernels.fingerprint()}"
-        out[name] = parallel(stamped)
+
+    def rebound(fn: Any, names: dict[str, Any], suffix: str) -> Any:
+        # the same code on globals where ``names`` are bound; numba's cache files are named after
+        # the function: the fingerprint of the element functions' file in the name makes a change
+        # there a new name, so the loop is compiled anew
+        f = types.FunctionType(fn.__code__, {**g, **names}, fn.__name__, fn.__defaults__, fn.__closure__)
+        f.__qualname__ = f"{fn.__name__}{suffix}"
+        return f
+
+    stamp = _block_kernels.fingerprint()
+    for element, suffix in ((_cast_one_py, ""), (_cast_one_rne_py, "_rne")):
+        row = inline(rebound(_cast_row_py, {"_cast_one": inline(element)}, suffix))
+        for name in ("scaled_round", "scaled_round_t"):
+            kernel = rebound(g[f"_{name}_kernel_py"], {"_cast_row": row}, f"{suffix}_{stamp}")
+            out[name + suffix] = parallel(kernel)
