@@ -111,3 +111,52 @@ def test_split_tensor_scale_values_are_element_times_block_scale(
     np.testing.assert_array_equal(split.values.astype(np.float64), exact)
     # with t: the exact float64 product (at most 30 bits) rounded once into the dtype
     np.testing.assert_array_equal(whole.values, (exact * whole.tensor_scale).astype(dtype))
+
+
+def _e8m0_data(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    """float64 rows for the E8M0 loops: every kind of _data's, blocks spread from float32's
+    subnormals to its top (where a moved element range leaves float32's normal numbers and the
+    loop takes its general path), a block with an infinity and one with a NaN."""
+    x = _data(rng, rows, k).astype(np.float64)
+    x[1::7] *= np.exp2(rng.integers(-110, 100, (len(x[1::7]), 1)).astype(np.float64))
+    x[2] = rng.standard_normal(k) * 2.0**-140  # (tiny shifts: the general path)
+    x[5] = rng.standard_normal(k) * 2.0**126  # (the largest shifts)
+    x[6, 1] = np.inf
+    x[10, 2] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTS))
+@pytest.mark.parametrize("scale", ["floor", "rceil"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_e8m0_nearest_even_is_the_doors_rounding_of_the_moved_values(
+    name: str, scale: str, dtype: Any
+) -> None:
+    """E8M0 blocks rounded to nearest even (rounded in place in the input's bits, where each
+    block's moved range allows): every element is encode_array of v / 2^s (exact in float64) into
+    the element format, saturating; the values are those elements times 2^s, and the counts
+    follow from the codes."""
+    element = fl.get_format(name)
+    x = _e8m0_data(np.random.default_rng(len(name) * 7 + len(scale)), 120, 32)
+    rows = x.astype(dtype)
+    b = encode_blocks(rows, element, 32, "rne", values=True, scale=scale)
+    shift = b.scale_codes.astype(np.int64) - 127
+    finite = b.scale_codes[:, 0] != 255
+    assert not finite[6]
+    assert not finite[10]
+    moved = np.ldexp(rows.astype(np.float64), -shift)[finite]
+    want = fl.encode_array(moved, element, "rne", saturate=True)
+    np.testing.assert_array_equal(b.element_codes[finite], want)
+    assert not b.element_codes[~finite].any()
+    values = np.ldexp(_decode(want, name), shift[finite])
+    assert b.values is not None
+    np.testing.assert_array_equal(b.values[finite], values.astype(dtype))
+    assert np.isnan(b.values[~finite]).all()
+    nonzero = rows[finite] != 0
+    magnitude = want & ~np.uint8(1 << (element.bits - 1))
+    assert b.nonzero == np.count_nonzero(nonzero)
+    assert b.flushed == np.count_nonzero(nonzero & (magnitude == 0))
+    assert b.subnormal == np.count_nonzero((magnitude != 0) & (magnitude < (1 << element.mantissa_bits)))
+    assert b.inexact == np.count_nonzero(values != rows[finite])
+    # the values alone (the pass that forms no codes) are the same
+    np.testing.assert_array_equal(fl.rounding.round_blocks(rows, element, 32, scale=scale), b.values)

@@ -30,8 +30,8 @@ _decode_one: Any = None
 _f32: Any = None
 _bits32: Any = None
 _shl: Any = None
-_shr: Any = None
 _s: Any = None
+_nearest: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
 
@@ -50,33 +50,20 @@ def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
 
 def _cast_one_rne_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     """:func:`_cast_one_py` for round to nearest even with saturation into a format without
-    flush-to-zero or fnuz zeros, for a finite ``v``, in about a quarter of its operations: the
-    value is rounded in place, in float32's own bit pattern, at the bit of the target's last
-    place (from 23 - m up, more below its smallest normal; a carry walks into the exponent). The
-    fifth flag says ``v`` was an infinity or a NaN, whose results here are not the door's: the
-    caller then casts the whole array again by :func:`_cast_one_py`. ``tiny`` is unused: the
-    smallest normal's bits come from ``p``."""
-    one = _u(1, z)
+    flush-to-zero or fnuz zeros, for a finite ``v``: rounded in place in float32's bit pattern
+    (:func:`floatlab.rounding._block_kernels._nearest_py`), in about a quarter of the operations.
+    The fifth flag says ``v`` was an infinity or a NaN, whose results here are not the door's:
+    the caller then casts the whole array again by :func:`_cast_one_py`. ``tiny`` is unused:
+    the smallest normal's bits come from ``p``."""
     m_t = p.mantissa_bits
     yb = _bits32(v)
     a = _u(yb & _u(0x7FFFFFFF, z), z)
     ebias = _s(p.emin + 127, z)
-    # the bits below the last place: 23 - m_t in the normal range, one more per binade below it
-    s = _s(_s(23 - m_t, z) + _s(max(_s(ebias - _s(max(_s(_shr(a, 23), z), _s(1, z)), z), z), _s(0, z)), z), z)
-    sc = _s(min(s, _s(23, z)), z)
-    p2 = _shl(one, sc)
-    # the last kept bit (at the place 23 it is the implicit bit, not the exponent's last one)
-    odd = _u(_shr(_u(a | _shl(_u(a >= _u(0x800000, z), z), 23), z), sc) & one, z)
-    r = _u(_u(a + _u(_u(_shr(p2, 1) - one, z) + odd, z), z) & ~_u(p2 - one, z), z)
-    # a place above float32's implicit bit (|v| below the smallest subnormal q): 0 or q
-    qexp = max(p.emin + 127 - m_t, 1)  # (below 1 this case cannot arise: s stays under 24)
-    r = r if s <= _s(23, z) else (_u(qexp << 23, z) if a > _u((qexp - 1) << 23, z) else _u(0, z))
     # the largest finite magnitude's float32 bits (a normal code: its fields moved over, rebiased)
     top = _u(_shl(_u(p.max_code, z), 23 - m_t) + _u((p.emin + 126) << 23, z), z)
-    over = r > top
-    r = top if over else r
+    r, over = _nearest(a, z, 23, m_t, ebias, top)
     q = _f32(_u(r | _u(yb & _u(0x80000000, z), z), z))
-    return q, over, r == _u(0, z), (r != _u(0, z)) & (r < _u(ebias << 23, z)), a >= _u(0x7F800000, z)
+    return q, over, r == _u(0, z), (r != _u(0, z)) & (r < _shl(_u(ebias, z), 23)), a >= _u(0x7F800000, z)
 
 
 def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
@@ -213,10 +200,10 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     round-to-nearest-even one (the same names with ``_rne``)."""
     g = globals()
     g["prange"] = numba.prange
-    for name in ("_u", "_s", "_shl", "_shr", "_encode_one", "_decode_one"):
+    for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one"):
         g[name] = getattr(_kernels, name)
-    g["_f32"] = _block_kernels._f32
-    g["_bits32"] = _block_kernels._bits32
+    for name in ("_f32", "_bits32", "_nearest"):
+        g[name] = getattr(_block_kernels, name)
     inline = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 
