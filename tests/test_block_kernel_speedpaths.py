@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import floatlab as fl
-from floatlab.rounding import encode_blocks
+from floatlab.rounding import encode_blocks, round_blocks_split
 
 MODES = ("rne", "rna", "rtz", "rup", "rdown", "rodd", "stochastic")
 #: ml_dtypes types of the element formats (to decode their codes)
@@ -111,6 +111,24 @@ def test_split_tensor_scale_values_are_element_times_block_scale(
     np.testing.assert_array_equal(split.values.astype(np.float64), exact)
     # with t: the exact float64 product (at most 30 bits) rounded once into the dtype
     np.testing.assert_array_equal(whole.values, (exact * whole.tensor_scale).astype(dtype))
+    # the values alone (the pass that forms no codes, and rounds to nearest even in place)
+    alone, t = round_blocks_split(x, element, block, "rne", scale="e4m3")
+    np.testing.assert_array_equal(alone, split.values)
+    assert t == split.tensor_scale
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTS))
+@pytest.mark.parametrize("mode", ["rne", "rtz", "stochastic"])
+def test_e4m3_values_alone_are_the_codes_values(name: str, mode: str) -> None:
+    """round_blocks_split's one pass (in place for nearest even) gives the values that
+    encode_blocks reads off its codes, in every element format."""
+    x = _data(np.random.default_rng(len(name) * 3 + len(mode)), 200, 32)
+    element = fl.get_format(name)
+    rng = 5 if mode == "stochastic" else None
+    enc = encode_blocks(x, element, 16, mode, rng=rng, values=True, scale="e4m3", split_tensor_scale=True)
+    alone, _ = round_blocks_split(x, element, 16, mode, rng=rng, scale="e4m3")
+    assert enc.values is not None
+    np.testing.assert_array_equal(alone, enc.values)
 
 
 def _e8m0_data(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
