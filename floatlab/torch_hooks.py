@@ -28,16 +28,106 @@ without torch installed.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from floatlab.exact import pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.gradhist import GradHistogram
+from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict
 from floatlab.text import percent
 
-__all__ = ["GradientRecorder", "output_tensors"]
+__all__ = ["CombinedAdvice", "GradientRecorder", "output_tensors"]
+
+
+@dataclass(frozen=True)
+class CombinedAdvice:
+    """One loss scale for the parameter and the activation gradients together:
+    :meth:`GradientRecorder.combined_advice`.
+
+    A loss scale multiplies every gradient of backward, of both kinds, so it must keep both in
+    range. ``log2_scale`` is the largest power of two under which neither kind exceeds
+    ``format.max / 2^headroom`` (so neither overflows): the smaller of the two kinds' largest
+    allowed scales (``ScaleAdvice.max_log2_scale``; a kind with no finite nonzero value
+    allows any scale). ``parameters`` and ``activations`` are what that scale still does to
+    each kind (flushed to zero, subnormal); ``advice`` holds each kind's own advice, which
+    can be larger than the combined scale (the activation gradients' alone often is: it
+    rescues their small values and overflows the larger parameter gradients).
+
+    >>> import numpy as np
+    >>> from floatlab.gradhist import histogram
+    >>> params = histogram(np.array([2.0**-4, 2.0**-30], np.float32))
+    >>> acts = histogram(np.array([2.0**-20, 2.0**-45], np.float32))
+    >>> c = CombinedAdvice.of(params, acts, "fp16")
+    >>> c.log2_scale, c.advice["activations"].log2_scale    # 2^-4 * 2^17 = 2^13 <= 65504 / 4
+    (17, 31)
+    >>> c.parameters.flushed, c.activations.flushed           # 2^-45 * 2^17 is below fp16's 2^-25
+    (0, 1)
+    >>> print(c)  # doctest: +NORMALIZE_WHITESPACE
+    scale 2^17, the largest under which neither the parameter nor the activation gradients exceed
+    fp16's max / 2^2: parameter gradients 0% flushed, 0% subnormal, activation gradients 50%
+    flushed, 0% subnormal; the activation gradients' own advice, 2^31, would push the parameter
+    gradients past that limit.
+    """
+
+    format: str
+    rounding: str
+    headroom: int
+    log2_scale: int
+    parameters: Verdict
+    activations: Verdict
+    advice: dict[str, ScaleAdvice]
+
+    @property
+    def scale(self) -> float:
+        """The scale, 2^log2_scale."""
+        return math.ldexp(1.0, self.log2_scale)
+
+    @classmethod
+    def of(
+        cls,
+        parameters: GradHistogram,
+        activations: GradHistogram,
+        fmt: FloatFormat | str = "fp16",
+        *,
+        headroom: int = 2,
+        rounding: str = "rne",
+    ) -> CombinedAdvice:
+        """The combined advice for the histograms of the two kinds (see the class).
+
+        >>> CombinedAdvice.of(GradHistogram(), GradHistogram(), "fp16").log2_scale
+        0
+        """
+        f = get_format(fmt)
+        kinds = {"parameters": parameters, "activations": activations}
+        advice = {k: h.recommend_scale(f, headroom=headroom, rounding=rounding) for k, h in kinds.items()}
+        # a kind without finite nonzero values puts no bound on the scale
+        bounds = [advice[k].max_log2_scale for k, h in kinds.items() if h.finite]
+        k = min(bounds) if bounds else 0
+        mode = advice["parameters"].rounding  # (the deterministic mode the advice judged with)
+        at = {name: h.verdict(f, pow2(k), mode) for name, h in kinds.items()}
+        return cls(f.name, mode, headroom, k, at["parameters"], at["activations"], advice)
+
+    def __str__(self) -> str:
+        def lost(v: Verdict) -> str:
+            return f"{percent(v.flushed, v.total)} flushed, {percent(v.subnormal, v.total)} subnormal"
+
+        text = (
+            f"scale 2^{self.log2_scale}, the largest under which neither the parameter nor the "
+            f"activation gradients exceed {self.format}'s max / 2^{self.headroom}: parameter "
+            f"gradients {lost(self.parameters)}, activation gradients {lost(self.activations)}"
+        )
+        for kind, other in (("activation", "parameter"), ("parameter", "activation")):
+            own = self.advice[kind + "s"]
+            if own.log2_scale > self.log2_scale:
+                text += (
+                    f"; the {kind} gradients' own advice, 2^{own.log2_scale}, would push the "
+                    f"{other} gradients past that limit"
+                )
+        return text + "."
 
 
 class GradientRecorder:
@@ -228,7 +318,8 @@ class GradientRecorder:
     def report(self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne") -> str:
         """A table: per parameter, the share of gradient values that ``fmt`` flushes to zero,
         makes subnormal or overflows unscaled, then the advice for all gradients together; and,
-        when hooks recorded any, the same for the activation gradients, apart.
+        when hooks recorded any, the same for the activation gradients, apart, then one scale
+        for both kinds (:meth:`combined_advice`: a loss scale multiplies both).
 
         >>> print(GradientRecorder(model=None).report("fp16").splitlines()[0])
         gradients of 0 parameters over 0 steps, in fp16 unscaled:
@@ -249,7 +340,24 @@ class GradientRecorder:
             advice = self.activation_total.recommend_scale(f, headroom=headroom, rounding=rounding)
             lines.append(f"all activation gradients: {advice.before}")
             lines.append(f"advice: scale 2^{advice.log2_scale}. {advice.reason}")
+            lines.append("")
+            combined = self.combined_advice(f, headroom=headroom, rounding=rounding)
+            lines.append(f"both kinds, one loss scale: {combined}")
         return "\n".join(lines)
+
+    def combined_advice(
+        self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne"
+    ) -> CombinedAdvice:
+        """One loss scale for the parameter gradients (:attr:`total`) and the activation
+        gradients (:attr:`activation_total`) together: the largest power of two under which
+        neither kind exceeds ``fmt.max / 2^headroom``, and what it still loses of each (see
+        :class:`CombinedAdvice`). Without activation gradients (recorded by hooks only) it is
+        bounded by the parameter gradients alone.
+
+        >>> GradientRecorder(model=None).combined_advice("fp16").log2_scale
+        0
+        """
+        return CombinedAdvice.of(self.total, self.activation_total, fmt, headroom=headroom, rounding=rounding)
 
 
 def _table(label: str, hists: dict[str, GradHistogram], f: FloatFormat, rounding: str) -> list[str]:

@@ -216,6 +216,33 @@ def test_compiled_and_vectorised_paths_agree(monkeypatch: pytest.MonkeyPatch) ->
     assert H.histogram(x, y) == compiled
 
 
+def test_the_compiled_loops_run_on_one_thread_below_serial_below(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the rounding loops: a small array on one thread (one set of counters), a large one on
+    all of numba's threads (a set per thread), the same counts either way."""
+    numba = pytest.importorskip("numba")
+    from floatlab.gradhist import _kernels as hk
+    from floatlab.rounding import threads
+
+    seen: list[tuple[int, int]] = []
+    loops = hk._compile()
+    for key in ("32", "64"):
+
+        def spy(*args: Any, kern: Any = loops[key]) -> Any:
+            seen.append((numba.get_num_threads(), args[-4].shape[0]))  # (the per-thread counters)
+            return kern(*args)
+
+        monkeypatch.setitem(loops, key, spy)
+    monkeypatch.setattr(gradhist_inputs, "_SMALL_INPUT", 0)
+    x = random_float32(30_000, np.random.default_rng(SEED + 7))
+    small = H.histogram(x, x.astype(np.float64))
+    monkeypatch.setattr(threads, "SERIAL_BELOW", 1000)  # the same arrays, now above the threshold
+    large = H.histogram(x, x.astype(np.float64))
+    n = numba.get_num_threads()
+    assert seen == [(1, 1), (1, 1), (n, n), (n, n)]
+    assert numba.get_num_threads() == n  # restored
+    assert large == small
+
+
 # ---- inputs -----------------------------------------------------------------------------------
 class OnlyArray:
     def __init__(self, a: npt.NDArray[Any]) -> None:

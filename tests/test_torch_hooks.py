@@ -130,11 +130,67 @@ def test_report_shows_activation_gradients_apart_and_their_underflow() -> None:
     v = rec.activation_grads["0.grad_output"].verdict("fp16")
     assert v.flushed == flushed
     assert row.split()[1] == f"{g0.size:,}"
-    assert lines[-2].startswith("all activation gradients: fp16, scale 1")
-    assert lines[-1].startswith("advice: scale 2^")
+    assert lines[-4].startswith("all activation gradients: fp16, scale 1")
+    assert lines[-3].startswith("advice: scale 2^")
+    assert lines[-1].startswith("both kinds, one loss scale: scale 2^")
     rec.reset()
     assert (rec.steps, rec.activation_grads, rec.activation_total.total) == (0, {}, 0)
     assert "activation gradients" not in rec.report("fp16")
+
+
+def _brute_force(tensors: list[npt.NDArray[Any]], k: int) -> dict[str, int]:
+    """What numpy's float16 cast (correctly rounded from float64) does to ``tensors * 2^k``."""
+    counts = dict.fromkeys(("flushed", "subnormal", "overflow"), 0)
+    for t in tensors:
+        x = t.astype(np.float64).ravel()
+        x = x[x != 0] * 2.0**k  # (exact: a power of two, far from float64's limits here)
+        with np.errstate(under="ignore", over="ignore"):
+            r = x.astype(np.float16)
+        counts["flushed"] += int(np.count_nonzero(r == 0))
+        counts["subnormal"] += int(np.count_nonzero((r != 0) & (np.abs(r) < 2.0**-14)))
+        counts["overflow"] += int(np.count_nonzero(np.isinf(r)))
+    return counts
+
+
+@pytest.mark.parametrize("headroom", [0, 2])
+def test_one_scale_for_both_kinds_against_a_search_over_powers_of_two(headroom: int) -> None:
+    """Large inputs make large weight gradients from small output gradients: the activation
+    gradients' own advice rescues their small values and overflows the weight gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    rec = GradientRecorder(model)
+    params: list[npt.NDArray[Any]] = []
+    acts: list[npt.NDArray[Any]] = []
+    gen = torch.Generator().manual_seed(1)
+    with rec.attached():
+        for _ in range(2):
+            x = torch.randn(64, 8, generator=gen) * 2.0**10
+            # the gradient reaching the layer's output: magnitudes 2^-45 .. 2^-15
+            g = torch.randn(64, 4, generator=gen) * torch.exp2(-15 - 30 * torch.rand(64, 4, generator=gen))
+            model.zero_grad(set_to_none=True)
+            (model(x) * g).sum().backward()
+            acts.append(g.numpy().copy())
+            params += [p.grad.numpy().copy() for p in model.parameters() if p.grad is not None]
+    assert rec.steps == 2
+    c = rec.combined_advice("fp16", headroom=headroom)
+
+    # the oracle: every power of two, the recorded tensors scaled exactly and cast by numpy
+    limit = 65504.0 / 2.0**headroom
+    top = max(float(np.abs(t).astype(np.float64).max()) for t in params + acts)
+    fits = [k for k in range(-200, 200) if top * 2.0**k <= limit]
+    assert c.log2_scale == max(fits)
+    for kind, tensors, v in (("parameters", params, c.parameters), ("activations", acts, c.activations)):
+        want = _brute_force(tensors, c.log2_scale)
+        assert (v.flushed, v.subnormal, v.overflow) == (want["flushed"], want["subnormal"], 0), kind
+        assert v.total == sum(t.size for t in tensors)
+    # the activation gradients' own advice overflows the weight gradients (numpy's cast says so)
+    own = c.advice["activations"].log2_scale
+    assert own > c.log2_scale
+    assert _brute_force(params, own)["overflow"] > 0
+    assert sum(_brute_force(acts, c.log2_scale).values()) > 0  # it still loses some of them
+    text = rec.report("fp16", headroom=headroom)
+    assert f"both kinds, one loss scale: scale 2^{c.log2_scale}, the largest" in text
+    assert f"the activation gradients' own advice, 2^{own}, would push the parameter" in text
 
 
 def test_a_leaf_model_and_tuple_outputs() -> None:

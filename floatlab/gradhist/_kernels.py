@@ -17,7 +17,8 @@ line, not per dtype, so histograms of float64, float32, float16 and bfloat16 dat
 
 :func:`cells_numpy` is the readable vectorised reference; :func:`count32` and :func:`count64`
 are the compiled loops (numba, imported on first use only) for large float32 and float64
-arrays. Both return a :class:`Counts`.
+arrays, launched as the rounding loops are (:func:`floatlab.rounding.threads.loop_threads`: on
+one thread below two million values). Both return a :class:`Counts`.
 
 >>> import numpy as np
 >>> from floatlab.formats import FP32
@@ -39,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat
+from floatlab.rounding.threads import loop_threads
 
 __all__ = [
     "E_MAX",
@@ -391,12 +393,6 @@ def _compile() -> dict[str, Any]:
         return _compiled
 
 
-def _threads() -> int:
-    import numba
-
-    return int(numba.get_num_threads())
-
-
 # at most this many elements per call: each thread's uint32 counters then cannot wrap
 _MAX_CALL = 1 << 31
 
@@ -436,26 +432,27 @@ def count32(bits: npt.NDArray[np.uint32]) -> Counts:
     2
     """
     kern = _compile()["32"]
-    nth = _threads()
-    n_e = 277  # float32 exponents -149 .. 127
-    block = np.zeros((2, n_e, NCELL), np.int64)
-    spec_total = np.zeros((1, 8), np.int64)
-    for start in range(0, max(bits.size, 1), _MAX_CALL):
-        part = bits[start : start + _MAX_CALL]
-        hot = np.zeros((nth, 1 << 18), np.uint32)
-        det, touched = _det_arrays(nth, n_e)
-        spec = np.zeros((nth, 8), np.int64)
-        kern(part, hot, det, touched, spec)
-        h = hot.sum(axis=0, dtype=np.int64).reshape(2, 2, 256, 256)  # [point, sign, e field, top 8]
-        # normal exponent fields 1..254 are E = e - 127, rows 23..276 (row = E + 149)
-        block[:, 23:, 0:510:2] += h[1, :, 1:255, 0:255]
-        block[:, 23:, 1:510:2] += h[0, :, 1:255, 0:255]
-        spec[0, _SP_ZERO : _SP_ZERO + 2] += h[1, :, 0, 0]
-        inf = h[1, :, 255, 0]
-        spec[0, _SP_INF : _SP_INF + 2] += inf
-        spec[0, _SP_NAN] += int(h[:, :, 255, :].sum() - inf.sum())
-        _fold_det(det, touched, block)
-        spec_total += spec.sum(axis=0)
+    # a small array runs on one thread, as the rounding loops do, with one set of counters
+    with loop_threads(bits.size) as nth:
+        n_e = 277  # float32 exponents -149 .. 127
+        block = np.zeros((2, n_e, NCELL), np.int64)
+        spec_total = np.zeros((1, 8), np.int64)
+        for start in range(0, max(bits.size, 1), _MAX_CALL):
+            part = bits[start : start + _MAX_CALL]
+            hot = np.zeros((nth, 1 << 18), np.uint32)
+            det, touched = _det_arrays(nth, n_e)
+            spec = np.zeros((nth, 8), np.int64)
+            kern(part, hot, det, touched, spec)
+            h = hot.sum(axis=0, dtype=np.int64).reshape(2, 2, 256, 256)  # [point, sign, e field, top 8]
+            # normal exponent fields 1..254 are E = e - 127, rows 23..276 (row = E + 149)
+            block[:, 23:, 0:510:2] += h[1, :, 1:255, 0:255]
+            block[:, 23:, 1:510:2] += h[0, :, 1:255, 0:255]
+            spec[0, _SP_ZERO : _SP_ZERO + 2] += h[1, :, 0, 0]
+            inf = h[1, :, 255, 0]
+            spec[0, _SP_INF : _SP_INF + 2] += inf
+            spec[0, _SP_NAN] += int(h[:, :, 255, :].sum() - inf.sum())
+            _fold_det(det, touched, block)
+            spec_total += spec.sum(axis=0)
     return _spec_counts(spec_total, block, -149)
 
 
@@ -475,23 +472,23 @@ def count64(bits: npt.NDArray[np.uint64]) -> Counts:
     2
     """
     kern = _compile()["64"]
-    nth = _threads()
-    n_e = N_EXP
-    block = np.zeros((2, n_e, NCELL), np.int64)
-    spec_total = np.zeros((1, 8), np.int64)
-    for start in range(0, max(bits.size, 1), _MAX_CALL):
-        part = bits[start : start + _MAX_CALL]
-        ebase = _window_base(part)
-        hot = np.zeros((nth, 1 << 18), np.uint32)
-        det, touched = _det_arrays(nth, n_e)
-        spec = np.zeros((nth, 8), np.int64)
-        kern(part, np.int64(ebase), hot, det, touched, spec)
-        h = hot.sum(axis=0, dtype=np.int64).reshape(2, 2, 256, 256)  # [point, sign, window row, top 8]
-        # window row r (1..255) is the exponent field ebase + r: E = ebase + r - 1023, row E + 1074
-        r0 = ebase + 1 + 51
-        block[:, r0 : r0 + 255, 0:510:2] += h[1, :, 1:, 0:255]
-        block[:, r0 : r0 + 255, 1:510:2] += h[0, :, 1:, 0:255]
-        spec[0, _SP_ZERO : _SP_ZERO + 2] += h[1, :, 0, 0]
-        _fold_det(det, touched, block)
-        spec_total += spec.sum(axis=0)
+    with loop_threads(bits.size) as nth:
+        n_e = N_EXP
+        block = np.zeros((2, n_e, NCELL), np.int64)
+        spec_total = np.zeros((1, 8), np.int64)
+        for start in range(0, max(bits.size, 1), _MAX_CALL):
+            part = bits[start : start + _MAX_CALL]
+            ebase = _window_base(part)
+            hot = np.zeros((nth, 1 << 18), np.uint32)
+            det, touched = _det_arrays(nth, n_e)
+            spec = np.zeros((nth, 8), np.int64)
+            kern(part, np.int64(ebase), hot, det, touched, spec)
+            h = hot.sum(axis=0, dtype=np.int64).reshape(2, 2, 256, 256)  # [point, sign, window row, top 8]
+            # window row r (1..255) is the exponent field ebase + r: E = ebase + r - 1023, row E + 1074
+            r0 = ebase + 1 + 51
+            block[:, r0 : r0 + 255, 0:510:2] += h[1, :, 1:, 0:255]
+            block[:, r0 : r0 + 255, 1:510:2] += h[0, :, 1:, 0:255]
+            spec[0, _SP_ZERO : _SP_ZERO + 2] += h[1, :, 0, 0]
+            _fold_det(det, touched, block)
+            spec_total += spec.sum(axis=0)
     return _spec_counts(spec_total, block, E_MIN)

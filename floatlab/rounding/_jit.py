@@ -12,16 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from floatlab.rounding.threads import loop_threads
+
 _lock = threading.Lock()
 _compiled: dict[str, Any] = {}
-
-#: arrays smaller than this run on one thread. Waking the other cores costs more than they save
-#: on a small array, and worse, between the GEMMs of a training step the BLAS threads and the
-#: loop threads (OpenMP's spin-wait) then take turns on the same cores, which costs milliseconds:
-#: a step of the default transformer under an fp8 recipe, whose operands (up to a million values
-#: each) are rounded between GEMMs, took 443 ms with those arrays on two threads and 269 ms on
-#: one (2 cores; fp32's step 120 ms either way). Above two million values the threads pay.
-SERIAL_BELOW = 1 << 21
 
 
 def loops() -> dict[str, Any]:
@@ -49,17 +43,8 @@ def loop(name: str) -> Any:
 
 
 def launch(name: str, n: int, *args: Any) -> Any:
-    """Run compiled loop ``name`` over ``n`` elements: on one thread when ``n`` is small."""
+    """Run compiled loop ``name`` over ``n`` elements: on one thread when ``n`` is small
+    (:func:`floatlab.rounding.threads.loop_threads`)."""
     fn = loop(name)
-    if n >= SERIAL_BELOW:
+    with loop_threads(n):
         return fn(*args)
-    import numba
-
-    threads = numba.get_num_threads()
-    if threads == 1:
-        return fn(*args)
-    numba.set_num_threads(1)  # per calling thread, so concurrent callers do not interfere
-    try:
-        return fn(*args)
-    finally:
-        numba.set_num_threads(threads)

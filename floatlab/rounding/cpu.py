@@ -378,7 +378,7 @@ def run_accumulate(
     float32 (B, M, N), each output's sum over k in order, every addition rounded once by ``p``
     (float64 into an IEEE accumulator within fp32: deterministic, subnormals kept, no saturation);
     ``every`` > 0 promotes the sum into an fp32 total (``p32``, round to nearest even) after each
-    ``every`` products. A call of fewer than :data:`~floatlab.rounding._jit.SERIAL_BELOW` products
+    ``every`` products. A call of fewer than :data:`~floatlab.rounding.threads.SERIAL_BELOW` products
     runs on one thread.
 
     >>> from floatlab.formats import FP16, FP32
