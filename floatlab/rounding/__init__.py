@@ -9,7 +9,8 @@ The package is layered bottom-up; no module imports one above it:
 * :mod:`~floatlab.rounding.params`: the integers a compiled loop needs, derived from the formats
   as named fields;
 * :mod:`~floatlab.rounding.plan`: the host prologue (which loop, which parameters), shared by
-* the executors :mod:`~floatlab.rounding.cpu` (numba loops over the cores) and
+* the executors :mod:`~floatlab.rounding.cpu` (numba loops over the cores, one thread for a
+  small array: :mod:`~floatlab.rounding.threads`) and
   :mod:`~floatlab.rounding.cuda` (the same element functions compiled for a GPU);
 * :mod:`~floatlab.rounding.arrays`: the public door, :func:`round_array`, :func:`encode_array`
   and the building blocks the rest of floatlab uses.

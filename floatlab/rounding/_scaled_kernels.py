@@ -8,8 +8,9 @@ tiles down a middle axis; k x k: square blocks). A task is one row: its scales a
 scale array, read one per block (bc > 1) or one per column (bc == 1), so that the element loop
 never asks which block a value is in.
 
-Like the block loops, the loop here is compiled under a name that carries a fingerprint of the
-element functions' file, so that a change there compiles it anew.
+Like the block loops, the loops here are compiled under names that carry a fingerprint of the
+element functions' file and the block loops' (whose in-place rounding they inline), so that a
+change there compiles them anew.
 """
 
 from __future__ import annotations
