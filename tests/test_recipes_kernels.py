@@ -233,6 +233,11 @@ def test_fma_sum_equals_the_loop_of_fmas(shape: tuple[int, int, int]) -> None:
     got = fma_sum(partials, a_s, b_s)
     assert got.shape == (m, n)
     assert _bits(got) == _bits(want)
+    # scales that take the sums into float32's subnormals and beyond its top
+    tiny = a_s * F32(2.0**-100)
+    assert _bits(fma_sum(partials, tiny, b_s)) == _bits(_fma_loop(partials, tiny, b_s))
+    huge = b_s * F32(2.0**100)
+    assert _bits(fma_sum(partials, a_s, huge)) == _bits(_fma_loop(partials, a_s, huge))
 
 
 def test_fma_sum_rounds_once_per_term() -> None:

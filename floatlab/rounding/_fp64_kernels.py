@@ -206,31 +206,6 @@ def _fma_kernel_py(x: Any, y: Any, z: Any, out: Any, pt: Any) -> None:
         out[i] = np.uint64(_round_ieee64(u, p)).view(np.float64)
 
 
-def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any, pt: Any) -> None:
-    """out[i, j] = the sum over t of s * partials[t, i, j], s = a_scale[i, t] * b_scale[t, j] in
-    float32: the first term the float32 product (plus +0, as an FMA's sum of it and +0 gives),
-    each later one added by a fused multiply-add rounded once by ``pt``, in order of t (the fma
-    loop's arithmetic, term by term). A task per output row; its sums advance side by side."""
-    p = EncodeParams(*pt)
-    nt, m, n = partials.shape
-    for i in prange(m):
-        acc = out[i]
-        a0 = a_scale[i, 0]
-        b0 = b_scale[0]
-        p0 = partials[0, i]
-        for j in range(n):
-            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
-        for t in range(1, nt):
-            at = a_scale[i, t]
-            bt = b_scale[t]
-            pt_ = partials[t, i]
-            for j in range(n):
-                s = np.float32(at * bt[j])
-                # two fp32 values: their product is exact in float64; the sum rounded to odd
-                u = _odd_sum_bits(np.float64(s) * np.float64(pt_[j]), np.float64(acc[j]), False)
-                acc[j] = np.float32(np.uint64(_round_ieee64(u, p)).view(np.float64))
-
-
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Compile the loops into ``out`` by name (once per process)."""
     g = globals()
@@ -240,6 +215,6 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     for name in ("_prod_err", "_odd_sum_bits", "_round_ieee64"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("odd_sum", "odd_div", "odd_sqrt", "accumulate", "fma", "fma_sum"):
+    for name in ("odd_sum", "odd_div", "odd_sqrt", "accumulate", "fma"):
         out[name] = parallel(g[f"_{name}_kernel_py"])
     out["add_count"] = numba.njit(cache=True, nogil=True, error_model="numpy")(_add_count_kernel_py)

@@ -33,6 +33,7 @@ _bits32: Any = None
 _shl: Any = None
 _s: Any = None
 _nearest: Any = None
+_fma32: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
 
@@ -193,6 +194,27 @@ def _scaled_round_t_kernel_py(
     return n_over, n_zx, n_zq, n_sub, n_sp
 
 
+def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:
+    """out[i, j] = the sum over t of s * partials[t, i, j], s = a_scale[i, t] * b_scale[t, j] in
+    float32: the first term the float32 product (plus +0, as an FMA's sum of it and +0 gives),
+    each later one added by a float32 fused multiply-add (LLVM's fma: rounded once, to nearest
+    even, subnormals kept), in order of t. A task per output row; its sums advance side by side."""
+    nt, m, n = partials.shape
+    for i in prange(m):
+        acc = out[i]
+        a0 = a_scale[i, 0]
+        b0 = b_scale[0]
+        p0 = partials[0, i]
+        for j in range(n):
+            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
+        for t in range(1, nt):
+            at = a_scale[i, t]
+            bt = b_scale[t]
+            pt_ = partials[t, i]
+            for j in range(n):
+                acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
+
+
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Compile the scaled-cast loops into ``out``, on the element functions and intrinsics that
     :func:`floatlab.rounding._kernels.compile_into` and
@@ -203,7 +225,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["prange"] = numba.prange
     for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one"):
         g[name] = getattr(_kernels, name)
-    for name in ("_f32", "_bits32", "_nearest"):
+    for name in ("_f32", "_bits32", "_nearest", "_fma32"):
         g[name] = getattr(_block_kernels, name)
     inline = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
@@ -222,3 +244,4 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
         for name in ("scaled_round", "scaled_round_t"):
             kernel = rebound(g[f"_{name}_kernel_py"], {"_cast_row": row}, f"{suffix}_{stamp}")
             out[name + suffix] = parallel(kernel)
+    out["fma_sum"] = parallel(_fma_sum_kernel_py)

@@ -309,24 +309,18 @@ def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.
     return out.astype(np.float32)  # (exact: the values are fp32 values)
 
 
-def run_fma_sum(
-    partials: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, p: EncodeParams
-) -> np.ndarray:
+def run_fma_sum(partials: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
     """The scaled sum of the float32 ``partials`` (T, M, N) with float32 scales ``a_scale``
     (M, T) and ``b_scale`` (T, N): float32 (M, N), the first term a float32 product, each later
-    one added by an FMA rounded once by ``p`` (float64 into an IEEE format within fp32).
+    one added by a float32 FMA (rounded once, to nearest even).
 
-    >>> from floatlab.formats import FP32
-    >>> from floatlab.rounding.options import RoundingOptions
-    >>> from floatlab.rounding.params import encode_params
-    >>> p = encode_params(FP64, FP32, RoundingOptions(), lanes=64)
     >>> parts = np.float32([[[1.0]], [[3.0]]])
-    >>> run_fma_sum(parts, np.float32([[2.0, 0.5]]), np.float32([[1.0], [1.0]]), p).tolist()
+    >>> run_fma_sum(parts, np.float32([[2.0, 0.5]]), np.float32([[1.0], [1.0]])).tolist()
     [[3.5]]
     """
     nt, m, n = partials.shape
     out = np.empty((m, n), np.float32)
-    launch("fma_sum", nt * m * n, partials, a_scale, b_scale, out, tuple(p))
+    launch("fma_sum", nt * m * n, partials, a_scale, b_scale, out)
     return out
 
 

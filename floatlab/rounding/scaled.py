@@ -2,8 +2,9 @@
 (:func:`round_scaled`) and the block-scaled GEMM's scale-and-accumulate (:func:`fma_sum`).
 
 Both give exactly the bits of the NumPy passes they replace (a float32 product, then
-:func:`~floatlab.rounding.round_array`; a chain of :func:`~floatlab.rounding.fma`), through the
-rounding core's own element routines, with the counts of what the cast did.
+:func:`~floatlab.rounding.round_array`, with the counts of what the cast did: through the
+rounding core's own element routines; a chain of :func:`~floatlab.rounding.fma`: through the
+CPU's float32 fused multiply-add, which rounds once, to nearest even, as the door's does).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from floatlab.formats import FP32, FP64, FloatFormat, get_format
+from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.options import RoundingOptions
-from floatlab.rounding.params import encode_params
 from floatlab.rounding.plan import make_plan
 from floatlab.rounding.spec import check_rounding
 
@@ -48,7 +48,7 @@ def fma_sum(partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike) -> np.n
             f"fma_sum of partials {pa.shape}, scales {sa.shape} and {sb.shape}: expected (T, M, N) with "
             "T >= 1, (M, T) and (T, N)"
         )
-    return cpu.run_fma_sum(pa, sa, sb, encode_params(FP64, FP32, RoundingOptions(), lanes=64))
+    return cpu.run_fma_sum(pa, sa, sb)
 
 
 class ScaledRound(NamedTuple):
