@@ -321,6 +321,25 @@ def test_tensorwise_equals_torchao(name: str, role: str, pow2: bool) -> None:
     assert np.array_equal(fl.encode_array(q.values, fmt)[~nan], codes[~nan])
 
 
+@pytest.mark.parametrize("pow2", [False, True])
+def test_current_scale_of_one_amax_is_the_array_paths(pow2: bool) -> None:
+    # a scalar amax takes a path of its own (no door call per step): the same bits as an array
+    rng = np.random.default_rng(2)
+    amaxes = [0.0, -0.0, 1e-13, 1e-12, 2.0**-149, 3.4e38, 1e39, math.inf, math.nan, 448.0, 57344.0]
+    amaxes += (np.exp2(rng.uniform(-150, 128, 400)) * rng.uniform(1, 2, 400)).tolist()
+    with np.errstate(over="ignore"):
+        narrow = [np.float32(a) for a in amaxes]
+    for fmt in (E4M3, E5M2):
+        arrays = current_scale(np.array(amaxes), fmt, pow2)
+        for i, a in enumerate(amaxes):
+            for one in (a, np.float64(a)):
+                got = current_scale(one, fmt, pow2)
+                assert got.dtype == np.float32
+                assert got.tobytes() == arrays[i].tobytes(), (fmt.name, a)
+        for a32, want in zip(narrow, current_scale(np.array(narrow), fmt, pow2), strict=True):
+            assert current_scale(a32, fmt, pow2).tobytes() == want.tobytes(), (fmt.name, a32)
+
+
 def test_current_scale_equals_torchao_amax_to_scale() -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchao")
