@@ -178,3 +178,26 @@ def test_e8m0_nearest_even_is_the_doors_rounding_of_the_moved_values(
     assert b.inexact == np.count_nonzero(values != rows[finite])
     # the values alone (the pass that forms no codes) are the same
     np.testing.assert_array_equal(fl.rounding.round_blocks(rows, element, 32, scale=scale), b.values)
+
+
+@pytest.mark.parametrize("scale", ["e4m3", "floor", "rceil"])
+@pytest.mark.parametrize("mode", ["rne", "rtz", "stochastic"])
+@pytest.mark.parametrize("name", ["float4_e2m1fn", "float8_e4m3fn", "float8_e4m3fnuz"])
+def test_counts_without_codes_are_the_codes_counts(scale: str, mode: str, name: str) -> None:
+    """encode_blocks(element_codes=False): the same values, scales and counts as with the codes
+    (under "e4m3" from the values' own pass, which forms no codes), and an empty codes array."""
+    x = _data(np.random.default_rng(len(scale) + len(mode) + len(name)), 150, 32)
+    x[6, 1] = np.inf
+    element = fl.get_format(name)
+    rng = 3 if mode == "stochastic" else None
+    how: dict[str, Any] = {"values": True, "scale": scale, "split_tensor_scale": scale == "e4m3"}
+    full = encode_blocks(x, element, 16, mode, rng=rng, **how)
+    bare = encode_blocks(x, element, 16, mode, rng=rng, element_codes=False, **how)
+    assert bare.element_codes.size == 0
+    assert full.values is not None
+    assert bare.values is not None
+    np.testing.assert_array_equal(bare.values, full.values)
+    np.testing.assert_array_equal(bare.scale_codes, full.scale_codes)
+    assert bare[3:] == full[3:]
+    assert full.flushed > 0
+    assert full.inexact > 0

@@ -398,7 +398,7 @@ class BlockCodes(NamedTuple):
     ([[89]], [[9.313225746154785e-10, 0.0]], 1, 0)
     """
 
-    element_codes: np.ndarray  # uint8, the shape of the input
+    element_codes: np.ndarray  # uint8, the shape of the input (empty under element_codes=False)
     scale_codes: np.ndarray  # uint8, one per block: E8M0 (255: the NaN scale) or E4M3 (0x7F: NaN)
     values: np.ndarray | None  # element value times block scale (times tensor scale), when asked for
     nonzero: int  # counted over the blocks with a finite scale
@@ -453,6 +453,7 @@ def encode_blocks(
     scale: str = "floor",
     tensor_scale: float | None = None,
     split_tensor_scale: bool = False,
+    element_codes: bool = True,
 ) -> BlockCodes:
     """Block-scaled encoding of the C-contiguous float64 or float32 array ``rows``: the element
     codes of ``element`` (at most 8 bits), one scale code per block and what it did, in one
@@ -482,6 +483,9 @@ def encode_blocks(
     exact for the E8M0 rules, rounded to nearest under "e4m3" for float32 rows);
     ``split_tensor_scale`` leaves the tensor scale out of them (element x block scale, exact),
     for a GEMM that multiplies by the two tensor scales in its epilogue, as NVFP4 GEMMs do.
+    ``element_codes=False`` (with ``values``) leaves the element codes out (an empty array): the
+    values, the scales and the counts of a cast whose codes nobody reads, as a training recipe's
+    recorded operand; under the "e4m3" rule that is one pass that forms no codes.
 
     >>> import floatlab as fl
     >>> b = encode_blocks(np.array([[1.0, -3.0, 0.0]]), fl.get_format("e2m1"), 32)
@@ -504,12 +508,12 @@ def encode_blocks(
         values=values,
         codes=True,
         split=split_tensor_scale,
+        count_only=values and not element_codes,
     )
     codes, scales, vals, (nonzero, flushed, subnormal, inexact, overflow), t, scale_shape = run
-    assert codes is not None
     back = None if vals is None else vals.reshape(rows.shape)
     return BlockCodes(
-        codes.reshape(rows.shape),
+        codes.reshape(rows.shape) if codes is not None and element_codes else np.empty(0, np.uint8),
         scales.reshape(scale_shape),
         back,
         nonzero,
@@ -585,9 +589,11 @@ def _run_blocks(
     values: bool,
     codes: bool,
     split: bool = False,
+    count_only: bool = False,
 ) -> tuple[Any, ...]:
     """Check, plan and run the block loop: (codes, scales, values, counts, tensor scale, the
-    scales' shape)."""
+    scales' shape). ``count_only``: the codes are not wanted, only the counts (the "e4m3" loop
+    then forms no codes)."""
     options = RoundingOptions.make(rounding, rng=rng, saturate=True)
     if not isinstance(rows, np.ndarray) or rows.dtype not in (np.float64, np.float32) or rows.ndim < 1:
         what = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
@@ -628,8 +634,9 @@ def _run_blocks(
             rule,
             p,
             rows.dtype if values else None,
-            codes=codes,
+            codes=codes and not count_only,
             ps=ps,
+            count=count_only,
         )
     else:
         src = FP32 if rows.dtype == np.float32 else FP64

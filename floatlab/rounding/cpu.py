@@ -201,13 +201,15 @@ def run_blocks(
     *,
     codes: bool = True,
     ps: EncodeParams | None = None,
+    count: bool = False,
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, tuple[int, int, int, int, int]]:
     """Block scaling of the bit patterns ``bits`` (float32 as uint32, float64 as uint64) of a
     C-contiguous array of ``shape`` (outer, R, C) in blocks of ``block`` (br rows, bc columns):
     element codes (uint8, flat), scale codes (uint8, flat over (outer, ceil(R / br),
     ceil(C / bc))), the dequantized values in the dtype ``values`` (None: not wanted) and the
     counts (nonzero, flushed, subnormal, inexact, saturated) over the blocks with a finite scale;
-    without ``codes``, the values alone (no codes, zero counts: one pass, for fake quantization).
+    without ``codes``, the values alone (no codes, zero counts: one pass, for fake quantization),
+    or with ``count`` (E4M3 scales only) the values and the counts in that one pass.
 
     Without ``ps`` the scales are E8M0 and ``rule`` is (element emax, rceil, the element max's
     fraction); with ``ps`` (float32 into E4M3, nearest even) they are E4M3 codes over a tensor
@@ -235,7 +237,7 @@ def run_blocks(
     element_codes = np.empty(bits.size if codes else 0, np.uint8)
     scales = np.empty(outer * nbr * nbc, np.uint8)
     out = np.empty(bits.size if values is not None else 0, np.float64 if values is None else values)
-    counts = np.zeros((items, 5), np.int64)
+    counts = np.zeros((items, 5 if codes or count else 0), np.int64)
     z = zero(8 * bits.itemsize)
     args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
     if ps is None:
@@ -243,9 +245,11 @@ def run_blocks(
     else:
         # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
         sr = np.uint32(1) if p.mode_stochastic else None
-        launch("e4m3_blocks", bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
+        # (round to nearest even into a plain format: the loop that rounds in place)
+        name = "e4m3_blocks_rne" if p.mode_rne and not (p.ftz or p.fnuz or p.daz) else "e4m3_blocks"
+        launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
-    n = [int(c) for c in total]
+    n = [int(c) for c in total] if counts.shape[1] else [0] * 5
     back = out if values is not None else None
     return element_codes if codes else None, scales, back, (n[0], n[1], n[2], n[3], n[4])
 
