@@ -493,8 +493,10 @@ class MicroScaling:
             "scale": fmt.scale if fmt.scale == "e4m3" else (r.scale_mode or "floor"),
         }
         if record and key not in self._step:  # the step's first cast: with its counts
-            counted = {"values": True, "split_tensor_scale": True, "element_codes": False}
-            enc = encode_blocks(base, fmt.element, block, mode, **counted, **how)
+            enc = encode_blocks(
+                base, fmt.element, block, mode, values=True, split_tensor_scale=True,
+                element_codes=False, **how,
+            )  # fmt: skip
             assert enc.values is not None
             found, t = enc.values, float(enc.tensor_scale)
             self._step[key] = self._stats(x, fmt, enc)
