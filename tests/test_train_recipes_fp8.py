@@ -331,6 +331,13 @@ def test_current_scale_of_one_amax_is_the_array_paths(pow2: bool) -> None:
         narrow = [np.float32(a) for a in amaxes]
     for fmt in (E4M3, E5M2):
         arrays = current_scale(np.array(amaxes), fmt, pow2)
+        # the oracle: the rounding door's float32 of the float64 quotient, 1 for inf and NaN
+        a32 = fl.round_array(np.array(amaxes), "fp32").astype(np.float64)
+        door = fl.round_array(fmt.max / np.maximum(a32, 1e-12), "fp32")
+        door = np.where(np.isfinite(a32), door, 1.0).astype(np.float32)
+        if pow2:
+            door = (door.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+        np.testing.assert_array_equal(arrays.view(np.uint32), door.view(np.uint32))
         for i, a in enumerate(amaxes):
             for one in (a, np.float64(a)):
                 got = current_scale(one, fmt, pow2)

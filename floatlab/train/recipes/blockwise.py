@@ -135,17 +135,18 @@ def tile_cast(
     found = tile_amax(view, tiles) if x.size else None
     amax = found.reshape(tiled) if found is not None else _amax_over(_tiled(x, axis, block, nt), (axis + 1,))
     scale = current_scale(amax, fmt, pow2)
-    bound = _bound(amax, fmt)
+    top = _top(amax)
+    bound = _bound(top, fmt)
     fast = scaled_cast(view, scale.reshape(by_view), fmt, bound, tiles) if x.size else None
     if fast is not None:
         q, counted = fast
-        return TileCast(q.reshape(x.shape), scale, float(amax.max()) if amax.size else 0.0), counted
+        return TileCast(q.reshape(x.shape), scale, top), counted
     xp = _padded(x, (axis,), block)
     xs = (_tiled(x, axis, block, nt) * np.expand_dims(scale, axis + 1)).reshape(xp.shape)
     q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[tuple(slice(0, s) for s in x.shape)])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
+    return TileCast(q, scale, top), None
 
 
 def _tiled(x: NDArray[np.float32], axis: int, block: int, nt: int) -> NDArray[np.float32]:
@@ -154,10 +155,16 @@ def _tiled(x: NDArray[np.float32], axis: int, block: int, nt: int) -> NDArray[np
     return xp.reshape((*xp.shape[:axis], nt, block, *xp.shape[axis + 1 :]))
 
 
-def _bound(amax: NDArray[np.float32], fmt: FloatFormat) -> float:
+def _top(amax: NDArray[np.float32]) -> float:
+    """The largest of the tiles' amaxes (NaN when one is NaN; 0 for none)."""
+    return float(amax.max()) if amax.size else 0.0
+
+
+def _bound(top: float, fmt: FloatFormat) -> float:
     # each tile's scale maps a finite amax to fmt.max (to within a rounding): nothing overflows;
-    # a tile with an inf or NaN has the scale 1, and its infinities meet the cast's clamp
-    return fmt.max if bool(np.isfinite(amax).all()) else float("inf")
+    # a tile with an inf or NaN (then the largest amax is one) has the scale 1, and its
+    # infinities meet the cast's clamp
+    return fmt.max if math.isfinite(top) else float("inf")
 
 
 def block_quantize(x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False) -> TileCast:
@@ -187,16 +194,17 @@ def block_cast(
     found = tile_amax(xc, (block, block))
     amax = found if found is not None else _amax_over(xb, (1, 3))
     scale = current_scale(amax, fmt, pow2)
-    bound = _bound(amax, fmt)
+    top = _top(amax)
+    bound = _bound(top, fmt)
     fast = scaled_cast(xc, scale, fmt, bound, (block, block))
     if fast is not None:
         q, counted = fast
-        return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), counted
+        return TileCast(q, scale, top), counted
     xs = (xb * scale[:, None, :, None]).reshape(xp.shape)
     q = saturating_cast(xs, fmt, bound=bound)
     if xp is not x:
         q = np.ascontiguousarray(q[:rows, :cols])
-    return TileCast(q, scale, float(amax.max()) if amax.size else 0.0), None
+    return TileCast(q, scale, top), None
 
 
 def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int) -> NDArray[np.float32]:
