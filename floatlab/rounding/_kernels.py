@@ -373,6 +373,34 @@ def _bf16_round_kernel_py(x: Any, out: Any) -> None:
         out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
 
 
+def _half_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
+    """:func:`_half_round_kernel_py` and the non-zero values of its input and of its result (a
+    NaN is non-zero, -0 a zero), counted in the same pass: what a rounding flushed."""
+    nx = 0
+    nr = 0
+    for i in prange(x.size):
+        u = x[i]
+        r = _unhalf(_half(u))
+        out[i] = r
+        nx += (u & np.uint32(0x7FFFFFFF)) != 0
+        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    return nx, nr
+
+
+def _bf16_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
+    """:func:`_bf16_round_kernel_py` and the non-zero values of its input and of its result,
+    counted in the same pass."""
+    nx = 0
+    nr = 0
+    for i in prange(x.size):
+        u = x[i]
+        r = np.uint32(_bf16(u)) << np.uint32(16)
+        out[i] = r
+        nx += (u & np.uint32(0x7FFFFFFF)) != 0
+        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    return nx, nr
+
+
 def _round_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
     p = EncodeParams(*pt)
@@ -552,5 +580,8 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     # the hardware conversions run at memory speed on one core: no threads to wake; the running
     # sums are serial by nature
     serial = numba.njit(cache=True, nogil=True, error_model="numpy")
-    for name in ("half_encode", "half_round", "bf16_encode", "bf16_round", "sequential", "kahan"):
+    for name in (
+        "half_encode", "half_round", "half_round_count", "bf16_encode", "bf16_round", "bf16_round_count",
+        "sequential", "kahan",
+    ):  # fmt: skip
         out[name] = serial(g[f"_{name}_kernel_py"])

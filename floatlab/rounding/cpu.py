@@ -36,6 +36,7 @@ __all__ = [
     "run_accumulate",
     "run_bf16",
     "run_blocks",
+    "run_counting_nonzero",
     "run_fma_sum",
     "run_half",
     "run_running_sums",
@@ -138,6 +139,27 @@ def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
     loop("bf16_round" if back else "bf16_encode")(bits, out)
     return out
+
+
+def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int, int] | None:
+    """The rounded values' bit patterns of a plain float32 to fp16 or bfloat16 plan that rounds
+    back (:func:`execute`'s shortcuts), and the non-zero values of the input and of the result,
+    in one pass; None for any other plan.
+
+    >>> from floatlab.formats import BF16, FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.plan import make_plan
+    >>> plan = make_plan(FP32, BF16, RoundingOptions(), back=True, flags=False)
+    >>> out, nx, nr = run_counting_nonzero(np.float32([1.0, 1e-45, -0.0]).view(np.uint32), plan)
+    >>> out.view(np.float32).tolist(), nx, nr      # 2^-149 is below bfloat16's 2^-133
+    ([1.0, 0.0, -0.0], 2, 1)
+    """
+    if not plan.back or not (plan.cast == "fp32->bf16" or (plan.cast == "fp32->fp16" and half_hardware())):
+        return None
+    out = np.empty(bits.size, np.uint32)
+    name = "bf16_round_count" if plan.cast == "fp32->bf16" else "half_round_count"
+    nx, nr = loop(name)(bits, out)
+    return out, int(nx), int(nr)
 
 
 def odd_sum(x: np.ndarray, y: np.ndarray, rdown: bool) -> np.ndarray:

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from floatlab.backend import Backend, get_backend, get_xp
 from floatlab.formats import FP32, FloatFormat
-from floatlab.rounding import round_array
+from floatlab.rounding import round_array, round_flushed
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
@@ -112,12 +112,18 @@ class Precision:
         """
         if self.is_wide(fmt):
             return x
-        mode = rounding or self.policy.rounding
-        rng = self.rng if mode == "stochastic" else None
-        r: Array = round_array(
-            x, fmt, mode, rng=rng, saturate=self.policy.saturate, subnormals=self.policy.subnormals
-        )
+        r: Array = round_array(x, fmt, **self._knobs(rounding))
         return r.reshape(np.shape(x)) if r.ndim != np.ndim(x) else r
+
+    def _knobs(self, rounding: str | None = None) -> dict[str, Any]:
+        """The policy's rounding knobs for the door (the mode: ``rounding`` or the policy's)."""
+        mode = rounding or self.policy.rounding
+        return {
+            "rounding": mode,
+            "rng": self.rng if mode == "stochastic" else None,
+            "saturate": self.policy.saturate,
+            "subnormals": self.policy.subnormals,
+        }
 
     def store(self, x: Array, fmt: FloatFormat) -> Array:
         """Store ``x`` in ``fmt``; inside :meth:`backward`, count the values flushed to zero.
@@ -128,14 +134,15 @@ class Precision:
         >>> P.grad_flushed, P.grad_values   # bf16 keeps fp32's subnormals down to 2^-133
         (1, 3)
         """
-        r = self.cast(x, fmt)
-        if self._counting and r is not x:
-            # rounding keeps zeros at zero, so every lost non-zero is a value flushed by underflow
-            # (counting `x != 0`, a boolean array, is several times faster than counting floats)
-            nonzero = int(np.count_nonzero(x != 0))
-            self.grad_values += nonzero
-            self.grad_flushed += nonzero - int(np.count_nonzero(r != 0))
-        return r
+        if not self._counting or self.is_wide(fmt):
+            return self.cast(x, fmt)
+        # rounding keeps zeros at zero, so every lost non-zero is a value flushed by underflow
+        # (counted in the rounding's own pass where it is a plain bf16 or fp16 store)
+        got = round_flushed(x, fmt, **self._knobs())
+        self.grad_values += got.nonzero
+        self.grad_flushed += got.flushed
+        r: Array = got.values
+        return r.reshape(np.shape(x)) if r.ndim != np.ndim(x) else r
 
     def act(self, x: Array) -> Array:
         """Store an activation in the forward format."""
