@@ -17,7 +17,7 @@ from floatlab.rounding import round_flushed
 def _patterns(n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    x = bits.view(np.float32).copy()
+    x: np.ndarray = bits.view(np.float32).copy()
     # many values near bfloat16's and fp16's bottoms, where the flushes are
     x[: n // 3] = (rng.standard_normal(n // 3) * np.exp2(rng.uniform(-150, -100, n // 3))).astype(np.float32)
     x[n // 3 : n // 2] = (rng.standard_normal(n // 2 - n // 3) * 2.0**-24).astype(np.float32)
