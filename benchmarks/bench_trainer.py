@@ -272,6 +272,7 @@ REST_ROW = "the rest: embedding, mask, heads, residual adds, bias gradients, che
 #: told apart by their caller: the linear layers and the logits, or the attention's batched ones
 PARTS: tuple[tuple[str, str, str, str], ...] = (
     (GEMM_ROW, "precision.py", "matmul", "model.py"),
+    (GEMM_ROW, "precision.py", "matmul", "precision.py"),  # (the linear layers, through Precision.linear)
     (GEMM_ROW, "precision.py", "matmul", "transformer.py"),
     (ATTENTION_ROW, "precision.py", "matmul", "seq_layers.py"),
     (ATTENTION_ROW, "model.py", "softmax_", ""),
