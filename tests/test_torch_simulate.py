@@ -23,6 +23,7 @@ pytest.importorskip("torch")
 
 import torch
 import torch.nn.functional as F
+from torch_twins import StoredSoftmax
 
 import floatlab.torch as flt
 
@@ -285,22 +286,6 @@ def test_bad_input_is_refused_in_one_line() -> None:
 
 
 # ---- one training step against floatlab's NumPy trainer ---------------------------------------------
-class StoredSoftmax(torch.autograd.Function):
-    """Softmax whose backward uses its stored output, as the NumPy model's cache keeps ``p``
-    (torch's own softmax keeps its fp32 output: a difference of the models, not of simulate)."""
-
-    @staticmethod
-    def forward(ctx: Any, s: Any, store: Any) -> Any:
-        p = store(torch.softmax(s, -1))
-        ctx.save_for_backward(p)
-        return p
-
-    @staticmethod
-    def backward(ctx: Any, dp: Any) -> Any:
-        (p,) = ctx.saved_tensors
-        return p * (dp - (dp * p).sum(-1, keepdim=True)), None
-
-
 class AttentionTwin(torch.nn.Module):
     """floatlab's AttentionNet in torch, with its weights: embed (+ position) -> LN -> attention
     (fused QKV) -> residual -> LN -> mean over tokens -> classifier.

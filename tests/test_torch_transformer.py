@@ -27,29 +27,13 @@ pytest.importorskip("torch")
 
 import torch
 import torch.nn.functional as F
+from torch_twins import StoredSoftmax
 
 import floatlab.torch as flt
 
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: the linear layers' weights: floatlab holds them (in, out), F.linear wants (out, in)
 LINEAR = frozenset({"Wqkv", "Wo", "W1", "W2"})
-
-
-class StoredSoftmax(torch.autograd.Function):
-    """Softmax whose backward uses its stored output ``p`` (rounded into the forward format), as
-    floatlab's :func:`~floatlab.train.model.softmax_backward` does with the cached ``p``; torch's
-    own softmax keeps its fp32 output (a difference of the models, not of simulate)."""
-
-    @staticmethod
-    def forward(ctx: Any, s: Any, store: Any) -> Any:
-        p = store(torch.softmax(s, -1))
-        ctx.save_for_backward(p)
-        return p
-
-    @staticmethod
-    def backward(ctx: Any, dp: Any) -> Any:
-        (p,) = ctx.saved_tensors
-        return p * (dp - (dp * p).sum(-1, keepdim=True)), None
 
 
 class TransformerTwin(torch.nn.Module):

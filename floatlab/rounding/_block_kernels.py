@@ -65,6 +65,9 @@ _round_f32: Any = None
 _elem_f32: Any = None
 _nearest: Any = None
 _nearest_code: Any = None
+_e4m3_one: Any = None
+_add5: Any = None
+_moved: Any = None
 
 #: the shift that marks a block with the NaN scale (one above the largest, so that shift + 127
 #: is its E8M0 code, 255)
@@ -369,6 +372,16 @@ def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
 
 
+def _moved_py(sh: Any, z: Any, p: Any, lo_bias: Any) -> Any:
+    """(the element's smallest normal and its largest finite magnitude's bits) moved by the block
+    shift ``sh``, for :func:`_nearest_py` (``lo_bias``: the element's emin plus the input's bias;
+    a shift that moves the range below the input's normals is clamped: its blocks are zeros)."""
+    eb = _s(max(_s(lo_bias + _s(sh, z), z), _s(1, z)), z)
+    m_in = p.in_mantissa_bits
+    top = _u(_shl(_u(p.max_code, z), m_in - p.mantissa_bits) + _shl(_u(eb - _s(1, z), z), m_in), z)
+    return eb, top
+
+
 def _e8m0_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
     counts: Any, z: Any, pt: Any,
@@ -402,6 +415,7 @@ def _e8m0_blocks_kernel_py(
     sign_mask = _u(~mag_mask, z)
     lo_bias = _s(p.emin + p.in_bias, z)  # the element's smallest normal, biased, at shift 0
     nan_value = _float(_u(_shl(_u(p.in_exponent_mask, z), m_in) | _shl(one, m_in - 1), z))
+    zero = _u(0, z)
     for it in prange(counts.shape[0]):
         base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
         w = c1 - c0
@@ -427,11 +441,7 @@ def _e8m0_blocks_kernel_py(
             fast = fast & ((sb == NAN_SHIFT) | (bmax[b] == 0) | inside)
         if fast:
             if codes.size > 0:
-                n_nonzero = _u(0, z)
-                n_flushed = _u(0, z)
-                n_subnormal = _u(0, z)
-                n_inexact = _u(0, z)
-                n_saturated = _u(0, z)
+                cnt = (zero, zero, zero, zero, zero)
                 for r in range(r0, r1):
                     row = base + r * cols
                     xs = x[row : row + w]
@@ -440,25 +450,19 @@ def _e8m0_blocks_kernel_py(
                         u = _u(xs[c], z)
                         sh = shift[c]
                         ok = sh != NAN_SHIFT
-                        eb = _s(max(_s(lo_bias + _s(sh, z), z), _s(1, z)), z)
-                        top = _u(_shl(_u(p.max_code, z), m_in - m_t) + _shl(_u(eb - _s(1, z), z), m_in), z)
+                        eb, top = _moved(sh, z, p, lo_bias)
                         a = _u(u & mag_mask, z)
                         rm, over = _nearest(a, z, m_in, m_t, eb, top)
-                        neg = _u((u & sign_mask) != _u(0, z), z)
+                        neg = _u((u & sign_mask) != zero, z)
                         code = _u(_nearest_code(rm, z, m_in, m_t, eb) | _shl(neg, p.sign_bit), z)
-                        cs[c] = code if ok else _u(0, z)
-                        nonzero = ok & (a != _u(0, z))
-                        n_nonzero = _u(n_nonzero + nonzero, z)
-                        n_flushed = _u(n_flushed + (nonzero & (rm == _u(0, z))), z)
-                        sub = (rm != _u(0, z)) & (rm < _shl(_u(eb, z), m_in))  # (below the moved range)
-                        n_subnormal = _u(n_subnormal + (ok & sub), z)
-                        n_inexact = _u(n_inexact + (ok & (rm != a)), z)
-                        n_saturated = _u(n_saturated + (ok & over), z)
-                counts[it, 0] = n_nonzero
-                counts[it, 1] = n_flushed
-                counts[it, 2] = n_subnormal
-                counts[it, 3] = n_inexact
-                counts[it, 4] = n_saturated
+                        cs[c] = code if ok else zero
+                        nonzero = ok & (a != zero)
+                        below = (rm != zero) & (rm < _shl(_u(eb, z), m_in))  # (below the moved range)
+                        cnt = _add5(
+                            cnt, (nonzero, nonzero & (rm == zero), ok & below, ok & (rm != a), ok & over)
+                        )
+                for j in range(5):
+                    counts[it, j] = cnt[j]
             if values.size > 0:
                 for r in range(r0, r1):
                     row = base + r * cols
@@ -467,17 +471,12 @@ def _e8m0_blocks_kernel_py(
                     for c in range(w):
                         u = _u(xs[c], z)
                         sh = shift[c]
-                        eb = _s(max(_s(lo_bias + _s(sh, z), z), _s(1, z)), z)
-                        top = _u(_shl(_u(p.max_code, z), m_in - m_t) + _shl(_u(eb - _s(1, z), z), m_in), z)
+                        eb, top = _moved(sh, z, p, lo_bias)
                         rm, _over = _nearest(_u(u & mag_mask, z), z, m_in, m_t, eb, top)
                         v = _float(_u(rm | _u(u & sign_mask, z), z))
                         vs[c] = v if sh != NAN_SHIFT else nan_value
         elif codes.size > 0:
-            n_nonzero = _u(0, z)
-            n_flushed = _u(0, z)
-            n_subnormal = _u(0, z)
-            n_inexact = _u(0, z)
-            n_saturated = _u(0, z)
+            cnt = (zero, zero, zero, zero, zero)
             for r in range(r0, r1):
                 row = base + r * cols
                 xs = x[row : row + w]
@@ -488,20 +487,20 @@ def _e8m0_blocks_kernel_py(
                     sh = shift[c]
                     res = _encode_one(u, z, rnd, p, sh)
                     ok = sh != NAN_SHIFT
-                    code = res.code if ok else _u(0, z)
+                    code = res.code if ok else zero
                     cs[c] = code
                     mag = _u(code & code_mag, z)
                     nonzero = ok & ((u & mag_mask) != 0)
-                    n_nonzero = _u(n_nonzero + nonzero, z)
-                    n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
-                    n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
-                    n_inexact = _u(n_inexact + (ok & (res.inexact | res.overflow)), z)
-                    n_saturated = _u(n_saturated + (ok & res.overflow), z)
-            counts[it, 0] = n_nonzero
-            counts[it, 1] = n_flushed
-            counts[it, 2] = n_subnormal
-            counts[it, 3] = n_inexact
-            counts[it, 4] = n_saturated
+                    flags = (
+                        nonzero,
+                        nonzero & (mag == 0),
+                        ok & (mag != 0) & (_shr(mag, m_t) == 0),
+                        ok & (res.inexact | res.overflow),
+                        ok & res.overflow,
+                    )
+                    cnt = _add5(cnt, flags)
+            for j in range(5):
+                counts[it, j] = cnt[j]
             if values.size > 0:
                 for r in range(r0, r1):
                     row = base + r * cols
@@ -553,7 +552,6 @@ def _e4m3_blocks_kernel_py(
     mag_mask = _shr(_u(_u(0, z) - one, z), 1)
     inf_bits = _u(0x7F800000, z)
     qnan = _f32(_u(0x7FC00000, z))
-    code_mag = _u(_shl(one, p.sign_bit) - one, z)
     m_t = p.mantissa_bits
     stochastic = sr is not None
     nearest = _NEAREST  # (a global: a constant of the compiled loop)
@@ -609,83 +607,40 @@ def _e4m3_blocks_kernel_py(
             for b in range(nb):
                 rcp[b * bc : b * bc + bc] = rcp_b[b]
                 s8c[b * bc : b * bc + bc] = s8_b[b]
-        if codes.size > 0:
-            n_nonzero = _u(0, z)
-            n_flushed = _u(0, z)
-            n_subnormal = _u(0, z)
-            n_inexact = _u(0, z)
-            n_saturated = _u(0, z)
+        if codes.size > 0 or counts.shape[1] > 0:
+            # the codes and the counts, or (no codes wanted) the values and the counts: the same
+            # element work, written to one array each (a loop writing both was slower)
+            n = np.zeros(5, np.int64)
+            zero = _u(0, z)
+            how = (stochastic, nearest, sub, t, exact32)
             for r in range(r0, r1):
                 row = base + r * cols
                 xs = x[row : row + w]
-                cs = codes[row : row + w]
-                for c in range(w):
-                    u = _u(xs[c], z)
-                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    k = rcp[c]
-                    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, nearest)
-                    ok = k == k
-                    code = code if ok else _u(0, z)
-                    cs[c] = code
-                    mag = _u(code & code_mag, z)
-                    nonzero = ok & ((u & mag_mask) != 0)
-                    pv = _elem_f32(code, p, sub) * s8c[c]  # (exact: at most 8 by 4 bits)
-                    if exact32:
-                        changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
-                    else:
-                        changed = np.float64(pv) * np.float64(t) != np.float64(_f32(u))  # (exact)
-                    n_nonzero = _u(n_nonzero + nonzero, z)
-                    n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
-                    n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
-                    n_inexact = _u(n_inexact + (ok & changed), z)
-                    n_saturated = _u(n_saturated + (ok & ovf), z)
-            counts[it, 0] = n_nonzero
-            counts[it, 1] = n_flushed
-            counts[it, 2] = n_subnormal
-            counts[it, 3] = n_inexact
-            counts[it, 4] = n_saturated
-            if values.size > 0:
+                cnt = (zero, zero, zero, zero, zero)  # (lane-wide, per row)
+                if codes.size > 0:
+                    cs = codes[row : row + w]
+                    for c in range(w):
+                        rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                        code, _pv, f = _e4m3_one(_u(xs[c], z), rcp[c], s8c[c], rnd, p, how)
+                        cs[c] = code
+                        cnt = _add5(cnt, f)
+                else:
+                    vs = values[row : row + w]
+                    for c in range(w):
+                        rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
+                        _code, pv, f = _e4m3_one(_u(xs[c], z), rcp[c], s8c[c], rnd, p, how)
+                        vs[c] = pv * vl
+                        cnt = _add5(cnt, f)
+                for j in range(5):
+                    n[j] += np.int64(cnt[j])
+            counts[it, :] = n
+            if codes.size > 0 and values.size > 0:
                 for r in range(r0, r1):
                     row = base + r * cols
                     cs = codes[row : row + w]
                     vs = values[row : row + w]
                     for c in range(w):
                         vs[c] = (_elem_f32(_u(cs[c], z), p, sub) * s8c[c]) * vl
-        elif values.size > 0 and counts.shape[1] > 0:
-            # the values and the counts, no codes (one pass: a recipe's operand and its record)
-            n_nonzero = _u(0, z)
-            n_flushed = _u(0, z)
-            n_subnormal = _u(0, z)
-            n_inexact = _u(0, z)
-            n_saturated = _u(0, z)
-            for r in range(r0, r1):
-                row = base + r * cols
-                xs = x[row : row + w]
-                vs = values[row : row + w]
-                for c in range(w):
-                    u = _u(xs[c], z)
-                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    k = rcp[c]
-                    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, nearest)
-                    ok = k == k
-                    mag = _u(code & code_mag, z)
-                    nonzero = ok & ((u & mag_mask) != 0)
-                    pv = _elem_f32(code, p, sub) * s8c[c]  # (exact: at most 8 by 4 bits)
-                    vs[c] = pv * vl
-                    if exact32:
-                        changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
-                    else:
-                        changed = np.float64(pv) * np.float64(t) != np.float64(_f32(u))  # (exact)
-                    n_nonzero = _u(n_nonzero + nonzero, z)
-                    n_flushed = _u(n_flushed + (nonzero & (mag == 0)), z)
-                    n_subnormal = _u(n_subnormal + (ok & (mag != 0) & (_shr(mag, m_t) == 0)), z)
-                    n_inexact = _u(n_inexact + (ok & changed), z)
-                    n_saturated = _u(n_saturated + (ok & ovf), z)
-            counts[it, 0] = n_nonzero
-            counts[it, 1] = n_flushed
-            counts[it, 2] = n_subnormal
-            counts[it, 3] = n_inexact
-            counts[it, 4] = n_saturated
         elif values.size > 0:
             for r in range(r0, r1):
                 row = base + r * cols
@@ -696,6 +651,41 @@ def _e4m3_blocks_kernel_py(
                     y = _bits32(_f32(xs[c]) * rcp[c])
                     code, _ovf = _round_f32(y, rnd, p, stochastic, nearest)
                     vs[c] = (_elem_f32(code, p, sub) * s8c[c]) * vl
+
+
+def _e4m3_one_py(u: Any, k: Any, s8: Any, rnd: Any, p: Any, how: Any) -> Any:
+    """One value of the E4M3-scaled loop: (its code, element x block scale, and the flags
+    (nonzero, flushed, subnormal, inexact, saturated)) for the float32 bits ``u``, the block's
+    reciprocal ``k`` (NaN for the NaN scale: then the code is 0 and nothing counts) and scale
+    ``s8``; ``how`` = (stochastic, nearest, sub, t, exact32) as in the loop."""
+    stochastic, nearest, sub, t, exact32 = how
+    z = u
+    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, nearest)
+    ok = k == k
+    code = code if ok else _u(0, z)
+    mag = _u(code & _u(_shl(_u(1, z), p.sign_bit) - _u(1, z), z), z)
+    nonzero = ok & ((u & _u(0x7FFFFFFF, z)) != 0)
+    pv = _elem_f32(code, p, sub) * s8  # (exact: at most 8 by 4 bits)
+    if exact32:
+        changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
+    else:
+        changed = np.float64(pv) * np.float64(t) != np.float64(_f32(u))  # (exact)
+    flags = (
+        nonzero,
+        nonzero & (mag == 0),
+        ok & (mag != 0) & (_shr(mag, p.mantissa_bits) == 0),
+        ok & changed,
+        ok & ovf,
+    )
+    return code, pv, flags
+
+
+def _add5_py(c: Any, f: Any) -> Any:
+    """Five lane-wide counters ``c`` plus five flags ``f``."""
+    z = c[0]
+    return (
+        _u(c[0] + f[0], z), _u(c[1] + f[1], z), _u(c[2] + f[2], z), _u(c[3] + f[3], z), _u(c[4] + f[4], z)
+    )  # fmt: skip
 
 
 def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
@@ -749,6 +739,9 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_elem_f32"] = helper(_elem_f32_py)
     g["_nearest"] = helper(_nearest_py)
     g["_nearest_code"] = helper(_nearest_code_py)
+    g["_e4m3_one"] = helper(_e4m3_one_py)
+    g["_add5"] = helper(_add5_py)
+    g["_moved"] = helper(_moved_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     stamp = fingerprint()
     for name, fn_name, bound in (
