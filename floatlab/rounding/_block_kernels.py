@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.rounding import _kernels
+from floatlab.rounding import _inplace, _kernels
 from floatlab.rounding.params import EncodeParams
 
 # Names bound to numba objects by compile_into(); plain placeholders until then.
@@ -195,7 +195,7 @@ def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any, nearest: Any = Fals
     its operations. ``rnd`` is the random word of stochastic rounding, which ``stochastic``
     (a constant of the compiled loop: its work is left out of the other modes' loops) asks for;
     ``nearest`` (round to nearest even into a format without flush-to-zero or fnuz zeros) takes
-    :func:`_nearest_py`'s path."""
+    :func:`floatlab.rounding._inplace._nearest_py`'s path."""
     one = _u(1, y)
     zs = _s(0, y)
     m_t = p.mantissa_bits
@@ -263,50 +263,6 @@ def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any, nearest: Any = Fals
     return _u(sbit | mag, y), ovf
 
 
-def _nearest_py(a: Any, z: Any, m_in: Any, m_t: Any, ebias: Any, top: Any) -> Any:
-    """(the rounded magnitude's bits, overflowed) of the magnitude bits ``a`` (a number, of an
-    IEEE input format with ``m_in`` fraction bits) rounded to nearest even into an element format
-    with ``m_t`` fraction bits whose smallest normal number has the input's biased exponent
-    ``ebias`` >= 1 (a lane-signed integer: the element's emin, moved by a block's shift, plus the
-    input's bias), saturating at the bits ``top`` (the element's largest finite magnitude, moved).
-
-    The value is rounded in place, in the input's own bit pattern: the bits below the element's
-    last place (m_in - m_t of them in its normal range, one more per binade below it) are cut
-    with round to nearest even's addend, and a carry walks into the exponent field by itself, so
-    the result is the rounded value in the input's format, with no code formed and no decoding.
-    An input's subnormal pattern is a multiple of the same quantum as the binade above it, so it
-    rounds in place too; a place above the implicit bit (``a`` below the element's smallest
-    subnormal q) leaves 0 or q. About a quarter of the general element routine's operations."""
-    one = _u(1, z)
-    ex = _s(_shr(a, m_in), z)
-    s = _s(_s(m_in - m_t, z) + _s(max(_s(ebias - _s(max(ex, _s(1, z)), z), z), _s(0, z)), z), z)
-    sc = _s(min(s, _s(m_in, z)), z)
-    p2 = _shl(one, sc)
-    # the last kept bit (at the place m_in it is the implicit bit, not the exponent's last one)
-    odd = _u(_shr(_u(a | _shl(_u(ex != _s(0, z), z), m_in), z), sc) & one, z)
-    r = _u(_u(a + _u(_u(_shr(p2, 1) - one, z) + odd, z), z) & ~_u(p2 - one, z), z)
-    # (ebias - m_t < 2 never leaves the place m_in: the clamp only keeps the shift defined)
-    qexp = _s(max(_s(ebias - _s(m_t, z), z), _s(1, z)), z)
-    q = _shl(_u(qexp, z), m_in)
-    r = r if s <= _s(m_in, z) else (q if a > _shl(_u(qexp - _s(1, z), z), m_in) else _u(0, z))
-    over = r > top
-    return (top if over else r), over
-
-
-def _nearest_code_py(r: Any, z: Any, m_in: Any, m_t: Any, ebias: Any) -> Any:
-    """The element code's magnitude of a magnitude ``r`` that :func:`_nearest_py` rounded (same
-    ``m_in``, ``m_t`` and ``ebias``): a normal element's fields read off r's by a shift and a
-    rebias, a subnormal one's significand shifted down to its quantum."""
-    one = _u(1, z)
-    ex = _s(_shr(r, m_in), z)
-    normal = r >= _shl(_u(ebias, z), m_in)
-    sig = _u(_u(r & _u(_shl(one, m_in) - one, z), z) | _shl(_u(ex != _s(0, z), z), m_in), z)
-    down = _s(min(_s(_s(m_in - m_t, z) + ebias - _s(max(ex, _s(1, z)), z), z), _s(m_in + 1, z)), z)
-    low = _shr(sig, down)
-    high = _u(_shr(r, _s(m_in - m_t, z)) - _shl(_u(ebias - _s(1, z), z), m_t), z)
-    return high if normal else low
-
-
 def _elem_f32_py(code: Any, p: Any, sub: Any) -> Any:
     """The float32 value of the element ``code`` (format of ``p``, at most 8 bits: every value
     is a float32), ``sub`` = 2^(emin - mantissa bits): a normal element's bits moved into
@@ -370,16 +326,6 @@ def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     special = ai >= np.int64(p.in_exponent_mask) << m_in  # an inf or NaN in the block
     # floor: a scale above 2^127 is the NaN scale; rceil saturates there
     return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
-
-
-def _moved_py(sh: Any, z: Any, p: Any, lo_bias: Any) -> Any:
-    """(the element's smallest normal and its largest finite magnitude's bits) moved by the block
-    shift ``sh``, for :func:`_nearest_py` (``lo_bias``: the element's emin plus the input's bias;
-    a shift that moves the range below the input's normals is clamped: its blocks are zeros)."""
-    eb = _s(max(_s(lo_bias + _s(sh, z), z), _s(1, z)), z)
-    m_in = p.in_mantissa_bits
-    top = _u(_shl(_u(p.max_code, z), m_in - p.mantissa_bits) + _shl(_u(eb - _s(1, z), z), m_in), z)
-    return eb, top
 
 
 def _e8m0_blocks_kernel_py(
@@ -535,8 +481,9 @@ def _e4m3_blocks_kernel_py(
     saturating; ``sr`` None, or not None for stochastic rounding: a type, so that each kind of
     mode gets its own compiled loop). Round to nearest even into a format without flush-to-zero
     or fnuz zeros is a loop of its own too, ``e4m3_blocks_rne``, compiled with the global
-    ``_NEAREST`` True (rounded in place: see :func:`_nearest_py`; a flag read at run time inside
-    the element loop kept it scalar, at two thirds of the speed). A block holding
+    ``_NEAREST`` True (rounded in place: see :func:`floatlab.rounding._inplace._nearest_py`; a
+    flag read at run time inside the element loop kept it scalar, at two thirds of the speed). A
+    block holding
     an inf or NaN gets the NaN scale and zero codes. ``codes``, ``values`` and ``counts`` as in
     the E8M0 loop, a value counting as inexact when element times block scale times t differs
     from it; with ``values`` and no ``codes`` a non-empty ``counts`` gets the counts from the
@@ -680,14 +627,6 @@ def _e4m3_one_py(u: Any, k: Any, s8: Any, rnd: Any, p: Any, how: Any) -> Any:
     return code, pv, flags
 
 
-def _add5_py(c: Any, f: Any) -> Any:
-    """Five lane-wide counters ``c`` plus five flags ``f``."""
-    z = c[0]
-    return (
-        _u(c[0] + f[0], z), _u(c[1] + f[1], z), _u(c[2] + f[2], z), _u(c[3] + f[3], z), _u(c[4] + f[4], z)
-    )  # fmt: skip
-
-
 def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
     """out[i] = the largest magnitude bit pattern below ``inf_bits`` (the largest finite
     magnitude) in chunk i of TILE values of ``x``: a tensor's amax, infinities and NaNs left out."""
@@ -703,14 +642,15 @@ def _finite_amax_kernel_py(x: Any, out: Any, z: Any, inf_bits: Any) -> None:
 
 
 def fingerprint() -> str:
-    """A short hash of the element functions' file and this one, whose functions the loops here
-    and the scaled-cast loops inline.
+    """A short hash of the element functions' files (:mod:`floatlab.rounding._kernels`,
+    :mod:`floatlab.rounding._inplace`) and this one, whose functions the loops here and the
+    scaled-cast loops inline.
 
     >>> len(fingerprint())
     12
     """
     h = hashlib.sha256()
-    for path in (_kernels.__file__, __file__):
+    for path in (_kernels.__file__, _inplace.__file__, __file__):
         with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:12]
@@ -737,11 +677,13 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_value"] = helper(_value_py)
     g["_round_f32"] = helper(_round_f32_py)
     g["_elem_f32"] = helper(_elem_f32_py)
-    g["_nearest"] = helper(_nearest_py)
-    g["_nearest_code"] = helper(_nearest_code_py)
+    for name in _kernels.INTRINSICS:
+        setattr(_inplace, name, getattr(_kernels, name))
+    g["_nearest"] = helper(_inplace._nearest_py)
+    g["_nearest_code"] = helper(_inplace._nearest_code_py)
     g["_e4m3_one"] = helper(_e4m3_one_py)
-    g["_add5"] = helper(_add5_py)
-    g["_moved"] = helper(_moved_py)
+    g["_add5"] = helper(_inplace._add5_py)
+    g["_moved"] = helper(_inplace._moved_py)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     stamp = fingerprint()
     for name, fn_name, bound in (

@@ -53,7 +53,7 @@ def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
 def _cast_one_rne_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     """:func:`_cast_one_py` for round to nearest even with saturation into a format without
     flush-to-zero or fnuz zeros, for a finite ``v``: rounded in place in float32's bit pattern
-    (:func:`floatlab.rounding._block_kernels._nearest_py`), in about a quarter of the operations.
+    (:func:`floatlab.rounding._inplace._nearest_py`), in about a quarter of the operations.
     The fifth flag says ``v`` was an infinity or a NaN, whose results here are not the door's:
     the caller then casts the whole array again by :func:`_cast_one_py`. ``tiny`` is unused:
     the smallest normal's bits come from ``p``."""
