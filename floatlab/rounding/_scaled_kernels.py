@@ -34,6 +34,7 @@ _shl: Any = None
 _s: Any = None
 _nearest: Any = None
 _fma32: Any = None
+_add5: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
 
@@ -72,21 +73,14 @@ def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any,
     """One row: ``qs = round(xs * scale of its block)``, the scales ``srow`` one per block (bc > 1)
     or one per column (bc == 1); the row's counts in lane-wide integers (overflowed, zero inputs,
     zero results, subnormal results, infinities and NaNs among the products)."""
-    c_over = _u(0, z)
-    c_zx = _u(0, z)
-    c_zq = _u(0, z)
-    c_sub = _u(0, z)
-    c_sp = _u(0, z)
+    zero = _u(0, z)
+    cnt = (zero, zero, zero, zero, zero)
     if bc == 1:
         for c in range(xs.size):
             xv = xs[c]
             q, over, zq, sub, sp = _cast_one(xv * srow[c], z, p, d, tiny)
             qs[c] = q
-            c_over = _u(c_over + over, z)
-            c_zx = _u(c_zx + (xv == 0), z)
-            c_zq = _u(c_zq + zq, z)
-            c_sub = _u(c_sub + sub, z)
-            c_sp = _u(c_sp + sp, z)
+            cnt = _add5(cnt, (over, xv == 0, zq, sub, sp))
     else:
         for b in range(nbc):
             s = srow[b]
@@ -96,12 +90,8 @@ def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any,
                 xv = seg[c]
                 q, over, zq, sub, sp = _cast_one(xv * s, z, p, d, tiny)
                 qseg[c] = q
-                c_over = _u(c_over + over, z)
-                c_zx = _u(c_zx + (xv == 0), z)
-                c_zq = _u(c_zq + zq, z)
-                c_sub = _u(c_sub + sub, z)
-                c_sp = _u(c_sp + sp, z)
-    return c_over, c_zx, c_zq, c_sub, c_sp
+                cnt = _add5(cnt, (over, xv == 0, zq, sub, sp))
+    return cnt
 
 
 def _scaled_round_kernel_py(
@@ -225,7 +215,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["prange"] = numba.prange
     for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one"):
         g[name] = getattr(_kernels, name)
-    for name in ("_f32", "_bits32", "_nearest", "_fma32"):
+    for name in ("_f32", "_bits32", "_nearest", "_fma32", "_add5"):
         g[name] = getattr(_block_kernels, name)
     inline = numba.njit(nogil=True, error_model="numpy", forceinline=True)
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
