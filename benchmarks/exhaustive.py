@@ -8,6 +8,10 @@ For each float32 input this checks, against oracles that share no code with floa
   ml_dtypes' bfloat16 cast and torch's. NaNs are compared with the IEEE 754
   rule (a quiet NaN with the input's sign and the top bits of its payload), which torch's fp16
   cast follows bit for bit (numpy keeps signalling NaNs signalling, ml_dtypes drops payloads);
+* the same oracle values from ``round_flushed`` (the trainer's one-pass store) with its count of
+  the values flushed to zero, and from ``round_scaled`` at scale 1, saturating (the fp8 recipes'
+  cast, which rounds to nearest even in the input's own bit pattern), a finite input that
+  overflows becoming the largest finite value;
 * the IEEE flags counted by ``encode_array_with_flags`` (inexact, underflow after rounding, overflow,
   invalid) against counts made with exact float64 comparisons;
 * the directed modes ``rtz``, ``rup``, ``rdown``, ``rna`` and ``rodd`` into fp16 and bf16 against
@@ -240,6 +244,25 @@ def check_bits(bits: U32, *, directed: bool = True, use_torch: bool = True) -> R
         rep.add(f"{name} rne encode_array_with_flags", n, got_full != want, bits)
         back = fl.round_array(x, name)
         rep.add(f"{name} rne round_array", n, back.view(np.uint32) != tg.table32[want].view(np.uint32), bits)
+        # the one-pass store with its flush count, and the scaled cast's in-place rounding (scale
+        # 1, saturating: a finite input that overflows becomes the largest value, of its sign)
+        want32 = tg.table32[want].view(np.uint32)
+        stored = fl.rounding.round_flushed(x, name)
+        rep.add(f"{name} rne round_flushed", n, stored.values.view(np.uint32) != want32, bits)
+        lost = int(((x64 != 0) & (tg.table64[want] == 0)).sum())  # (a NaN is non-zero on both sides)
+        rep.add_count(f"{name} rne round_flushed: flushed", stored.flushed, lost)
+        top = np.float32(tg.table64[np.isfinite(tg.table64)].max())
+        sat = tg.table32[want].copy()
+        over = np.isinf(sat) & finite  # (an infinite input stays infinite)
+        sat[over] = np.copysign(top, sat[over])
+        # the finite inputs alone take the in-place loop; with an inf or NaN among them the array
+        # goes through the door's loop
+        fin = np.ascontiguousarray(x[finite])
+        scaled = fl.rounding.round_scaled(fin, np.float32(1.0), name, saturate=True).values
+        bad = scaled.view(np.uint32) != sat[finite].view(np.uint32)
+        rep.add(f"{name} rne round_scaled (in place)", fin.size, bad, bits[finite])
+        whole = fl.rounding.round_scaled(x, np.float32(1.0), name, saturate=True).values
+        rep.add(f"{name} rne round_scaled", n, whole.view(np.uint32) != sat.view(np.uint32), bits)
 
         value = tg.table64[want]
         with np.errstate(invalid="ignore"):

@@ -35,6 +35,10 @@ def test_every_special_pattern() -> None:
     rep = ex.check_bits(bits)
     _assert_clean(rep)
     assert rep.checked["fp16 rne encode_array"] == bits.size
+    assert rep.checked["bf16 rne round_scaled (in place)"] == np.count_nonzero(
+        np.isfinite(bits.view(np.float32))
+    )
+    assert rep.checked["fp16 rne round_flushed: flushed"] == 1
     assert {f"{t} {m} encode_array" for t in ("fp16", "bf16") for m in ex.DIRECTED} <= set(rep.checked)
 
 
