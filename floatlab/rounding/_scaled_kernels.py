@@ -159,23 +159,15 @@ def _scaled_round_t_kernel_py(
                 dst = buf[k, c0:c1]
                 for c in range(c1 - c0):
                     dst[c] = xt[(c0 + c) * rows + r0 + k]
-        c_over = _u(0, z)
-        c_zx = _u(0, z)
-        c_zq = _u(0, z)
-        c_sub = _u(0, z)
-        c_sp = _u(0, z)
+        zero = _u(0, z)
+        cnt = (zero, zero, zero, zero, zero)
         for k in range(nr):
             r = r0 + k
             s0 = (r // br) * nbc
             srow = scales[s0 : s0 + nbc]
-            xs = buf[k]
             qs = out[r * cols : r * cols + cols]
-            o, zx, zq, sub, sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
-            c_over = _u(c_over + o, z)
-            c_zx = _u(c_zx + zx, z)
-            c_zq = _u(c_zq + zq, z)
-            c_sub = _u(c_sub + sub, z)
-            c_sp = _u(c_sp + sp, z)
+            cnt = _add5(cnt, _cast_row(buf[k], qs, srow, bc, nbc, z, p, d, tiny))
+        c_over, c_zx, c_zq, c_sub, c_sp = cnt
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
