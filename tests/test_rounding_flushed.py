@@ -62,6 +62,18 @@ def test_other_dtypes_and_layouts(layout: str) -> None:
     assert got.flushed == np.count_nonzero(arr != 0) - np.count_nonzero(want != 0)
 
 
+@pytest.mark.parametrize("mode", ["stochastic", "rne"])
+def test_a_generator_moves_on_as_in_the_door(mode: str) -> None:
+    # a training step passes its own generator: round_flushed must draw from it exactly what
+    # round_array draws (one key for a stochastic rounding, nothing otherwise)
+    x = _patterns(4_096, 5)
+    ours, theirs = np.random.default_rng(11), np.random.default_rng(11)
+    got = round_flushed(x, "fp16", mode, rng=ours)
+    want = fl.round_array(x, "fp16", mode, rng=theirs)
+    assert got.values.tobytes() == want.tobytes()
+    assert ours.integers(2**62) == theirs.integers(2**62)
+
+
 def test_bad_input_is_the_doors_error() -> None:
     with pytest.raises(ValueError, match="rounding"):
         round_flushed(np.ones(3, np.float32), "bf16", "upward")

@@ -20,6 +20,7 @@ from floatlab.rounding import cpu
 from floatlab.rounding.arrays import round_array
 from floatlab.rounding.options import RNG, RoundingOptions, as_float_array
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
+from floatlab.rounding.spec import check_rounding
 
 __all__ = ["Flushed", "round_flushed"]
 
@@ -55,8 +56,11 @@ def round_flushed(
     (3, 1)
     """
     f = get_format(fmt)
-    if type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous:
-        options = RoundingOptions.make(rounding, rng=rng, saturate=saturate, subnormals=subnormals)
+    # (nearest even only: another mode never has a one-pass cast, and a stochastic one would
+    # draw its key here and again in the door, moving ``rng`` on twice)
+    plain = check_rounding(rounding) == "rne"
+    if plain and type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous:
+        options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
         a, src = as_float_array(x)
         target, specials = round_target(src, f, a.dtype)
         plan = make_plan(src, target, options, back=True, flags=False, specials=specials)
