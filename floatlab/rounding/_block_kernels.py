@@ -355,7 +355,8 @@ def _e8m0_blocks_kernel_py(
     stochastic = p.mode_stochastic != 0
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
-    # round to nearest even, saturating, into a plain format: the values rounded in place
+    # round to nearest even, saturating, into a plain format: the values rounded in place (the
+    # rule of floatlab.rounding.cpu.in_place, read off p here)
     nearest = (p.mode_rne != 0) & (p.ftz == 0) & (p.fnuz == 0) & (p.daz == 0)
     m_in = p.in_mantissa_bits
     sign_mask = _u(~mag_mask, z)

@@ -30,6 +30,7 @@ __all__ = [
     "execute",
     "finite_amax",
     "half_hardware",
+    "in_place",
     "odd_div",
     "odd_sqrt",
     "odd_sum",
@@ -49,6 +50,15 @@ def zero(lanes: int) -> Any:
     return np.uint32(0) if lanes == 32 else np.uint64(0)
 
 
+def _one_pass(plan: Plan) -> str:
+    """The plan's cast when it has a one-pass loop of its own ("fp32->fp16", "fp32->bf16"), else
+    "": the commonest casts of mixed precision. fp16 is the CPU's own conversion, where it has
+    one; bfloat16 is float32's top half, so its rounding is one integer add (same bits, tested)."""
+    if plan.cast == "fp32->fp16":
+        return plan.cast if half_hardware() else ""
+    return plan.cast
+
+
 def execute(
     bits: np.ndarray, plan: Plan, *, shortcuts: bool = True
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
@@ -66,11 +76,10 @@ def execute(
     ([15360, 0], (1, 1, 0, 0))
     """
     none = (0, 0, 0, 0)
-    if shortcuts and plan.cast == "fp32->fp16" and half_hardware():
-        # the commonest cast of mixed precision: the CPU's own conversion (same bits, tested)
+    cast = _one_pass(plan) if shortcuts else ""
+    if cast == "fp32->fp16":
         return run_half(bits, plan.back), none
-    if shortcuts and plan.cast == "fp32->bf16":
-        # bfloat16 is float32's top half: rounding is one integer add (same bits, tested)
+    if cast == "fp32->bf16":
         return run_bf16(bits, plan.back), none
     z = zero(plan.lanes)
     n = bits.size
@@ -141,6 +150,23 @@ def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
     return out
 
 
+def in_place(p: EncodeParams) -> bool:
+    """True when ``p`` rounds to nearest even into a format without flush-to-zero,
+    denormals-are-zero or fnuz zeros: what the loops that round in place (in the input's own bit
+    pattern, :mod:`floatlab.rounding._inplace`) handle. The E8M0 block loop reads the same rule
+    off ``p`` itself.
+
+    >>> from floatlab.formats import FP32, get_format
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import encode_params
+    >>> plain = encode_params(FP32, get_format("e4m3fn"), RoundingOptions(), lanes=32)
+    >>> fnuz = encode_params(FP32, get_format("e4m3fnuz"), RoundingOptions(), lanes=32)
+    >>> in_place(plain), in_place(fnuz)
+    (True, False)
+    """
+    return bool(p.mode_rne and not (p.ftz or p.fnuz or p.daz))
+
+
 def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int, int] | None:
     """The rounded values' bit patterns of a plain float32 to fp16 or bfloat16 plan that rounds
     back (:func:`execute`'s shortcuts), and the non-zero values of the input and of the result,
@@ -154,10 +180,11 @@ def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int,
     >>> out.view(np.float32).tolist(), nx, nr      # 2^-149 is below bfloat16's 2^-133
     ([1.0, 0.0, -0.0], 2, 1)
     """
-    if not plan.back or not (plan.cast == "fp32->bf16" or (plan.cast == "fp32->fp16" and half_hardware())):
+    cast = _one_pass(plan)
+    if not plan.back or not cast:
         return None
     out = np.empty(bits.size, np.uint32)
-    name = "bf16_round_count" if plan.cast == "fp32->bf16" else "half_round_count"
+    name = "bf16_round_count" if cast == "fp32->bf16" else "half_round_count"
     nx, nr = loop(name)(bits, out)
     return out, int(nx), int(nr)
 
@@ -267,8 +294,7 @@ def run_blocks(
     else:
         # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
         sr = np.uint32(1) if p.mode_stochastic else None
-        # (round to nearest even into a plain format: the loop that rounds in place)
-        name = "e4m3_blocks_rne" if p.mode_rne and not (p.ftz or p.fnuz or p.daz) else "e4m3_blocks"
+        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks"
         launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
     n = [int(c) for c in total] if counts.shape[1] else [0] * 5
@@ -384,7 +410,7 @@ def run_scaled_round(
     # round to nearest even with saturation (the fp8 recipes' cast) has a loop of its own, four
     # times as fast, whose results are the door's for every finite product: where a product is
     # an infinity or a NaN (a step that overflowed), the array is cast again by the door's loop
-    nearest = p.mode_rne and p.overflow_to_max and not (p.fnuz or p.ftz or p.daz) and p.in_bits == 32
+    nearest = in_place(p) and p.overflow_to_max and p.in_bits == 32
     counts = launch(loop + "_rne", x.size, *args) if nearest else (0, 0, 0, 0, 1)
     if counts[4]:
         counts = launch(loop, x.size, *args)
