@@ -201,3 +201,54 @@ def test_counts_without_codes_are_the_codes_counts(scale: str, mode: str, name: 
     assert bare[3:] == full[3:]
     assert full.flushed > 0
     assert full.inexact > 0
+
+
+def _binade_sweep(rng: np.random.Generator) -> np.ndarray:
+    """Blocks of 16 whose first value pins the scale and whose other 15 lie 0 to 180 binades
+    below it, of both signs, with random fractions: after the scale, products in every float32
+    binade from the element's top down through the element's subnormals, below its smallest
+    subnormal, and into float32's subnormals and zeros."""
+    k = np.arange(181, dtype=np.float64)
+    frac = 1 + rng.random((k.size, 15))
+    sign = rng.choice([-1.0, 1.0], (k.size, 15))
+    rows = np.empty((k.size, 16))
+    rows[:, 0] = 6.0 * 2.0**20
+    rows[:, 1:] = sign * frac * 2.0 ** (20 - k[:, None])
+    rows[::3, 1] = 6.0 * 2.0**20 * (1 - 2.0**-9)  # (just under the pin: rounds up to the top or not)
+    return np.repeat(rows, 3, axis=0).astype(np.float32)  # each row thrice: other random words
+
+
+PLAIN = ["float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_stochastic_in_place_over_every_float32_binade(name: str) -> None:
+    """Stochastic rounding in place (the E4M3-scaled loop's ``_sr`` twin, for formats without
+    flush-to-zero or fnuz zeros) against the door's stochastic rounding of the same products
+    with the same random words, over products in every float32 binade, subnormals included; the
+    values alone, the values with the counts and the codes all agree."""
+    x = _binade_sweep(np.random.default_rng(len(name)))
+    element = fl.get_format(name)
+    how: dict[str, Any] = {"rng": 17, "values": True, "scale": "e4m3", "split_tensor_scale": True}
+    b = encode_blocks(x, element, 16, "stochastic", **how)
+    rcp = (np.float32(1) / np.float32(b.tensor_scale)) / _scales(b.scale_codes)
+    y = x * rcp
+    assert (np.abs(y[y != 0]) < 2.0**-126).any()  # (the sweep reaches float32's subnormals)
+    want, flags = fl.encode_array_with_flags(y.reshape(-1), element, "stochastic", rng=17, saturate=True)
+    np.testing.assert_array_equal(b.element_codes.reshape(-1), want)
+    assert b.overflow == flags.overflow
+    magnitude = want & ~np.uint8(1 << (element.bits - 1))
+    nonzero = x.reshape(-1) != 0
+    assert b.flushed == np.count_nonzero(nonzero & (magnitude == 0))
+    assert b.subnormal == np.count_nonzero((magnitude != 0) & (magnitude < (1 << element.mantissa_bits)))
+    assert b.flushed > 0
+    assert b.subnormal > 0
+    exact = _decode(b.element_codes, name) * np.repeat(_scales(b.scale_codes).astype(np.float64), 16, axis=1)
+    assert b.values is not None
+    np.testing.assert_array_equal(b.values.astype(np.float64), exact)
+    alone, _ = round_blocks_split(x, element, 16, "stochastic", rng=17, scale="e4m3")
+    np.testing.assert_array_equal(alone, b.values)
+    bare = encode_blocks(x, element, 16, "stochastic", element_codes=False, **how)
+    assert bare.values is not None
+    np.testing.assert_array_equal(bare.values, b.values)
+    assert bare[3:] == b[3:]

@@ -64,6 +64,8 @@ _fma32: Any = None
 _round_f32: Any = None
 _elem_f32: Any = None
 _nearest: Any = None
+_stochastic: Any = None
+_rounded_f32: Any = None
 _nearest_code: Any = None
 _e4m3_one: Any = None
 _add5: Any = None
@@ -74,8 +76,9 @@ _moved: Any = None
 NAN_SHIFT = 128
 #: values per work item: a strip of blocks that stays in the first-level cache
 TILE = 4096
-#: the E4M3-scaled loop's round to nearest even in place (True in its ``_rne`` twin only)
-_NEAREST = False
+#: the E4M3-scaled loop rounds in place (True in its twins ``_rne``, to nearest even, and ``_sr``,
+#: stochastic, only)
+_IN_PLACE = False
 
 
 def _float_typer(typingctx: Any, bits: Any) -> Any:
@@ -188,27 +191,39 @@ def _value_py(code: Any, shift: Any, z: Any, p: Any) -> Any:
     return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
 
 
-def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any, nearest: Any = False) -> Any:
+def _rounded_f32_py(a: Any, rnd: Any, p: Any, stochastic: Any) -> Any:
+    """(the rounded magnitude's float32 bits, overflowed) of the float32 magnitude bits ``a`` (a
+    number or an infinity) rounded in place into the element format of ``p`` (a format without
+    flush-to-zero or fnuz zeros, saturating), stochastically with the random word ``rnd`` when
+    ``stochastic`` (a constant of the compiled loop), else to nearest even."""
+    m_t = p.mantissa_bits
+    eb = _s(p.emin + 127, a)
+    top_bits = _u(_shl(_u(p.max_code, a), 23 - m_t) + _u((p.emin + 126) << 23, a), a)
+    if stochastic:
+        return _stochastic(a, a, rnd, _u(p.random_mask, a), m_t, eb, top_bits)
+    return _nearest(a, a, 23, m_t, eb, top_bits)
+
+
+def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any, in_place: Any = False) -> Any:
     """(code, overflow) of the float32 bits ``y`` (a number or an infinity) rounded into the
     element format of ``p`` (float32 into it, 32 lanes, saturating, no true exponent): what
     :func:`floatlab.rounding._kernels._encode_one_py` gives for these at shift 0, in about half
     its operations. ``rnd`` is the random word of stochastic rounding, which ``stochastic``
     (a constant of the compiled loop: its work is left out of the other modes' loops) asks for;
-    ``nearest`` (round to nearest even into a format without flush-to-zero or fnuz zeros) takes
-    :func:`floatlab.rounding._inplace._nearest_py`'s path."""
+    ``in_place`` (round to nearest even, or stochastically, into a format without flush-to-zero
+    or fnuz zeros) rounds in float32's own bit pattern (:func:`_rounded_f32_py`)."""
     one = _u(1, y)
     zs = _s(0, y)
     m_t = p.mantissa_bits
     sgn = _shr(y, 31)
     a = _u(y & _u(0x7FFFFFFF, y), y)
-    if nearest:
-        # to nearest even into a plain format (the caller's ``nearest``, a constant of its
-        # compiled loop, says so): rounded in place, the code read off the bits (the NVFP4
-        # loop's values pass 1.3 times as fast, its codes-and-counts pass 1.25 times)
-        eb = _s(p.emin + 127, y)
-        top_bits = _u(_shl(_u(p.max_code, y), 23 - m_t) + _u((p.emin + 126) << 23, y), y)
-        rm, over = _nearest(a, y, 23, m_t, eb, top_bits)
-        return _u(_shl(sgn, p.sign_bit) | _nearest_code(rm, y, 23, m_t, eb), y), over
+    if in_place:
+        # (the caller's ``in_place``, a constant of its compiled loop, says so): rounded in
+        # place, the code read off the bits (the NVFP4 loop's values pass 1.3 times as fast to
+        # nearest even, its codes-and-counts pass 1.25 times)
+        rm, over = _rounded_f32(a, rnd, p, stochastic)
+        code = _nearest_code(rm, y, 23, m_t, _s(p.emin + 127, y))
+        return _u(_shl(sgn, p.sign_bit) | code, y), over
     ex = _s(_shr(a, 23), y)
     sig = _u(_u(a & _u(0x7FFFFF, y), y) | _shl(_u(ex != zs, y), 23), y)
     if (p.daz != 0) & (ex == zs):
@@ -480,11 +495,11 @@ def _e4m3_blocks_kernel_py(
     E4M3, nearest even) of fl(fl(amax / max) / t) clamped to the two bounds; each value is
     fl(v * fl(fl(1 / t) / scale)) rounded into the element format (``pt``: float32 into it,
     saturating; ``sr`` None, or not None for stochastic rounding: a type, so that each kind of
-    mode gets its own compiled loop). Round to nearest even into a format without flush-to-zero
-    or fnuz zeros is a loop of its own too, ``e4m3_blocks_rne``, compiled with the global
-    ``_NEAREST`` True (rounded in place: see :func:`floatlab.rounding._inplace._nearest_py`; a
-    flag read at run time inside the element loop kept it scalar, at two thirds of the speed). A
-    block holding
+    mode gets its own compiled loop). Round to nearest even, and stochastic rounding, into a
+    format without flush-to-zero or fnuz zeros are loops of their own too, ``e4m3_blocks_rne``
+    and ``e4m3_blocks_sr``, compiled with the global ``_IN_PLACE`` True (rounded in place: see
+    :func:`floatlab.rounding._inplace._nearest_py` and ``_stochastic_py``; a flag read at run
+    time inside the element loop kept it scalar, at two thirds of the speed). A block holding
     an inf or NaN gets the NaN scale and zero codes. ``codes``, ``values`` and ``counts`` as in
     the E8M0 loop, a value counting as inexact when element times block scale times t differs
     from it; with ``values`` and no ``codes`` a non-empty ``counts`` gets the counts from the
@@ -502,7 +517,7 @@ def _e4m3_blocks_kernel_py(
     qnan = _f32(_u(0x7FC00000, z))
     m_t = p.mantissa_bits
     stochastic = sr is not None
-    nearest = _NEAREST  # (a global: a constant of the compiled loop)
+    in_place = _IN_PLACE  # (a global: a constant of the compiled loop)
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
     # a normal float32 rounded to nearest even at E4M3's fraction bits, in place: float32's
@@ -560,7 +575,7 @@ def _e4m3_blocks_kernel_py(
             # element work, written to one array each (a loop writing both was slower)
             n = np.zeros(5, np.int64)
             zero = _u(0, z)
-            how = (stochastic, nearest, sub, t, exact32)
+            how = (stochastic, in_place, sub, t, exact32)
             for r in range(r0, r1):
                 row = base + r * cols
                 xs = x[row : row + w]
@@ -597,18 +612,23 @@ def _e4m3_blocks_kernel_py(
                 for c in range(w):
                     rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
                     y = _bits32(_f32(xs[c]) * rcp[c])
-                    code, _ovf = _round_f32(y, rnd, p, stochastic, nearest)
-                    vs[c] = (_elem_f32(code, p, sub) * s8c[c]) * vl
+                    if in_place:  # (the element's value is the rounded float32: no code)
+                        ry, _ovf = _rounded_f32(_u(y & mag_mask, z), rnd, p, stochastic)
+                        e = _f32(_u(ry | _u(y & ~mag_mask, z), z))
+                    else:
+                        code, _ovf = _round_f32(y, rnd, p, stochastic, in_place)
+                        e = _elem_f32(code, p, sub)
+                    vs[c] = (e * s8c[c]) * vl
 
 
 def _e4m3_one_py(u: Any, k: Any, s8: Any, rnd: Any, p: Any, how: Any) -> Any:
     """One value of the E4M3-scaled loop: (its code, element x block scale, and the flags
     (nonzero, flushed, subnormal, inexact, saturated)) for the float32 bits ``u``, the block's
     reciprocal ``k`` (NaN for the NaN scale: then the code is 0 and nothing counts) and scale
-    ``s8``; ``how`` = (stochastic, nearest, sub, t, exact32) as in the loop."""
-    stochastic, nearest, sub, t, exact32 = how
+    ``s8``; ``how`` = (stochastic, in_place, sub, t, exact32) as in the loop."""
+    stochastic, in_place, sub, t, exact32 = how
     z = u
-    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, nearest)
+    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, in_place)
     ok = k == k
     code = code if ok else _u(0, z)
     mag = _u(code & _u(_shl(_u(1, z), p.sign_bit) - _u(1, z), z), z)
@@ -681,6 +701,8 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     for name in _kernels.INTRINSICS:
         setattr(_inplace, name, getattr(_kernels, name))
     g["_nearest"] = helper(_inplace._nearest_py)
+    g["_stochastic"] = helper(_inplace._stochastic_py)
+    g["_rounded_f32"] = helper(_rounded_f32_py)
     g["_nearest_code"] = helper(_inplace._nearest_code_py)
     g["_e4m3_one"] = helper(_e4m3_one_py)
     g["_add5"] = helper(_inplace._add5_py)
@@ -690,7 +712,8 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     for name, fn_name, bound in (
         ("e8m0_blocks", "e8m0_blocks", g),
         ("e4m3_blocks", "e4m3_blocks", g),
-        ("e4m3_blocks_rne", "e4m3_blocks", {**g, "_NEAREST": True}),
+        ("e4m3_blocks_rne", "e4m3_blocks", {**g, "_IN_PLACE": True}),
+        ("e4m3_blocks_sr", "e4m3_blocks", {**g, "_IN_PLACE": True}),
         ("finite_amax", "finite_amax", g),
     ):
         fn = g[f"_{fn_name}_kernel_py"]

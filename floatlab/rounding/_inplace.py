@@ -47,6 +47,38 @@ def _nearest_py(a: Any, z: Any, m_in: Any, m_t: Any, ebias: Any, top: Any) -> An
     return (top if over else r), over
 
 
+def _stochastic_py(a: Any, z: Any, rnd: Any, rm: Any, m_t: Any, ebias: Any, top: Any) -> Any:
+    """(the rounded magnitude's bits, overflowed) of the float32 magnitude bits ``a`` (a number
+    or an infinity) rounded stochastically into an element format with ``m_t`` fraction bits,
+    as :func:`_nearest_py` rounds to nearest even (same ``ebias`` and ``top``), in float32's own
+    bit pattern, and with the door's rule for the random word ``rnd`` (uint32): the bits below
+    the element's last place read as a 32-bit fraction of it, both cut to the mask ``rm`` (the
+    word's top random_bits bits), and the value rounds up when the two add up to one place or
+    more. A place above the implicit bit (``a`` below the element's smallest subnormal q) leaves
+    0 or q, the fraction then being a / q's."""
+    one = _u(1, z)
+    zs = _s(0, z)
+    ex = _s(_shr(a, 23), z)
+    s = _s(_s(23 - m_t, z) + _s(max(_s(ebias - _s(max(ex, _s(1, z)), z), z), zs), z), z)
+    # the significand (the implicit bit too), and the bits of it below the last place
+    sig = _u(_u(a & _u(0x7FFFFF, z), z) | _shl(_u(ex != zs, z), 23), z)
+    sc = _s(min(s, _s(24, z)), z)
+    p2 = _shl(one, sc)
+    rem = _u(sig & _u(p2 - one, z), z)
+    up_sh = _s(min(max(_s(32, z) - s, zs), _s(31, z)), z)
+    down_sh = _s(min(max(s - _s(32, z), zs), _s(31, z)), z)
+    q = _u(_u(_shr(_shl(rem, up_sh), down_sh), z) & rm, z)
+    r = _u(rnd & rm, z)
+    # (r + q carries out of 32 bits)
+    up = _shr(_u(_shr(r, 1) + _shr(q, 1) + (r & q & one), z), 31)
+    kept = _u(_u(a & ~_u(p2 - one, z), z) + _shl(up, sc), z)
+    qexp = _s(max(_s(ebias - _s(m_t, z), z), _s(1, z)), z)
+    below = _shl(_u(qexp, z), 23) if up != 0 else _u(0, z)
+    res = kept if s <= _s(23, z) else below
+    over = res > top
+    return (top if over else res), over
+
+
 def _nearest_code_py(r: Any, z: Any, m_in: Any, m_t: Any, ebias: Any) -> Any:
     """The element code's magnitude of a magnitude ``r`` that :func:`_nearest_py` rounded (same
     ``m_in``, ``m_t`` and ``ebias``): a normal element's fields read off r's by a shift and a

@@ -150,11 +150,12 @@ def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
     return out
 
 
-def in_place(p: EncodeParams) -> bool:
-    """True when ``p`` rounds to nearest even into a format without flush-to-zero,
-    denormals-are-zero or fnuz zeros: what the loops that round in place (in the input's own bit
-    pattern, :mod:`floatlab.rounding._inplace`) handle. The E8M0 block loop reads the same rule
-    off ``p`` itself.
+def in_place(p: EncodeParams, stochastic: bool = False) -> bool:
+    """True when ``p`` rounds to nearest even (with ``stochastic``: stochastically) into a format
+    without flush-to-zero, denormals-are-zero or fnuz zeros: what the loops that round in place
+    (in the input's own bit pattern, :mod:`floatlab.rounding._inplace`) handle. The E8M0 block
+    loop reads the same rule off ``p`` itself; only the E4M3-scaled block loop has a stochastic
+    twin.
 
     >>> from floatlab.formats import FP32, get_format
     >>> from floatlab.rounding.options import RoundingOptions
@@ -164,7 +165,8 @@ def in_place(p: EncodeParams) -> bool:
     >>> in_place(plain), in_place(fnuz)
     (True, False)
     """
-    return bool(p.mode_rne and not (p.ftz or p.fnuz or p.daz))
+    mode = p.mode_stochastic if stochastic else p.mode_rne
+    return bool(mode and not (p.ftz or p.fnuz or p.daz))
 
 
 def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int, int] | None:
@@ -294,7 +296,7 @@ def run_blocks(
     else:
         # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
         sr = np.uint32(1) if p.mode_stochastic else None
-        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks"
+        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks_sr" if in_place(p, True) else "e4m3_blocks"
         launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
     n = [int(c) for c in total] if counts.shape[1] else [0] * 5
