@@ -179,3 +179,33 @@ def test_nvfp4_format_data() -> None:
     assert q.scale_codes.shape == (3,)
     assert q.nbytes == 20 + 3 + 4
     assert fl.decode_array(q.scale_codes, "e4m3fn").tolist() == [448.0] * 3
+
+
+def test_nvfp4_tensor_scale_is_the_scale_encode_blocks_finds() -> None:
+    """nvfp4_tensor_scale(amax) is the tensor scale encode_blocks computes from the finite values
+    itself (numpy's float32 amax / 2688 here), down to the floor of the scale range and for a
+    tensor of zeros; a caller passing it gets the same codes. An amax that is not a finite
+    magnitude is refused."""
+    from floatlab.rounding import TENSOR_SCALE_RANGE, encode_blocks, nvfp4_tensor_scale
+
+    e2m1 = fl.get_format("e2m1")
+    rng = np.random.default_rng(4)
+    floored = False
+    for x in (_tensor(rng, 40), _tensor(rng, 40) * np.float32(2.0**-125), np.zeros((2, 16), np.float32)):
+        x[0, 0] = np.inf if x.any() else 0.0  # (an infinity does not count: the finite amax)
+        finite = np.abs(x[np.isfinite(x)])
+        amax = float(finite.max())
+        t = nvfp4_tensor_scale(amax, e2m1)
+        own = encode_blocks(x, e2m1, 16, scale="e4m3")
+        assert own.tensor_scale == t
+        floored = t == TENSOR_SCALE_RANGE[0] or floored
+        assert t == (
+            max(float(np.float32(amax) / np.float32(2688.0)), TENSOR_SCALE_RANGE[0]) if amax else 1.0
+        )
+        given = encode_blocks(x, e2m1, 16, scale="e4m3", tensor_scale=t)
+        np.testing.assert_array_equal(given.element_codes, own.element_codes)
+        np.testing.assert_array_equal(given.scale_codes, own.scale_codes)
+    for bad in (math.inf, math.nan, -1.0):
+        with pytest.raises(ValueError, match=re.escape(f"amax={bad!r}: expected a finite magnitude")):
+            nvfp4_tensor_scale(bad, e2m1)
+    assert floored

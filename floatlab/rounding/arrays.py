@@ -46,6 +46,7 @@ __all__ = [
     "encode_array_with_flags",
     "encode_blocks",
     "fma",
+    "nvfp4_tensor_scale",
     "odd_div",
     "odd_sqrt",
     "odd_sum",
@@ -423,17 +424,32 @@ def _block_shape(block_size: int | tuple[int, int], rows: np.ndarray) -> tuple[i
     return int(sizes[0]), int(sizes[1])
 
 
+def nvfp4_tensor_scale(amax: float, element: FloatFormat) -> float:
+    """The "e4m3" rule's tensor scale of a tensor whose largest finite magnitude is ``amax``:
+    NVIDIA's per-tensor scale as torchao's ``per_tensor_amax_to_scale`` computes it, fl(amax /
+    (element max x 448)) in float32, at least TENSOR_SCALE_RANGE's low end; 1 when ``amax`` is 0.
+    What :func:`encode_blocks` uses when it is given no tensor scale (``amax`` then over the
+    finite values): a caller that has the amax already passes this and saves that pass.
+
+    >>> import floatlab as fl
+    >>> nvfp4_tensor_scale(2688.0, fl.get_format("e2m1")), nvfp4_tensor_scale(0.0, fl.get_format("e2m1"))
+    (1.0, 1.0)
+    """
+    a = np.float32(amax)
+    if not np.isfinite(a) or a < 0:
+        raise ValueError(f"amax={amax!r}: expected a finite magnitude (the largest finite |value|)")
+    if a == 0:
+        return 1.0
+    t = float(a / np.float32(element.max * _E4M3.max))
+    return max(t, TENSOR_SCALE_RANGE[0])
+
+
 def _tensor_scale(bits32: np.ndarray, element: FloatFormat, tensor_scale: float | None) -> float:
-    """The float32 tensor scale: fl(amax / (element max x 448)) over the finite values (1 when
-    they are all zero), or ``tensor_scale`` rounded to float32; within TENSOR_SCALE_RANGE."""
+    """The float32 tensor scale: :func:`nvfp4_tensor_scale` of the finite values' amax, or
+    ``tensor_scale`` rounded to float32; within TENSOR_SCALE_RANGE."""
     lo, hi = TENSOR_SCALE_RANGE
     if tensor_scale is None:
-        amax = np.uint32(cpu.finite_amax(bits32, FP32)).view(np.float32)
-        if amax == 0:
-            return 1.0
-        # NVIDIA's per-tensor scale, as torchao's per_tensor_amax_to_scale computes it: float32
-        t = float(amax / np.float32(element.max * _E4M3.max))
-        return max(t, lo)
+        return nvfp4_tensor_scale(np.uint32(cpu.finite_amax(bits32, FP32)).view(np.float32), element)
     if isinstance(tensor_scale, bool) or not isinstance(tensor_scale, (int, float, np.floating, np.integer)):
         raise ValueError(f"tensor_scale={tensor_scale!r}: expected None or a number")
     t = float(round_array(np.float64(tensor_scale), FP32))

@@ -58,6 +58,7 @@ values become NaN and the GEMM's outputs that use it NaN.
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -68,7 +69,7 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.backend import get_xp, to_numpy
 from floatlab.blocks import E8M0_BIAS, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
-from floatlab.rounding import encode_blocks, round_blocks_split
+from floatlab.rounding import encode_blocks, nvfp4_tensor_scale, round_blocks_split
 from floatlab.train._checks import shown, want_bool, want_dict, want_int, want_str
 from floatlab.train.recipes.fp8 import STATS, OperandStats
 from floatlab.train.recipes.hadamard import rht
@@ -493,13 +494,17 @@ class MicroScaling:
             "scale": fmt.scale if fmt.scale == "e4m3" else (r.scale_mode or "floor"),
         }
         if record and key not in self._step:  # the step's first cast: with its counts
+            amax = tensor_amax(x, "propagate")
+            if fmt.scale == "e4m3" and math.isfinite(amax):
+                # (the finite amax the loop would find in a pass of its own)
+                how["tensor_scale"] = nvfp4_tensor_scale(amax, fmt.element)
             enc = encode_blocks(
                 base, fmt.element, block, mode, values=True, split_tensor_scale=True,
                 element_codes=False, **how,
             )  # fmt: skip
             assert enc.values is not None
             found, t = enc.values, float(enc.tensor_scale)
-            self._step[key] = self._stats(x, fmt, enc)
+            self._step[key] = self._stats(x.size, amax, fmt, enc)
         else:  # (the values alone, in the faster pass that forms no codes)
             found, t = round_blocks_split(base, fmt.element, block, mode, **how)
         values: NDArray[np.float32] = found.T if flip else found
@@ -509,9 +514,7 @@ class MicroScaling:
         return cast
 
     @staticmethod
-    def _stats(x: NDArray[np.float32], fmt: BlockFormat, enc: Any) -> OperandStats:
-        n = x.size
-        amax = tensor_amax(x, "propagate")
+    def _stats(n: int, amax: float, fmt: BlockFormat, enc: Any) -> OperandStats:
         codes = enc.scale_codes.reshape(-1)
         nan_code = 255 if fmt.scale == "e8m0" else 0x7F
         finite = codes[codes != nan_code]
