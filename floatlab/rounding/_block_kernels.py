@@ -628,23 +628,32 @@ def _e4m3_one_py(u: Any, k: Any, s8: Any, rnd: Any, p: Any, how: Any) -> Any:
     ``s8``; ``how`` = (stochastic, in_place, sub, t, exact32) as in the loop."""
     stochastic, in_place, sub, t, exact32 = how
     z = u
-    code, ovf = _round_f32(_bits32(_f32(u) * k), rnd, p, stochastic, in_place)
+    y = _bits32(_f32(u) * k)
     ok = k == k
-    code = code if ok else _u(0, z)
-    mag = _u(code & _u(_shl(_u(1, z), p.sign_bit) - _u(1, z), z), z)
     nonzero = ok & ((u & _u(0x7FFFFFFF, z)) != 0)
-    pv = _elem_f32(code, p, sub) * s8  # (exact: at most 8 by 4 bits)
+    if in_place:
+        # the element's value is the rounded float32 and its code is read off it: a caller that
+        # takes no code (the values-and-counts pass) leaves the code's work out when this is
+        # inlined
+        rm, ovf = _rounded_f32(_u(y & _u(0x7FFFFFFF, z), z), rnd, p, stochastic)
+        eb = _s(p.emin + 127, z)
+        code = _u(_shl(_shr(y, 31), p.sign_bit) | _nearest_code(rm, z, 23, p.mantissa_bits, eb), z)
+        code = code if ok else _u(0, z)
+        pv = _f32(_u(rm | _u(y & _u(0x80000000, z), z), z)) * s8  # (exact: at most 8 by 4 bits)
+        flushed = rm == _u(0, z)
+        subnormal = (rm != _u(0, z)) & (rm < _shl(_u(eb, z), 23))
+    else:
+        code, ovf = _round_f32(y, rnd, p, stochastic, in_place)
+        code = code if ok else _u(0, z)
+        mag = _u(code & _u(_shl(_u(1, z), p.sign_bit) - _u(1, z), z), z)
+        pv = _elem_f32(code, p, sub) * s8  # (exact: at most 8 by 4 bits)
+        flushed = mag == 0
+        subnormal = (mag != 0) & (_shr(mag, p.mantissa_bits) == 0)
     if exact32:
         changed = _fma32(pv, t, -_f32(u)) != np.float32(0)
     else:
         changed = np.float64(pv) * np.float64(t) != np.float64(_f32(u))  # (exact)
-    flags = (
-        nonzero,
-        nonzero & (mag == 0),
-        ok & (mag != 0) & (_shr(mag, p.mantissa_bits) == 0),
-        ok & changed,
-        ok & ovf,
-    )
+    flags = (nonzero, nonzero & flushed, ok & subnormal, ok & changed, ok & ovf)
     return code, pv, flags
 
 
