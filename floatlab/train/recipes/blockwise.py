@@ -37,6 +37,7 @@ Here:
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -218,6 +219,21 @@ def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int
     return out[:, :length] if axis == 1 else out[:length]
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int) -> NDArray[np.float32]:
+    """A float32 buffer of ``n`` values for the partial products, this thread's own and kept
+    between calls (grown to the largest asked for): a fresh array of that size each GEMM would
+    be returned to the system when freed, and its pages faulted in again the next time (a few
+    milliseconds a step). Its contents are the caller's until it calls again."""
+    buf: NDArray[np.float32] | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < n:
+        buf = np.empty(n, np.float32)
+        _SCRATCH.buf = buf
+    return buf[:n]
+
+
 def blockwise_matmul(
     a: NDArray[np.float32],
     a_inv: NDArray[np.float32],
@@ -246,7 +262,8 @@ def blockwise_matmul(
         # the same slice GEMMs as the loop below (each batch is the view a[:, lo:hi] of the
         # same memory, and b[lo:hi]), as one batched call, then the same FMAs in one pass
         nt = k // block
-        partials = np.matmul(a.reshape(m, nt, block).transpose(1, 0, 2), b.reshape(nt, block, n))
+        partials = _scratch(nt * m * n).reshape(nt, m, n)
+        np.matmul(a.reshape(m, nt, block).transpose(1, 0, 2), b.reshape(nt, block, n), out=partials)
         return fma_sum(partials, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv))
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
