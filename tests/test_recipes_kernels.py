@@ -363,6 +363,12 @@ def test_blockwise_matmul_equals_its_slice_loop(m: int, k: int, n: int) -> None:
     want = _blockwise_reference(a.values, a_inv, b.values, b_inv)
     got = blockwise_matmul(a.values, a_inv, b.values, b_inv, 128)
     assert _bits(got) == _bits(want)
+    # a held transposed (F-contiguous, as the weight gradient's x^T): the batched path reads it
+    # as it lies, and gives its slice loop's bits
+    at = np.asfortranarray(a.values)
+    assert _bits(blockwise_matmul(at, a_inv, b.values, b_inv, 128)) == _bits(
+        _blockwise_reference(at, a_inv, b.values, b_inv)
+    )
 
 
 # ---- the per-tensor cast of an operand ---------------------------------------------------------------
@@ -432,10 +438,17 @@ def test_a_linear_layers_three_gemms_equal_the_numpy_passes(kind: str, shape: tu
         ]
         _ = f.end_step()
     if kind == "blockwise":
+        # x^T is cast as it lies (its base along the other axis): the values of the C-contiguous
+        # copy's cast, held transposed, and the slice GEMMs read them transposed (BLAS's order
+        # for that layout, as the loop below has it too)
         a = tile_quantize(np.ascontiguousarray(x.reshape(-1, d).T), E4M3, 128, 1)
+        held = tile_quantize(x.reshape(-1, d).T, E4M3, 128, 1)
+        assert _bits(held.values) == _bits(a.values)
+        assert held.values.T.flags.c_contiguous
+        np.testing.assert_array_equal(held.scale, a.scale)
         b = tile_quantize(dy.reshape(-1, h), E5M2, 128, 0)
         a_inv, b_inv = (1 / a.scale).astype(np.float32), (1 / b.scale).astype(np.float32)
-        want = _blockwise_reference(a.values, a_inv, b.values, b_inv)
+        want = _blockwise_reference(held.values, a_inv, b.values, b_inv)
     else:
         step = f.history["fc.input"]["scale"][-1], f.history["fc.grad"]["scale"][-1]
         sa, sg = F32(step[0]), F32(step[1])

@@ -117,8 +117,13 @@ def tile_cast(
     x: NDArray[np.float32], fmt: FloatFormat, block: int, axis: int, pow2: bool = False
 ) -> tuple[TileCast, ScaledRound | None]:
     """:func:`tile_quantize`, and the cast's counts when it ran as one compiled pass (a matrix as it
-    lies, transposed or not; another array as a C-contiguous copy where it is not one); None when
-    ``x`` is empty."""
+    lies; another array as a C-contiguous copy where it is not one); None when ``x`` is empty.
+    A transposed matrix (``x.T`` C-contiguous, as the weight gradient's ``x^T``) is cast as its
+    C-contiguous base, along the other axis, and its values are that cast's transpose: the
+    same values, laid out as the input (the block GEMM reads them so, without a copy)."""
+    if x.ndim == 2 and not x.flags.c_contiguous and x.T.flags.c_contiguous and x.size:
+        base, counted = tile_cast(x.T, fmt, block, 1 - axis, pow2)
+        return TileCast(base.values.T, base.scale.T, base.amax), counted
     n = x.shape[axis]
     nt = _ceil_div(n, block)
     tiled = (*x.shape[:axis], nt, *x.shape[axis + 1 :])  # the scales' shape
@@ -258,12 +263,23 @@ def blockwise_matmul(
     n = b.shape[1]
     if k == 0:
         return np.zeros((m, n), np.float32)
-    if accumulate is None and k % block == 0 and a.flags.c_contiguous and b.flags.c_contiguous:
+    if (
+        accumulate is None
+        and k % block == 0
+        and b.flags.c_contiguous
+        and (a.flags.c_contiguous or a.T.flags.c_contiguous)
+    ):
         # the same slice GEMMs as the loop below (each batch is the view a[:, lo:hi] of the
-        # same memory, and b[lo:hi]), as one batched call, then the same FMAs in one pass
+        # same memory, and b[lo:hi]), as one batched call, then the same FMAs in one pass; a
+        # transposed a (the weight gradient's x^T, cast as it lies) as the transposes of its
+        # base's row slices, which BLAS reads transposed
         nt = k // block
+        if a.flags.c_contiguous:
+            slices = a.reshape(m, nt, block).transpose(1, 0, 2)
+        else:
+            slices = a.T.reshape(nt, block, m).transpose(0, 2, 1)
         partials = _scratch(nt * m * n).reshape(nt, m, n)
-        np.matmul(a.reshape(m, nt, block).transpose(1, 0, 2), b.reshape(nt, block, n), out=partials)
+        np.matmul(slices, b.reshape(nt, block, n), out=partials)
         return fma_sum(partials, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv))
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
