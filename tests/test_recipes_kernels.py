@@ -463,3 +463,73 @@ def test_scaled_round_result_type() -> None:
     r = round_scaled(_a([[1.0, 2.0]]), _a([[4.0]]), E4M3, (1, 2))
     assert isinstance(r, ScaledRound)
     assert r.values.dtype == np.float32
+
+
+def _numpy_tiles(
+    x: np.ndarray, tile: tuple[int, int], fmt: fl.FloatFormat, pow2: bool
+) -> tuple[np.ndarray, ...]:
+    """Current tile scaling written with NumPy: each tile's amax (a padded reshape's max of |x|),
+    current_scale of it, and the door's saturating rounding of NumPy's float32 products."""
+    br, bc = tile
+    rows, cols = x.shape[-2:]
+    nr, nc = -(-rows // br), -(-cols // bc)
+    padded = np.zeros((*x.shape[:-2], nr * br, nc * bc), np.float32)
+    padded[..., :rows, :cols] = np.abs(x)
+    amax = padded.reshape(*x.shape[:-2], nr, br, nc, bc).max(axis=(-3, -1))
+    scale = current_scale(amax, fmt, pow2)
+    per_value = np.repeat(np.repeat(scale, br, axis=-2), bc, axis=-1)[..., :rows, :cols]
+    xs, q = _oracle(x, per_value, fmt)
+    return amax, scale, xs, q
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2, fl.get_format("e2m1")])
+@pytest.mark.parametrize("tile", [(1, 128), (128, 1), (1, 7), (5, 1)])
+@pytest.mark.parametrize("pow2", [False, True])
+def test_current_tiles_in_one_pass_equal_the_numpy_passes(
+    fmt: Any, tile: tuple[int, int], pow2: bool
+) -> None:
+    """round_current_tiles (each tile's amax, scale and cast in one pass): the scales, the values,
+    the largest amax and the counts of the NumPy passes, on ragged shapes, 3-d arrays, values
+    over many binades, float32 subnormals, zeros and tiles of zeros (their scale from the floor
+    1e-12)."""
+    from floatlab.rounding import round_current_tiles
+
+    rng = np.random.default_rng(sum(tile) + pow2)
+    for shape in ((300, 260), (3, 130, 257), (1, 1)):
+        x = _spread(rng, shape)
+        x.reshape(-1)[::97] = np.float32(3e-42)  # (float32 subnormals)
+        if x.size > 1000:
+            x[..., :9, :11] = 0.0  # (whole tiles of zeros)
+        got = round_current_tiles(x, fmt, tile, pow2=pow2)
+        assert got is not None
+        amax, scale, xs, q = _numpy_tiles(x, tile, fmt, pow2)
+        assert _bits(got.scale) == _bits(scale)
+        assert _bits(got.cast.values) == _bits(q)
+        assert got.amax == float(amax.max())
+        shares = cast_shares(x, q, fmt, xs=xs)
+        n = x.size
+        assert got.cast.overflow / n == shares.saturated
+        assert (got.cast.zeros_out - got.cast.zeros_in) / n == shares.flushed
+        assert got.cast.subnormal / n == shares.subnormal
+        assert got.cast.zeros_in == np.count_nonzero(x == 0)
+
+
+def test_current_tiles_leave_specials_and_other_layouts_to_the_caller() -> None:
+    """None where the one pass does not decide: a tile holding an infinity or a NaN, an array of
+    zeros alone, a format without an in-place rounding (fnuz), an array not C-contiguous; a tile
+    that is neither a row nor a column segment is refused."""
+    from floatlab.rounding import round_current_tiles
+
+    x = _spread(np.random.default_rng(3), (64, 64))
+    assert round_current_tiles(x, E4M3, (1, 16)) is not None
+    for bad in (np.inf, -np.inf, np.nan):
+        y = x.copy()
+        y[40, 3] = bad
+        assert round_current_tiles(y, E4M3, (1, 16)) is None
+        assert round_current_tiles(y, E4M3, (16, 1)) is None
+    assert round_current_tiles(np.zeros((4, 4), np.float32), E4M3, (1, 2)) is None
+    assert round_current_tiles(x, fl.get_format("e4m3fnuz"), (1, 16)) is None
+    assert round_current_tiles(x.T, E4M3, (1, 16)) is None
+    assert round_current_tiles(x.astype(np.float64), E4M3, (1, 16)) is None
+    with pytest.raises(ValueError, match=r"tile=\(4, 4\): expected \(1, k\) along the rows or \(k, 1\)"):
+        round_current_tiles(x, E4M3, (4, 4))

@@ -37,6 +37,7 @@ _fma32: Any = None
 _add5: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
+_tile_scale: Any = None
 
 
 def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
@@ -176,6 +177,93 @@ def _scaled_round_t_kernel_py(
     return n_over, n_zx, n_zq, n_sub, n_sp
 
 
+def _tile_scale_py(m: Any, z: Any, fmax: Any, eps: Any, keep: Any) -> Any:
+    """The current scale of a tile whose largest magnitude has the bits ``m``:
+    float32(fmax / max(float64 amax, eps)), the division in float64 and one rounding to float32
+    (torchao's ``amax_to_scale``; NumPy's conversion rounds to nearest even, as LLVM's does),
+    its bits then masked by ``keep`` (all ones, or the sign and exponent: rounded down to a power
+    of two)."""
+    a = np.float64(_f32(m))
+    return _f32(_u(_bits32(np.float32(fmax / max(a, eps))) & keep, z))
+
+
+def _tile_cast_kernel_py(
+    x: Any, shape: Any, block: Any, rule: Any, out: Any, scales: Any, z: Any, pt: Any, dt: Any, tiny: Any
+) -> Any:
+    """The scaled cast of current tile scaling in one pass: each tile of the float32 values ``x``
+    of a C-contiguous (outer, R, C) array (flat) gets the scale of its own amax
+    (:func:`_tile_scale_py`, ``rule`` = (fmax, eps, keep)), written to ``scales`` (flat over
+    (outer, ceil(R / br), ceil(C / bc))), and is cast as the scaled_round loop casts, while it is
+    still in the cache: tiles of 1 x bc along the rows (br == 1, a task per row) or br x 1 down
+    them (bc == 1, a task per strip of br rows, one running maximum per column). Returns the
+    counts of the scaled_round loop, the largest tile amax's bits, and the number of tiles whose
+    amax is an infinity or a NaN (their scale is not the recipe's: the caller casts again)."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    outer, rows, cols = shape
+    br, bc = block
+    fmax, eps, keep = rule
+    nbr = (rows + br - 1) // br
+    nbc = (cols + bc - 1) // bc
+    mask = _u(0x7FFFFFFF, z)
+    inf = _u(0x7F800000, z)
+    n_over = 0
+    n_zx = 0
+    n_zq = 0
+    n_sub = 0
+    n_sp = 0
+    n_bad = 0
+    top = 0
+    tasks = outer * rows if br == 1 else outer * nbr
+    for task in prange(tasks):
+        zero = _u(0, z)
+        cnt = (zero, zero, zero, zero, zero)
+        tmax = 0
+        bad = 0
+        if br == 1:
+            xs = x[task * cols : task * cols + cols]
+            qs = out[task * cols : task * cols + cols]
+            srow = scales[task * nbc : task * nbc + nbc]
+            for b in range(nbc):
+                seg = xs[b * bc : b * bc + bc]
+                m = _u(0, z)
+                for c in range(seg.size):
+                    m = max(m, _u(_bits32(seg[c]) & mask, z))
+                tmax = max(tmax, np.int64(m))
+                bad += np.int64(m >= inf)
+                srow[b] = _tile_scale(m, z, fmax, eps, keep)
+            cnt = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+        else:
+            o = task // nbr
+            r0 = (task - o * nbr) * br
+            r1 = min(r0 + br, rows)
+            colmax = np.zeros(cols, np.uint32)
+            for r in range(r0, r1):
+                xs = x[(o * rows + r) * cols : (o * rows + r) * cols + cols]
+                for c in range(cols):
+                    colmax[c] = max(colmax[c], _u(_bits32(xs[c]) & mask, z))
+            srow = scales[task * cols : task * cols + cols]
+            for c in range(cols):
+                m = _u(colmax[c], z)
+                tmax = max(tmax, np.int64(m))
+                bad += np.int64(m >= inf)
+                srow[c] = _tile_scale(m, z, fmax, eps, keep)
+            for r in range(r0, r1):
+                at = (o * rows + r) * cols
+                cnt = _add5(
+                    cnt, _cast_row(x[at : at + cols], out[at : at + cols], srow, 1, cols, z, p, d, tiny)
+                )
+        c_over, c_zx, c_zq, c_sub, c_sp = cnt
+        n_over += np.int64(c_over)
+        n_zx += np.int64(c_zx)
+        n_zq += np.int64(c_zq)
+        n_sub += np.int64(c_sub)
+        n_sp += np.int64(c_sp)
+        n_bad += bad
+        top = max(top, tmax)
+    return n_over, n_zx, n_zq, n_sub, n_sp, top, n_bad
+
+
 def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:
     """out[i, j] = the sum over t of s * partials[t, i, j], s = a_scale[i, t] * b_scale[t, j] in
     float32: the first term the float32 product (plus +0, as an FMA's sum of it and +0 gives),
@@ -202,7 +290,8 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     :func:`floatlab.rounding._kernels.compile_into` and
     :func:`floatlab.rounding._block_kernels.compile_into` have bound (they run first): each loop
     twice, on the door's element routine (``scaled_round``, ``scaled_round_t``) and on the
-    round-to-nearest-even one (the same names with ``_rne``)."""
+    round-to-nearest-even one (the same names with ``_rne``), and the current tile scaling's
+    cast on the latter (``tile_cast_rne``)."""
     g = globals()
     g["prange"] = numba.prange
     for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one"):
@@ -221,9 +310,14 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
         return f
 
     stamp = _block_kernels.fingerprint()
+    g["_tile_scale"] = inline(_tile_scale_py)
     for element, suffix in ((_cast_one_py, ""), (_cast_one_rne_py, "_rne")):
         row = inline(rebound(_cast_row_py, {"_cast_one": inline(element)}, suffix))
         for name in ("scaled_round", "scaled_round_t"):
             kernel = rebound(g[f"_{name}_kernel_py"], {"_cast_row": row}, f"{suffix}_{stamp}")
             out[name + suffix] = parallel(kernel)
+        if suffix:  # (current tile scaling: the fp8 recipes' cast, to nearest even only)
+            out["tile_cast" + suffix] = parallel(
+                rebound(_tile_cast_kernel_py, {"_cast_row": row}, f"{suffix}_{stamp}")
+            )
     out["fma_sum"] = parallel(_fma_sum_kernel_py)

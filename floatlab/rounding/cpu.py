@@ -42,6 +42,7 @@ __all__ = [
     "run_half",
     "run_running_sums",
     "run_scaled_round",
+    "run_tile_cast",
 ]
 
 
@@ -417,6 +418,47 @@ def run_scaled_round(
     if counts[4]:
         counts = launch(loop, x.size, *args)
     return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
+
+
+def run_tile_cast(
+    x: np.ndarray,
+    shape: tuple[int, int, int],
+    block: tuple[int, int],
+    rule: tuple[float, float, int],
+    p: EncodeParams,
+    d: DecodeParams,
+    tiny: float,
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int], int, bool] | None:
+    """Current tile scaling's cast in one pass: the float32 values ``x`` (flat, C order over
+    ``shape`` = (outer, R, C)) in tiles of ``block`` (1 x k along the rows or k x 1 down them),
+    each times float32(fmax / max(amax, eps)) of its own amax (``rule`` = (fmax, eps, a mask for
+    the scale's bits)) and rounded by ``p`` (to nearest even with saturation, in place: None
+    for another ``p``): the values, the scales (flat over (outer, ceil(R / br), ceil(C / bc))),
+    the counts as :func:`run_scaled_round`'s, the bits of the largest tile amax, and whether
+    every product was finite and every amax a number (False: the values are not the recipe's).
+
+    >>> from floatlab.formats import FP32, get_format
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.params import decode_params, encode_params
+    >>> e4m3 = get_format("e4m3fn")
+    >>> p = encode_params(FP32, e4m3, RoundingOptions(saturate=True), lanes=32)
+    >>> d = decode_params(e4m3, FP32, 32)
+    >>> x = np.float32([1.0, -2.0, 0.5, 0.0])
+    >>> q, s, n, top, ok = run_tile_cast(x, (1, 1, 4), (1, 2), (448.0, 1e-12, 0xFFFFFFFF), p, d, 2.0**-6)
+    >>> q.tolist(), s.tolist(), n, ok                       # scales 448 / 2 and 448 / 0.5
+    ([224.0, -448.0, 448.0, 0.0], [224.0, 896.0], (0, 1, 1, 0), True)
+    """
+    if not (in_place(p) and p.overflow_to_max and p.in_bits == 32):
+        return None
+    outer, rows, cols = shape
+    br, bc = block
+    out = np.empty(x.size, np.float32)
+    scales = np.empty(outer * -(-rows // br) * -(-cols // bc), np.float32)
+    args = (x, shape, block, (float(rule[0]), float(rule[1]), np.uint32(rule[2])), out, scales)
+    over, zx, zq, sub, sp, top, bad = launch(
+        "tile_cast_rne", x.size, *args, zero(32), tuple(p), tuple(d), np.float32(tiny)
+    )
+    return out, scales, (int(over), int(zx), int(zq), int(sub)), int(top), not (sp or bad)
 
 
 def run_accumulate(

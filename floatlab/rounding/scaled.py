@@ -20,7 +20,7 @@ from floatlab.rounding.options import RoundingOptions
 from floatlab.rounding.plan import make_plan
 from floatlab.rounding.spec import check_rounding
 
-__all__ = ["ScaledRound", "fma_sum", "round_scaled"]
+__all__ = ["ScaledRound", "TileScaled", "fma_sum", "round_current_tiles", "round_scaled"]
 
 
 def fma_sum(partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike) -> np.ndarray:
@@ -145,3 +145,71 @@ def round_scaled(
         transposed,
     )
     return ScaledRound(values.reshape(x.shape), over, zx, zq, sub)
+
+
+class TileScaled(NamedTuple):
+    """What :func:`round_current_tiles` gives: the cast (values and counts), each tile's scale and
+    the largest tile amax.
+
+    >>> t = round_current_tiles(np.float32([[1.0, -2.0, 0.5, 0.0]]), "e4m3fn", (1, 2))
+    >>> t.cast.values.tolist(), t.scale.tolist(), t.amax
+    ([[224.0, -448.0, 448.0, 0.0]], [[224.0, 896.0]], 2.0)
+    """
+
+    cast: ScaledRound
+    scale: np.ndarray  # float32, (*x.shape[:-2], ceil(R / br), ceil(C / bc))
+    amax: float  # the largest tile amax
+
+
+def round_current_tiles(
+    x: np.ndarray, fmt: FloatFormat | str, tile: tuple[int, int], *, eps: float = 1e-12, pow2: bool = False
+) -> TileScaled | None:
+    """Current tile scaling's cast in one pass, reading each tile once: every tile of ``tile`` =
+    (1, k) values along the last axis of the C-contiguous float32 array ``x`` (or (k, 1) down its
+    rows; shorter last tiles where k does not divide) gets the scale float32(fmt.max / max(amax,
+    eps)) of its own amax, divided in float64 and rounded once (torchao's ``amax_to_scale``;
+    with ``pow2`` its fraction bits cleared: rounded down to a power of two), and is cast while
+    it is in the cache: exactly :func:`round_scaled` of ``x`` with those scales, to nearest even,
+    saturating.
+
+    None where that one pass does not apply, and the caller's general path decides: a format
+    with flush-to-zero, fnuz zeros or more than fp32's bits; ``x`` not a C-contiguous float32
+    array of two or more dimensions, or empty; a tile whose amax is an infinity or a NaN (the
+    recipes give it another scale, and saturate the whole array otherwise); an ``x`` of zeros
+    alone (the sign of its zero amax is NumPy's to decide).
+
+    >>> x = np.float32([[3.0, 1.0], [0.25, 0.5]])
+    >>> t = round_current_tiles(x, "e4m3fn", (2, 1))          # a tile per column
+    >>> t.scale.tolist(), t.cast.values.tolist()              # 448 / 3 and 448 / 1
+    ([[149.3333282470703, 448.0]], [[448.0, 448.0], [36.0, 224.0]])
+    >>> round_current_tiles(np.float32([[np.inf, 1.0]]), "e4m3fn", (1, 2)) is None
+    True
+    """
+    f = get_format(fmt)
+    if (
+        not isinstance(x, np.ndarray)
+        or x.dtype != np.float32
+        or not x.flags.c_contiguous
+        or x.ndim < 2
+        or x.size == 0
+        or not FP32.contains(f)
+    ):
+        return None
+    br, bc = (int(tile[0]), int(tile[1]))
+    if min(br, bc) != 1 or br < 1 or bc < 1:
+        raise ValueError(f"tile={tile!r}: expected (1, k) along the rows or (k, 1) down them, k >= 1")
+    rows, cols = x.shape[-2:]
+    shape = (x.size // (rows * cols), rows, cols)
+    plan = make_plan(FP32, f, RoundingOptions.make("rne", saturate=True), back=True, flags=False)
+    keep = 0xFF800000 if pow2 else 0xFFFFFFFF
+    got = cpu.run_tile_cast(
+        x.reshape(-1), shape, (br, bc), (f.max, eps, keep), plan.p, plan.d, f.smallest_normal
+    )
+    if got is None:
+        return None
+    values, scales, (over, zx, zq, sub), top, ok = got
+    if not ok or top == 0:
+        return None
+    scale = scales.reshape(*x.shape[:-2], -(-rows // br), -(-cols // bc))
+    amax = float(np.uint32(top).view(np.float32))
+    return TileScaled(ScaledRound(values.reshape(x.shape), over, zx, zq, sub), scale, amax)

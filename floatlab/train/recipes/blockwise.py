@@ -44,11 +44,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from floatlab.formats import FloatFormat
-from floatlab.rounding import ScaledRound, fma, fma_sum
+from floatlab.rounding import ScaledRound, fma, fma_sum, round_current_tiles
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast
 from floatlab.train.recipes._fp8_kernels import tile_amax
-from floatlab.train.recipes.scales import E4M3, current_scale, saturating_cast
+from floatlab.train.recipes.scales import AMAX_EPS, E4M3, current_scale, saturating_cast
 
 __all__ = [
     "E4M3",
@@ -138,6 +138,12 @@ def tile_cast(
         view = np.ascontiguousarray(x).reshape((1, pre, n) if last else (pre, n, post))
         tiles = (1, block) if last else (block, 1)
         by_view = (1, pre, nt) if last else (pre, nt, post)
+    # each tile's amax, scale and cast in one pass, while the tile is in the cache (where no tile
+    # holds an inf or a NaN and not every value is 0: else the passes below decide those)
+    fused = round_current_tiles(view, fmt, tiles, eps=AMAX_EPS, pow2=pow2) if x.size else None
+    if fused is not None:
+        values = fused.cast.values.reshape(x.shape)
+        return TileCast(values, fused.scale.reshape(tiled), fused.amax), fused.cast
     found = tile_amax(view, tiles) if x.size else None
     amax = found.reshape(tiled) if found is not None else _amax_over(_tiled(x, axis, block, nt), (axis + 1,))
     scale = current_scale(amax, fmt, pow2)
