@@ -188,34 +188,28 @@ def _tile_scale_py(m: Any, z: Any, fmax: Any, eps: Any, keep: Any) -> Any:
 
 
 def _tile_cast_kernel_py(
-    x: Any, shape: Any, block: Any, rule: Any, out: Any, scales: Any, z: Any, pt: Any, dt: Any, tiny: Any
-) -> Any:
+    x: Any, shape: Any, block: Any, rule: Any, out: Any, scales: Any, counts: Any, z: Any, pt: Any, dt: Any,
+    tiny: Any,
+) -> None:  # fmt: skip
     """The scaled cast of current tile scaling in one pass: each tile of the float32 values ``x``
     of a C-contiguous (outer, R, C) array (flat) gets the scale of its own amax
     (:func:`_tile_scale_py`, ``rule`` = (fmax, eps, keep)), written to ``scales`` (flat over
     (outer, ceil(R / br), ceil(C / bc))), and is cast as the scaled_round loop casts, while it is
     still in the cache: tiles of 1 x bc along the rows (br == 1, a task per row) or br x 1 down
-    them (bc == 1, a task per strip of br rows, one running maximum per column). Returns the
-    counts of the scaled_round loop, the largest tile amax's bits, and the number of tiles whose
-    amax is an infinity or a NaN (their scale is not the recipe's: the caller casts again)."""
+    them (bc == 1, a task per strip of br rows, one running maximum per column). Each task's row
+    of ``counts`` gets the scaled_round loop's five counts, its largest tile amax's bits and the
+    number of its tiles whose amax is an infinity or a NaN (their scale is not the recipe's: the
+    caller casts again)."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
-    outer, rows, cols = shape
+    _, rows, cols = shape
     br, bc = block
     fmax, eps, keep = rule
     nbr = (rows + br - 1) // br
     nbc = (cols + bc - 1) // bc
     mask = _u(0x7FFFFFFF, z)
     inf = _u(0x7F800000, z)
-    n_over = 0
-    n_zx = 0
-    n_zq = 0
-    n_sub = 0
-    n_sp = 0
-    n_bad = 0
-    top = 0
-    tasks = outer * rows if br == 1 else outer * nbr
-    for task in prange(tasks):
+    for task in prange(counts.shape[0]):
         zero = _u(0, z)
         cnt = (zero, zero, zero, zero, zero)
         tmax = 0
@@ -253,15 +247,10 @@ def _tile_cast_kernel_py(
                 cnt = _add5(
                     cnt, _cast_row(x[at : at + cols], out[at : at + cols], srow, 1, cols, z, p, d, tiny)
                 )
-        c_over, c_zx, c_zq, c_sub, c_sp = cnt
-        n_over += np.int64(c_over)
-        n_zx += np.int64(c_zx)
-        n_zq += np.int64(c_zq)
-        n_sub += np.int64(c_sub)
-        n_sp += np.int64(c_sp)
-        n_bad += bad
-        top = max(top, tmax)
-    return n_over, n_zx, n_zq, n_sub, n_sp, top, n_bad
+        for j in range(5):
+            counts[task, j] = cnt[j]
+        counts[task, 5] = tmax
+        counts[task, 6] = bad
 
 
 def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:

@@ -439,12 +439,10 @@ def run_tile_cast(
 
     >>> from floatlab.formats import FP32, get_format
     >>> from floatlab.rounding.options import RoundingOptions
-    >>> from floatlab.rounding.params import decode_params, encode_params
-    >>> e4m3 = get_format("e4m3fn")
-    >>> p = encode_params(FP32, e4m3, RoundingOptions(saturate=True), lanes=32)
-    >>> d = decode_params(e4m3, FP32, 32)
-    >>> x = np.float32([1.0, -2.0, 0.5, 0.0])
-    >>> q, s, n, top, ok = run_tile_cast(x, (1, 1, 4), (1, 2), (448.0, 1e-12, 0xFFFFFFFF), p, d, 2.0**-6)
+    >>> from floatlab.rounding.plan import make_plan
+    >>> plan = make_plan(FP32, get_format("e4m3fn"), RoundingOptions(saturate=True), back=True, flags=False)
+    >>> x, rule = np.float32([1.0, -2.0, 0.5, 0.0]), (448.0, 1e-12, 0xFFFFFFFF)
+    >>> q, s, n, top, ok = run_tile_cast(x, (1, 1, 4), (1, 2), rule, plan.p, plan.d, 2.0**-6)
     >>> q.tolist(), s.tolist(), n, ok                       # scales 448 / 2 and 448 / 0.5
     ([224.0, -448.0, 448.0, 0.0], [224.0, 896.0], (0, 1, 1, 0), True)
     """
@@ -454,11 +452,13 @@ def run_tile_cast(
     br, bc = block
     out = np.empty(x.size, np.float32)
     scales = np.empty(outer * -(-rows // br) * -(-cols // bc), np.float32)
-    args = (x, shape, block, (float(rule[0]), float(rule[1]), np.uint32(rule[2])), out, scales)
-    over, zx, zq, sub, sp, top, bad = launch(
-        "tile_cast_rne", x.size, *args, zero(32), tuple(p), tuple(d), np.float32(tiny)
-    )
-    return out, scales, (int(over), int(zx), int(zq), int(sub)), int(top), not (sp or bad)
+    # per task (a row, or a strip of br rows): five counts, the largest amax's bits, bad tiles
+    counts = np.empty((outer * (rows if br == 1 else -(-rows // br)), 7), np.int64)
+    args = (x, shape, block, (float(rule[0]), float(rule[1]), np.uint32(rule[2])), out, scales, counts)
+    launch("tile_cast_rne", x.size, *args, zero(32), tuple(p), tuple(d), np.float32(tiny))
+    over, zx, zq, sub, sp, _, bad = (int(c) for c in counts.sum(axis=0))
+    top = int(counts[:, 5].max()) if counts.size else 0
+    return out, scales, (over, zx, zq, sub), top, not (sp or bad)
 
 
 def run_accumulate(
