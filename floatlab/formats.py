@@ -183,31 +183,31 @@ class FloatFormat:
             return self.has_nan and mag == self.sign_mask - 1
         return code == self.sign_mask
 
-    # ---- derived numbers (exact, as Fractions, and as floats) --------------------------------
-    @property
+    # ---- derived numbers (exact, as Fractions, and as floats; each computed once per format) -----
+    @functools.cached_property
     def max_exact(self) -> Fraction:
         """Largest finite value, exactly."""
         return self.code_magnitude(self.max_code)
 
-    @property
+    @functools.cached_property
     def smallest_normal_exact(self) -> Fraction:
         return pow2(self.emin)
 
-    @property
+    @functools.cached_property
     def smallest_subnormal_exact(self) -> Fraction:
         return pow2(self.emin - self.mantissa_bits)
 
-    @property
+    @functools.cached_property
     def max(self) -> float:
         """Largest finite value (``numpy.finfo(...).max``); inf when above float64's range."""
         return _to_float(self.max_exact)
 
-    @property
+    @functools.cached_property
     def smallest_normal(self) -> float:
         """Smallest positive normal value, 2^emin (``finfo.smallest_normal``, ``finfo.tiny``)."""
         return _to_float(self.smallest_normal_exact)
 
-    @property
+    @functools.cached_property
     def smallest_subnormal(self) -> float:
         """Smallest positive subnormal value, 2^(emin - mantissa_bits)."""
         return _to_float(self.smallest_subnormal_exact)
