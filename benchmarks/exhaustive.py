@@ -8,10 +8,11 @@ For each float32 input this checks, against oracles that share no code with floa
   ml_dtypes' bfloat16 cast and torch's. NaNs are compared with the IEEE 754
   rule (a quiet NaN with the input's sign and the top bits of its payload), which torch's fp16
   cast follows bit for bit (numpy keeps signalling NaNs signalling, ml_dtypes drops payloads);
-* the same oracle values from ``round_flushed`` (the trainer's one-pass store) with its count of
-  the values flushed to zero, and from ``round_scaled`` at scale 1, saturating (the fp8 recipes'
-  cast, which rounds to nearest even in the input's own bit pattern), a finite input that
-  overflows becoming the largest finite value;
+* the same oracle values from ``round_flushed`` (the trainer's one-pass store, also rounding in
+  its input's own memory) with its count of the values flushed to zero, and from
+  ``round_scaled`` at scale 1, saturating (the fp8 recipes' cast, which rounds to nearest even
+  in the input's own bit pattern), a finite input that overflows becoming the largest finite
+  value;
 * the IEEE flags counted by ``encode_array_with_flags`` (inexact, underflow after rounding, overflow,
   invalid) against counts made with exact float64 comparisons;
 * the directed modes ``rtz``, ``rup``, ``rdown``, ``rna`` and ``rodd`` into fp16 and bf16 against
@@ -251,6 +252,11 @@ def check_bits(bits: U32, *, directed: bool = True, use_torch: bool = True) -> R
         rep.add(f"{name} rne round_flushed", n, stored.values.view(np.uint32) != want32, bits)
         lost = int(((x64 != 0) & (tg.table64[want] == 0)).sum())  # (a NaN is non-zero on both sides)
         rep.add_count(f"{name} rne round_flushed: flushed", stored.flushed, lost)
+        # the same store rounding a GEMM's output in its own memory (the in-place loop)
+        owned = x.copy()
+        over = fl.rounding.round_flushed(owned, name, overwrite=True)
+        rep.add(f"{name} rne round_flushed in place", n, owned.view(np.uint32) != want32, bits)
+        rep.add_count(f"{name} rne round_flushed in place: flushed", over.flushed, lost)
         top = np.float32(tg.table64[np.isfinite(tg.table64)].max())
         sat = tg.table32[want].copy()
         over = np.isinf(sat) & finite  # (an infinite input stays infinite)

@@ -39,6 +39,7 @@ def test_every_special_pattern() -> None:
         np.isfinite(bits.view(np.float32))
     )
     assert rep.checked["fp16 rne round_flushed: flushed"] == 1
+    assert rep.checked["bf16 rne round_flushed in place"] == bits.size
     assert {f"{t} {m} encode_array" for t in ("fp16", "bf16") for m in ex.DIRECTED} <= set(rep.checked)
 
 

@@ -79,3 +79,44 @@ def test_bad_input_is_the_doors_error() -> None:
         round_flushed(np.ones(3, np.float32), "bf16", "upward")
     with pytest.raises(ValueError, match="format"):
         round_flushed(np.ones(3, np.float32), "bf17")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_overwrite_rounds_a_given_up_array_in_its_own_memory(fmt: str) -> None:
+    """overwrite=True (a GEMM's fresh output stored in its format): the one-pass casts round x in
+    its own memory, with the door's values and the same counts, and return x itself; round_owned
+    likewise. Elsewhere (another format, mode, dtype or layout) x is left as it was and the
+    values are a new array, the door's."""
+    from floatlab.rounding import round_owned
+
+    x = _patterns(20_000, len(fmt)).reshape(100, 200)
+    x[np.isnan(x)] = np.nan  # (quiet NaNs: a signalling one raises NumPy's invalid in a cast)
+    want = fl.round_array(x, fmt)
+    kept = round_flushed(x, fmt)
+    owned = x.copy()
+    got = round_flushed(owned, fmt, overwrite=True)
+    assert got.values is owned
+    assert owned.tobytes() == want.tobytes()
+    assert (got.nonzero, got.flushed) == (kept.nonzero, kept.flushed)
+    again = x.copy()
+    assert round_owned(again, fmt) is again
+    assert again.tobytes() == want.tobytes()
+    for arr, knobs in (
+        (x.T, {}),
+        (x.astype(np.float64), {}),
+        (x, {"rounding": "rtz"}),
+        (x, {"rounding": "stochastic", "rng": 3}),
+    ):
+        before = arr.copy()
+        other = round_flushed(arr, fmt, overwrite=True, **knobs)
+        assert other.values is not arr
+        np.testing.assert_array_equal(arr, before)
+        assert other.values.tobytes() == fl.round_array(before, fmt, **knobs).tobytes()
+        assert round_owned(arr, fmt, **knobs) is not arr
+        np.testing.assert_array_equal(arr, before)
+    fp8 = x.copy()
+    assert (
+        round_owned(fp8, "e4m3fn", saturate=True).tobytes()
+        == fl.round_array(x, "e4m3fn", saturate=True).tobytes()
+    )
+    np.testing.assert_array_equal(fp8, x)

@@ -401,6 +401,33 @@ def _bf16_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
     return nx, nr
 
 
+def _half_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
+    """:func:`_half_round_count_kernel_py` in the input's own memory: ``x`` is overwritten by its
+    rounded values (one array: a second one that is the same memory keeps the loop scalar)."""
+    nx = 0
+    nr = 0
+    for i in prange(x.size):
+        u = x[i]
+        r = _unhalf(_half(u))
+        x[i] = r
+        nx += (u & np.uint32(0x7FFFFFFF)) != 0
+        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    return nx, nr
+
+
+def _bf16_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
+    """:func:`_bf16_round_count_kernel_py` in the input's own memory."""
+    nx = 0
+    nr = 0
+    for i in prange(x.size):
+        u = x[i]
+        r = np.uint32(_bf16(u)) << np.uint32(16)
+        x[i] = r
+        nx += (u & np.uint32(0x7FFFFFFF)) != 0
+        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    return nx, nr
+
+
 def _round_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
     p = EncodeParams(*pt)
@@ -582,6 +609,6 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     serial = numba.njit(cache=True, nogil=True, error_model="numpy")
     for name in (
         "half_encode", "half_round", "half_round_count", "bf16_encode", "bf16_round", "bf16_round_count",
-        "sequential", "kahan",
+        "half_round_count_inplace", "bf16_round_count_inplace", "sequential", "kahan",
     ):  # fmt: skip
         out[name] = serial(g[f"_{name}_kernel_py"])

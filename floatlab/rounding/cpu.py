@@ -170,10 +170,13 @@ def in_place(p: EncodeParams, stochastic: bool = False) -> bool:
     return bool(mode and not (p.ftz or p.fnuz or p.daz))
 
 
-def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int, int] | None:
+def run_counting_nonzero(
+    bits: np.ndarray, plan: Plan, overwrite: bool = False
+) -> tuple[np.ndarray, int, int] | None:
     """The rounded values' bit patterns of a plain float32 to fp16 or bfloat16 plan that rounds
     back (:func:`execute`'s shortcuts), and the non-zero values of the input and of the result,
-    in one pass; None for any other plan.
+    in one pass; None for any other plan. With ``overwrite`` the values are written over
+    ``bits`` (1-d, contiguous), which is returned.
 
     >>> from floatlab.formats import BF16, FP32
     >>> from floatlab.rounding.options import RoundingOptions
@@ -186,8 +189,11 @@ def run_counting_nonzero(bits: np.ndarray, plan: Plan) -> tuple[np.ndarray, int,
     cast = _one_pass(plan)
     if not plan.back or not cast:
         return None
-    out = np.empty(bits.size, np.uint32)
     name = "bf16_round_count" if cast == "fp32->bf16" else "half_round_count"
+    if overwrite:
+        nx, nr = loop(name + "_inplace")(bits)
+        return bits, int(nx), int(nr)
+    out = np.empty(bits.size, np.uint32)
     nx, nr = loop(name)(bits, out)
     return out, int(nx), int(nr)
 

@@ -15,14 +15,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
-from floatlab.formats import FloatFormat, get_format
+from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.arrays import round_array
-from floatlab.rounding.options import RNG, RoundingOptions, as_float_array
-from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
+from floatlab.rounding.options import RNG, RoundingOptions
+from floatlab.rounding.plan import make_plan, round_target
 from floatlab.rounding.spec import check_rounding
 
-__all__ = ["Flushed", "round_flushed"]
+__all__ = ["Flushed", "round_flushed", "round_owned"]
 
 
 class Flushed(NamedTuple):
@@ -37,6 +37,21 @@ class Flushed(NamedTuple):
     flushed: int  # the non-zero inputs whose result is a zero
 
 
+def _plain_plan(x: Any, f: FloatFormat, rounding: str, saturate: bool, subnormals: bool) -> Any:
+    """The plan of rounding ``x`` (a C-contiguous float32 NumPy array) into ``f`` and back to
+    nearest even, which :func:`floatlab.rounding.cpu.run_counting_nonzero` runs in one pass where
+    ``f`` is bfloat16 or fp16; None for another ``x`` or mode (only nearest even: a stochastic
+    mode would draw its key here and again in the door, moving ``rng`` on twice)."""
+    if check_rounding(rounding) != "rne" or type(x) is not np.ndarray:
+        return None
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
+    target, specials = round_target(FP32, f, x.dtype)
+    plan = make_plan(FP32, target, options, back=True, flags=False, specials=specials)
+    return plan
+
+
 def round_flushed(
     x: ArrayLike,
     fmt: FloatFormat | str,
@@ -45,29 +60,32 @@ def round_flushed(
     rng: RNG = None,
     saturate: bool = False,
     subnormals: bool = True,
+    overwrite: bool = False,
 ) -> Flushed:
     """``round_array(x, fmt, rounding, ...)`` and how many of x's non-zero values became zeros
     (rounding keeps a zero a zero, so these are the values underflow flushed). A C-contiguous
     float32 array rounded to nearest even into bfloat16 or fp16 (the door's one-pass casts) is
     rounded and counted in one pass; anything else is rounded by the door and counted after.
+    With ``overwrite`` the caller gives ``x`` up: where the one-pass cast applies, x is rounded
+    in its own memory and is the values (no new array; the loop is faster too); elsewhere x is
+    left as it was.
 
     >>> r = round_flushed(np.float32([1e-45, 3e-39, 1.0, -0.0]), "bf16")
     >>> r.nonzero, r.flushed          # 1e-45 is below bfloat16's smallest, 2^-133
     (3, 1)
+    >>> x = np.float32([1 / 3, 1e-45])
+    >>> r = round_flushed(x, "bf16", overwrite=True)
+    >>> r.values is x, x.tolist(), r.flushed
+    (True, [0.333984375, 0.0], 1)
     """
     f = get_format(fmt)
-    # (nearest even only: another mode never has a one-pass cast, and a stochastic one would
-    # draw its key here and again in the door, moving ``rng`` on twice)
-    plain = check_rounding(rounding) == "rne"
-    if plain and type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous:
-        options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
-        a, src = as_float_array(x)
-        target, specials = round_target(src, f, a.dtype)
-        plan = make_plan(src, target, options, back=True, flags=False, specials=specials)
-        got = cpu.run_counting_nonzero(a.reshape(-1).view(UINT_OF_BITS[src.bits]), plan)
+    plan = _plain_plan(x, f, rounding, saturate, subnormals)
+    if plan is not None:
+        a = np.asarray(x)
+        got = cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite)
         if got is not None:
             out, nx, nr = got
-            return Flushed(out.view(np.float32).reshape(a.shape), nx, nx - nr)
+            return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
     r = round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
     xp: Any = np
     if is_cupy(x):
@@ -76,3 +94,30 @@ def round_flushed(
         xp = cupy
     nonzero = int(xp.count_nonzero(xp.asarray(x) != 0))
     return Flushed(r, nonzero, nonzero - int(xp.count_nonzero(r != 0)))
+
+
+def round_owned(
+    x: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    rng: RNG = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+) -> Any:
+    """``round_array(x, fmt, rounding, ...)`` for a caller that owns ``x`` and gives it up (a
+    GEMM's fresh output, stored in its format): where the one-pass cast applies (as in
+    :func:`round_flushed`) x is rounded in its own memory and returned, with no new array;
+    anything else goes through the door, x left as it was.
+
+    >>> x = np.float32([1 / 3, 70000.0])
+    >>> round_owned(x, "fp16") is x, x.tolist()
+    (True, [0.333251953125, inf])
+    """
+    f = get_format(fmt)
+    plan = _plain_plan(x, f, rounding, saturate, subnormals)
+    if plan is not None:
+        a = np.asarray(x)
+        if cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite=True) is not None:
+            return a
+    return round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)

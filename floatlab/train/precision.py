@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from floatlab.backend import Backend, get_backend, get_xp
 from floatlab.formats import FP32, FloatFormat
-from floatlab.rounding import round_array, round_flushed
+from floatlab.rounding import round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
@@ -125,8 +125,10 @@ class Precision:
             "subnormals": self.policy.subnormals,
         }
 
-    def store(self, x: Array, fmt: FloatFormat) -> Array:
+    def store(self, x: Array, fmt: FloatFormat, *, owned: bool = False) -> Array:
         """Store ``x`` in ``fmt``; inside :meth:`backward`, count the values flushed to zero.
+        ``owned``: ``x`` is the caller's own temporary (a GEMM's fresh output), which it gives up:
+        a plain bf16 or fp16 store then rounds it in its own memory (no new array).
 
         >>> P = Precision("bf16")
         >>> with P.backward():
@@ -134,14 +136,19 @@ class Precision:
         >>> P.grad_flushed, P.grad_values   # bf16 keeps fp32's subnormals down to 2^-133
         (1, 3)
         """
-        if not self._counting or self.is_wide(fmt):
-            return self.cast(x, fmt)
-        # rounding keeps zeros at zero, so every lost non-zero is a value flushed by underflow
-        # (counted in the rounding's own pass where it is a plain bf16 or fp16 store)
-        got = round_flushed(x, fmt, **self._knobs())
-        self.grad_values += got.nonzero
-        self.grad_flushed += got.flushed
-        r: Array = got.values
+        if self.is_wide(fmt):
+            return x
+        if not self._counting:
+            if not owned:
+                return self.cast(x, fmt)
+            r: Array = round_owned(x, fmt, **self._knobs())
+        else:
+            # rounding keeps zeros at zero, so every lost non-zero is a value flushed by
+            # underflow (counted in the rounding's own pass where it is a plain bf16 or fp16 store)
+            got = round_flushed(x, fmt, overwrite=owned, **self._knobs())
+            self.grad_values += got.nonzero
+            self.grad_flushed += got.flushed
+            r = got.values
         return r.reshape(np.shape(x)) if r.ndim != np.ndim(x) else r
 
     def act(self, x: Array) -> Array:
@@ -210,7 +217,7 @@ class Precision:
             acc *= acc.dtype.type(alpha)
         if bias is not None:
             acc += bias
-        return self.store(acc, out)
+        return self.store(acc, out, owned=True)  # (acc: this GEMM's fresh output)
 
     def linear(
         self,
@@ -257,7 +264,7 @@ class Precision:
             acc = accumulate_matmul(a, b, accumulate=narrow or "fp32", promote_every=every)
         if bias is not None:
             acc += bias
-        return self.store(acc, out)
+        return self.store(acc, out, owned=True)  # (acc: the recipe's fresh GEMM output)
 
     def end_step(self) -> dict[str, dict[str, float]]:
         """Close a training step: the recipe's per-operand statistics of the step (amax,
