@@ -252,3 +252,40 @@ def test_stochastic_in_place_over_every_float32_binade(name: str) -> None:
     assert bare.values is not None
     np.testing.assert_array_equal(bare.values, b.values)
     assert bare[3:] == b[3:]
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTS))
+@pytest.mark.parametrize("scale", ["floor", "rceil"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_e8m0_stochastic_is_the_doors_stochastic_rounding_of_the_moved_values(
+    name: str, scale: str, dtype: Any
+) -> None:
+    """E8M0 blocks rounded stochastically (in place in float32 rows' own bits where each block's
+    moved range allows, by the general routine for float64 rows and the other blocks): every
+    element is encode_array's stochastic rounding of v / 2^s (exact in float64) with the same
+    random words, saturating; the values are those elements times 2^s, the counts follow from
+    the codes, and the values alone are the same."""
+    element = fl.get_format(name)
+    rng = np.random.default_rng(len(name) * 5 + len(scale))
+    # every kind of _e8m0_data's blocks (some take the general routine, and so does the whole
+    # work item they are in); then blocks that all allow the in-place rounding, with values
+    # from the block's top down 48 binades (below the element's smallest subnormal)
+    spread = rng.standard_normal((96, 32)) * np.exp2(rng.uniform(-20, 20, (96, 1)))
+    spread *= np.exp2(-rng.integers(0, 48, (96, 32)))
+    rows = np.concatenate([_e8m0_data(rng, 120, 32), spread]).astype(dtype)
+    b = encode_blocks(rows, element, 32, "stochastic", rng=9, values=True, scale=scale)
+    finite = b.scale_codes[:, 0] != 255
+    shift = np.where(finite[:, None], b.scale_codes.astype(np.int64) - 127, 0)
+    moved = np.ldexp(np.where(finite[:, None], rows.astype(np.float64), 0.0), -shift)
+    want = fl.encode_array(moved, element, "stochastic", rng=9, saturate=True)  # (the same words)
+    np.testing.assert_array_equal(b.element_codes[finite], want[finite])
+    values = np.ldexp(_decode(want, name), shift)[finite]
+    assert b.values is not None
+    np.testing.assert_array_equal(b.values[finite], values.astype(dtype))
+    nonzero = rows[finite] != 0
+    magnitude = want[finite] & ~np.uint8(1 << (element.bits - 1))
+    assert b.flushed == np.count_nonzero(nonzero & (magnitude == 0))
+    assert b.subnormal == np.count_nonzero((magnitude != 0) & (magnitude < (1 << element.mantissa_bits)))
+    assert b.inexact == np.count_nonzero(values != rows[finite])
+    alone = fl.rounding.round_blocks(rows, element, 32, "stochastic", rng=9, scale=scale)
+    np.testing.assert_array_equal(alone, b.values)

@@ -345,7 +345,7 @@ def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
 
 def _e8m0_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
-    counts: Any, z: Any, pt: Any,
+    counts: Any, z: Any, pt: Any, sr: Any,
 ) -> None:  # fmt: skip
     """Block scaling with E8M0 (power-of-two) scales: the bits ``x`` (float32 or float64) of an
     (outer, R, C) array in blocks of ``block`` = (br, bc), ``chunk`` columns per work item.
@@ -359,6 +359,8 @@ def _e8m0_blocks_kernel_py(
     the way). When ``codes`` is not empty it gets the element codes and ``counts[it]`` the item's
     nonzero, flushed, subnormal, inexact and saturated values over its finite blocks; when
     ``values`` is not empty it gets element value times scale (exact, in the input's format).
+    ``sr`` is None, or not None for stochastic rounding (a type: each kind of mode gets its own
+    compiled loop, and the random words cost the other modes nothing).
     """
     p = EncodeParams(*pt)
     cols = shape[2]
@@ -367,13 +369,15 @@ def _e8m0_blocks_kernel_py(
     mag_mask = _shr(_u(_u(0, z) - one, z), 1)
     code_mag = _u(_shl(one, p.sign_bit) - one, z)
     m_t = p.mantissa_bits
-    stochastic = p.mode_stochastic != 0
+    stochastic = sr is not None
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
-    # round to nearest even, saturating, into a plain format: the values rounded in place (the
-    # rule of floatlab.rounding.cpu.in_place, read off p here)
-    nearest = (p.mode_rne != 0) & (p.ftz == 0) & (p.fnuz == 0) & (p.daz == 0)
     m_in = p.in_mantissa_bits
+    rmask = _u(p.random_mask, z)
+    # round to nearest even, or stochastically from float32 rows, saturating, into a plain format:
+    # the values rounded in place (the rule of floatlab.rounding.cpu.in_place, read off p here)
+    plain = (p.ftz == 0) & (p.fnuz == 0) & (p.daz == 0)
+    nearest = plain & ((m_in == 23) if stochastic else (p.mode_rne != 0))
     sign_mask = _u(~mag_mask, z)
     lo_bias = _s(p.emin + p.in_bias, z)  # the element's smallest normal, biased, at shift 0
     nan_value = _float(_u(_shl(_u(p.in_exponent_mask, z), m_in) | _shl(one, m_in - 1), z))
@@ -414,7 +418,11 @@ def _e8m0_blocks_kernel_py(
                         ok = sh != NAN_SHIFT
                         eb, top = _moved(sh, z, p, lo_bias)
                         a = _u(u & mag_mask, z)
-                        rm, over = _nearest(a, z, m_in, m_t, eb, top)
+                        if stochastic:  # (float32 rows only: see ``nearest``)
+                            rnd = _random32(row + c, key0, key1)
+                            rm, over = _stochastic(a, z, rnd, rmask, m_t, eb, top)
+                        else:
+                            rm, over = _nearest(a, z, m_in, m_t, eb, top)
                         neg = _u((u & sign_mask) != zero, z)
                         code = _u(_nearest_code(rm, z, m_in, m_t, eb) | _shl(neg, p.sign_bit), z)
                         cs[c] = code if ok else zero
@@ -434,7 +442,11 @@ def _e8m0_blocks_kernel_py(
                         u = _u(xs[c], z)
                         sh = shift[c]
                         eb, top = _moved(sh, z, p, lo_bias)
-                        rm, _over = _nearest(_u(u & mag_mask, z), z, m_in, m_t, eb, top)
+                        a = _u(u & mag_mask, z)
+                        if stochastic:
+                            rm, _over = _stochastic(a, z, _random32(row + c, key0, key1), rmask, m_t, eb, top)
+                        else:
+                            rm, _over = _nearest(a, z, m_in, m_t, eb, top)
                         v = _float(_u(rm | _u(u & sign_mask, z), z))
                         vs[c] = v if sh != NAN_SHIFT else nan_value
         elif codes.size > 0:

@@ -298,11 +298,11 @@ def run_blocks(
     counts = np.zeros((items, 5 if codes or count else 0), np.int64)
     z = zero(8 * bits.itemsize)
     args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
+    # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
+    sr = np.uint32(1) if p.mode_stochastic else None
     if ps is None:
-        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p))
+        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p), sr)
     else:
-        # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
-        sr = np.uint32(1) if p.mode_stochastic else None
         name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks_sr" if in_place(p, True) else "e4m3_blocks"
         launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
