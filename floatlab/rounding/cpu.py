@@ -303,7 +303,10 @@ def run_blocks(
     if ps is None:
         launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p), sr)
     else:
-        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks_sr" if in_place(p, True) else "e4m3_blocks"
+        # (stochastic codes come faster from the general routine than read off the in-place
+        # value: measured 580 against 550 M values/s; the values, and values with counts, in place)
+        sr_in_place = in_place(p, True) and not (codes and not count)
+        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks_sr" if sr_in_place else "e4m3_blocks"
         launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
     total = counts.sum(axis=0)
     n = [int(c) for c in total] if counts.shape[1] else [0] * 5
