@@ -147,37 +147,46 @@ def _e8m0_data(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
 @pytest.mark.parametrize("name", sorted(ELEMENTS))
 @pytest.mark.parametrize("scale", ["floor", "rceil"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_e8m0_nearest_even_is_the_doors_rounding_of_the_moved_values(
-    name: str, scale: str, dtype: Any
+@pytest.mark.parametrize("mode", ["rne", "stochastic"])
+def test_e8m0_blocks_are_the_doors_rounding_of_the_moved_values(
+    name: str, scale: str, dtype: Any, mode: str
 ) -> None:
-    """E8M0 blocks rounded to nearest even (rounded in place in the input's bits, where each
-    block's moved range allows): every element is encode_array of v / 2^s (exact in float64) into
-    the element format, saturating; the values are those elements times 2^s, and the counts
-    follow from the codes."""
+    """E8M0 blocks rounded to nearest even, or stochastically (float32 rows only), in place in
+    the input's bits where each block's moved range allows, by the general routine elsewhere:
+    every element is encode_array of v / 2^s (exact in float64) into the element format,
+    saturating, in the same mode and with the same random words; the values are those elements
+    times 2^s, the counts follow from the codes, and the values alone are the same."""
     element = fl.get_format(name)
-    x = _e8m0_data(np.random.default_rng(len(name) * 7 + len(scale)), 120, 32)
-    rows = x.astype(dtype)
-    b = encode_blocks(rows, element, 32, "rne", values=True, scale=scale)
-    shift = b.scale_codes.astype(np.int64) - 127
+    rng = np.random.default_rng(len(name) * 7 + len(scale))
+    # every kind of _e8m0_data's blocks (some take the general routine, and so does the whole
+    # work item they are in); then blocks that all allow the in-place rounding, with values
+    # from the block's top down 48 binades (below the element's smallest subnormal)
+    spread = rng.standard_normal((96, 32)) * np.exp2(rng.uniform(-20, 20, (96, 1)))
+    spread *= np.exp2(-rng.integers(0, 48, (96, 32)))
+    rows = np.concatenate([_e8m0_data(rng, 120, 32), spread]).astype(dtype)
+    seed = 9 if mode == "stochastic" else None
+    b = encode_blocks(rows, element, 32, mode, rng=seed, values=True, scale=scale)
     finite = b.scale_codes[:, 0] != 255
     assert not finite[6]
     assert not finite[10]
-    moved = np.ldexp(rows.astype(np.float64), -shift)[finite]
-    want = fl.encode_array(moved, element, "rne", saturate=True)
-    np.testing.assert_array_equal(b.element_codes[finite], want)
+    shift = np.where(finite[:, None], b.scale_codes.astype(np.int64) - 127, 0)
+    moved = np.ldexp(np.where(finite[:, None], rows.astype(np.float64), 0.0), -shift)
+    want = fl.encode_array(moved, element, mode, rng=seed, saturate=True)  # (the same words)
+    np.testing.assert_array_equal(b.element_codes[finite], want[finite])
     assert not b.element_codes[~finite].any()
-    values = np.ldexp(_decode(want, name), shift[finite])
+    values = np.ldexp(_decode(want, name), shift)[finite]
     assert b.values is not None
     np.testing.assert_array_equal(b.values[finite], values.astype(dtype))
     assert np.isnan(b.values[~finite]).all()
     nonzero = rows[finite] != 0
-    magnitude = want & ~np.uint8(1 << (element.bits - 1))
+    magnitude = want[finite] & ~np.uint8(1 << (element.bits - 1))
     assert b.nonzero == np.count_nonzero(nonzero)
     assert b.flushed == np.count_nonzero(nonzero & (magnitude == 0))
     assert b.subnormal == np.count_nonzero((magnitude != 0) & (magnitude < (1 << element.mantissa_bits)))
     assert b.inexact == np.count_nonzero(values != rows[finite])
     # the values alone (the pass that forms no codes) are the same
-    np.testing.assert_array_equal(fl.rounding.round_blocks(rows, element, 32, scale=scale), b.values)
+    alone = fl.rounding.round_blocks(rows, element, 32, mode, rng=seed, scale=scale)
+    np.testing.assert_array_equal(alone, b.values)
 
 
 @pytest.mark.parametrize("scale", ["e4m3", "floor", "rceil"])
@@ -252,40 +261,3 @@ def test_stochastic_in_place_over_every_float32_binade(name: str) -> None:
     assert bare.values is not None
     np.testing.assert_array_equal(bare.values, b.values)
     assert bare[3:] == b[3:]
-
-
-@pytest.mark.parametrize("name", sorted(ELEMENTS))
-@pytest.mark.parametrize("scale", ["floor", "rceil"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_e8m0_stochastic_is_the_doors_stochastic_rounding_of_the_moved_values(
-    name: str, scale: str, dtype: Any
-) -> None:
-    """E8M0 blocks rounded stochastically (in place in float32 rows' own bits where each block's
-    moved range allows, by the general routine for float64 rows and the other blocks): every
-    element is encode_array's stochastic rounding of v / 2^s (exact in float64) with the same
-    random words, saturating; the values are those elements times 2^s, the counts follow from
-    the codes, and the values alone are the same."""
-    element = fl.get_format(name)
-    rng = np.random.default_rng(len(name) * 5 + len(scale))
-    # every kind of _e8m0_data's blocks (some take the general routine, and so does the whole
-    # work item they are in); then blocks that all allow the in-place rounding, with values
-    # from the block's top down 48 binades (below the element's smallest subnormal)
-    spread = rng.standard_normal((96, 32)) * np.exp2(rng.uniform(-20, 20, (96, 1)))
-    spread *= np.exp2(-rng.integers(0, 48, (96, 32)))
-    rows = np.concatenate([_e8m0_data(rng, 120, 32), spread]).astype(dtype)
-    b = encode_blocks(rows, element, 32, "stochastic", rng=9, values=True, scale=scale)
-    finite = b.scale_codes[:, 0] != 255
-    shift = np.where(finite[:, None], b.scale_codes.astype(np.int64) - 127, 0)
-    moved = np.ldexp(np.where(finite[:, None], rows.astype(np.float64), 0.0), -shift)
-    want = fl.encode_array(moved, element, "stochastic", rng=9, saturate=True)  # (the same words)
-    np.testing.assert_array_equal(b.element_codes[finite], want[finite])
-    values = np.ldexp(_decode(want, name), shift)[finite]
-    assert b.values is not None
-    np.testing.assert_array_equal(b.values[finite], values.astype(dtype))
-    nonzero = rows[finite] != 0
-    magnitude = want[finite] & ~np.uint8(1 << (element.bits - 1))
-    assert b.flushed == np.count_nonzero(nonzero & (magnitude == 0))
-    assert b.subnormal == np.count_nonzero((magnitude != 0) & (magnitude < (1 << element.mantissa_bits)))
-    assert b.inexact == np.count_nonzero(values != rows[finite])
-    alone = fl.rounding.round_blocks(rows, element, 32, "stochastic", rng=9, scale=scale)
-    np.testing.assert_array_equal(alone, b.values)
