@@ -66,6 +66,7 @@ _elem_f32: Any = None
 _nearest: Any = None
 _stochastic: Any = None
 _rounded_f32: Any = None
+_moved_round: Any = None
 _nearest_code: Any = None
 _e4m3_one: Any = None
 _add5: Any = None
@@ -343,6 +344,21 @@ def _e8m0_rule_py(a: Any, z: Any, p: Any, rule: Any) -> Any:
     return NAN_SHIFT if special | ((s > 127) & (rceil == 0)) else min(s, 127)
 
 
+def _moved_round_py(u: Any, sh: Any, i: Any, z: Any, p: Any, lo_bias: Any, how: Any) -> Any:
+    """(magnitude bits, the moved smallest normal, the rounded magnitude, overflowed) of the
+    input bits ``u`` (flat index ``i``) in a block of shift ``sh``, rounded in place by the E8M0
+    loop's fast path: stochastically (float32 rows) with the random word of ``i``, or to nearest
+    even. ``how`` = (stochastic, the two key words, the random mask, the magnitude mask)."""
+    stochastic, key0, key1, rmask, mag_mask = how
+    eb, top = _moved(sh, z, p, lo_bias)
+    a = _u(u & mag_mask, z)
+    if stochastic:
+        rm, over = _stochastic(a, z, _random32(i, key0, key1), rmask, p.mantissa_bits, eb, top)
+    else:
+        rm, over = _nearest(a, z, p.in_mantissa_bits, p.mantissa_bits, eb, top)
+    return a, eb, rm, over
+
+
 def _e8m0_blocks_kernel_py(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
     counts: Any, z: Any, pt: Any, sr: Any,
@@ -378,6 +394,7 @@ def _e8m0_blocks_kernel_py(
     # the values rounded in place (the rule of floatlab.rounding.cpu.in_place, read off p here)
     plain = (p.ftz == 0) & (p.fnuz == 0) & (p.daz == 0)
     nearest = plain & ((m_in == 23) if stochastic else (p.mode_rne != 0))
+    how = (stochastic, key0, key1, rmask, mag_mask)
     sign_mask = _u(~mag_mask, z)
     lo_bias = _s(p.emin + p.in_bias, z)  # the element's smallest normal, biased, at shift 0
     nan_value = _float(_u(_shl(_u(p.in_exponent_mask, z), m_in) | _shl(one, m_in - 1), z))
@@ -416,13 +433,7 @@ def _e8m0_blocks_kernel_py(
                         u = _u(xs[c], z)
                         sh = shift[c]
                         ok = sh != NAN_SHIFT
-                        eb, top = _moved(sh, z, p, lo_bias)
-                        a = _u(u & mag_mask, z)
-                        if stochastic:  # (float32 rows only: see ``nearest``)
-                            rnd = _random32(row + c, key0, key1)
-                            rm, over = _stochastic(a, z, rnd, rmask, m_t, eb, top)
-                        else:
-                            rm, over = _nearest(a, z, m_in, m_t, eb, top)
+                        a, eb, rm, over = _moved_round(u, sh, row + c, z, p, lo_bias, how)
                         neg = _u((u & sign_mask) != zero, z)
                         code = _u(_nearest_code(rm, z, m_in, m_t, eb) | _shl(neg, p.sign_bit), z)
                         cs[c] = code if ok else zero
@@ -441,12 +452,7 @@ def _e8m0_blocks_kernel_py(
                     for c in range(w):
                         u = _u(xs[c], z)
                         sh = shift[c]
-                        eb, top = _moved(sh, z, p, lo_bias)
-                        a = _u(u & mag_mask, z)
-                        if stochastic:
-                            rm, _over = _stochastic(a, z, _random32(row + c, key0, key1), rmask, m_t, eb, top)
-                        else:
-                            rm, _over = _nearest(a, z, m_in, m_t, eb, top)
+                        _a, _eb, rm, _over = _moved_round(u, sh, row + c, z, p, lo_bias, how)
                         v = _float(_u(rm | _u(u & sign_mask, z), z))
                         vs[c] = v if sh != NAN_SHIFT else nan_value
         elif codes.size > 0:
@@ -724,6 +730,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     g["_nearest"] = helper(_inplace._nearest_py)
     g["_stochastic"] = helper(_inplace._stochastic_py)
     g["_rounded_f32"] = helper(_rounded_f32_py)
+    g["_moved_round"] = helper(_moved_round_py)
     g["_nearest_code"] = helper(_inplace._nearest_code_py)
     g["_e4m3_one"] = helper(_e4m3_one_py)
     g["_add5"] = helper(_inplace._add5_py)
