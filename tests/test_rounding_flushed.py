@@ -114,6 +114,13 @@ def test_overwrite_rounds_a_given_up_array_in_its_own_memory(fmt: str) -> None:
         assert other.values.tobytes() == fl.round_array(before, fmt, **knobs).tobytes()
         assert round_owned(arr, fmt, **knobs) is not arr
         np.testing.assert_array_equal(arr, before)
+    frozen = x.copy()
+    frozen.setflags(write=False)  # (read-only: copied as without overwrite)
+    got_frozen = round_flushed(frozen, fmt, overwrite=True)
+    assert got_frozen.values is not frozen
+    assert got_frozen.values.tobytes() == want.tobytes()
+    assert round_owned(frozen, fmt).tobytes() == want.tobytes()
+    np.testing.assert_array_equal(frozen, x)
     fp8 = x.copy()
     assert (
         round_owned(fp8, "e4m3fn", saturate=True).tobytes()

@@ -66,9 +66,9 @@ def round_flushed(
     (rounding keeps a zero a zero, so these are the values underflow flushed). A C-contiguous
     float32 array rounded to nearest even into bfloat16 or fp16 (the door's one-pass casts) is
     rounded and counted in one pass; anything else is rounded by the door and counted after.
-    With ``overwrite`` the caller gives ``x`` up: where the one-pass cast applies, x is rounded
-    in its own memory and is the values (no new array; the loop is faster too); elsewhere x is
-    left as it was.
+    With ``overwrite`` the caller gives ``x`` up: where the one-pass cast applies and x is
+    writeable, x is rounded in its own memory and is the values (no new array; the loop is faster
+    too); elsewhere x is left as it was.
 
     >>> r = round_flushed(np.float32([1e-45, 3e-39, 1.0, -0.0]), "bf16")
     >>> r.nonzero, r.flushed          # 1e-45 is below bfloat16's smallest, 2^-133
@@ -82,6 +82,7 @@ def round_flushed(
     plan = _plain_plan(x, f, rounding, saturate, subnormals)
     if plan is not None:
         a = np.asarray(x)
+        overwrite = overwrite and a.flags.writeable  # (a read-only array is copied as always)
         got = cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite)
         if got is not None:
             out, nx, nr = got
@@ -107,8 +108,8 @@ def round_owned(
 ) -> Any:
     """``round_array(x, fmt, rounding, ...)`` for a caller that owns ``x`` and gives it up (a
     GEMM's fresh output, stored in its format): where the one-pass cast applies (as in
-    :func:`round_flushed`) x is rounded in its own memory and returned, with no new array;
-    anything else goes through the door, x left as it was.
+    :func:`round_flushed`) and x is writeable, x is rounded in its own memory and returned, with
+    no new array; anything else goes through the door, x left as it was.
 
     >>> x = np.float32([1 / 3, 70000.0])
     >>> round_owned(x, "fp16") is x, x.tolist()
@@ -116,7 +117,7 @@ def round_owned(
     """
     f = get_format(fmt)
     plan = _plain_plan(x, f, rounding, saturate, subnormals)
-    if plan is not None:
+    if plan is not None and np.asarray(x).flags.writeable:
         a = np.asarray(x)
         if cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite=True) is not None:
             return a
