@@ -205,26 +205,18 @@ def _rounded_f32_py(a: Any, rnd: Any, p: Any, stochastic: Any) -> Any:
     return _nearest(a, a, 23, m_t, eb, top_bits)
 
 
-def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any, in_place: Any = False) -> Any:
+def _round_f32_py(y: Any, rnd: Any, p: Any, stochastic: Any) -> Any:
     """(code, overflow) of the float32 bits ``y`` (a number or an infinity) rounded into the
     element format of ``p`` (float32 into it, 32 lanes, saturating, no true exponent): what
     :func:`floatlab.rounding._kernels._encode_one_py` gives for these at shift 0, in about half
     its operations. ``rnd`` is the random word of stochastic rounding, which ``stochastic``
-    (a constant of the compiled loop: its work is left out of the other modes' loops) asks for;
-    ``in_place`` (round to nearest even, or stochastically, into a format without flush-to-zero
-    or fnuz zeros) rounds in float32's own bit pattern (:func:`_rounded_f32_py`)."""
+    (a constant of the compiled loop: its work is left out of the other modes' loops) asks for.
+    The loops that round in place call :func:`_rounded_f32_py` instead."""
     one = _u(1, y)
     zs = _s(0, y)
     m_t = p.mantissa_bits
     sgn = _shr(y, 31)
     a = _u(y & _u(0x7FFFFFFF, y), y)
-    if in_place:
-        # (the caller's ``in_place``, a constant of its compiled loop, says so): rounded in
-        # place, the code read off the bits (the NVFP4 loop's values pass 1.3 times as fast to
-        # nearest even, its codes-and-counts pass 1.25 times)
-        rm, over = _rounded_f32(a, rnd, p, stochastic)
-        code = _nearest_code(rm, y, 23, m_t, _s(p.emin + 127, y))
-        return _u(_shl(sgn, p.sign_bit) | code, y), over
     ex = _s(_shr(a, 23), y)
     sig = _u(_u(a & _u(0x7FFFFF, y), y) | _shl(_u(ex != zs, y), 23), y)
     if (p.daz != 0) & (ex == zs):
@@ -634,7 +626,7 @@ def _e4m3_blocks_kernel_py(
                         ry, _ovf = _rounded_f32(_u(y & mag_mask, z), rnd, p, stochastic)
                         e = _f32(_u(ry | _u(y & ~mag_mask, z), z))
                     else:
-                        code, _ovf = _round_f32(y, rnd, p, stochastic, in_place)
+                        code, _ovf = _round_f32(y, rnd, p, stochastic)
                         e = _elem_f32(code, p, sub)
                     vs[c] = (e * s8c[c]) * vl
 
@@ -661,7 +653,7 @@ def _e4m3_one_py(u: Any, k: Any, s8: Any, rnd: Any, p: Any, how: Any) -> Any:
         flushed = rm == _u(0, z)
         subnormal = (rm != _u(0, z)) & (rm < _shl(_u(eb, z), 23))
     else:
-        code, ovf = _round_f32(y, rnd, p, stochastic, in_place)
+        code, ovf = _round_f32(y, rnd, p, stochastic)
         code = code if ok else _u(0, z)
         mag = _u(code & _u(_shl(_u(1, z), p.sign_bit) - _u(1, z), z), z)
         pv = _elem_f32(code, p, sub) * s8  # (exact: at most 8 by 4 bits)

@@ -99,18 +99,13 @@ def tile_amax(x: NDArray[np.float32], block: tuple[int, int]) -> NDArray[np.floa
     C-contiguous float32 array ``x`` (shorter last blocks where the sizes do not divide), of shape
     ``(*x.shape[:-2], ceil(R / br), ceil(C / bc))``; None when a block is all zeros or holds a NaN
     (the NumPy reduction then decides the sign of a zero and which NaN, as it always did) or when
-    ``x`` is empty or not a float32 array of two or more dimensions that is C-contiguous (or a
-    matrix whose transpose is).
+    ``x`` is empty or not a float32 array of two or more dimensions that is C-contiguous.
 
     >>> tile_amax(np.float32([[1.0, -3.0, 2.0], [0.5, 4.0, -np.inf]]), (1, 2)).tolist()
     [[3.0, 2.0], [4.0, inf]]
     >>> tile_amax(np.float32([[1.0, 0.0]]), (1, 1)) is None      # a tile of zeros
     True
     """
-    if x.ndim == 2 and not x.flags.c_contiguous and x.T.flags.c_contiguous:
-        # a transposed matrix: the blocks of its C-contiguous transpose, transposed
-        found = tile_amax(x.T, (block[1], block[0]))
-        return None if found is None else found.T
     if x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim < 2 or x.size == 0:
         return None
     rows, cols = x.shape[-2:]

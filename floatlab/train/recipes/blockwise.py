@@ -129,7 +129,7 @@ def tile_cast(
     tiled = (*x.shape[:axis], nt, *x.shape[axis + 1 :])  # the scales' shape
     pre, post = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
     if x.ndim == 2:
-        # a matrix as it lies (a transposed one too: the loops read it without a copy)
+        # a matrix as it lies (a transposed one was cast as its base, above)
         view, tiles, by_view = x, ((1, block) if axis == 1 else (block, 1)), tiled
     else:
         # the tiles as blocks of a 3-d view: (1, rows, n) in 1 x block tiles along the last
