@@ -144,6 +144,61 @@ def test_low_precision_sum_loses_small_addends() -> None:
     assert float(Precision("mixed-fp16").rounder(FP16, "norm").sum(x, 0)) == 2063.0
 
 
+def _tree_oracle(x: Arr, axis: int, fmt: str) -> Arr:
+    """The same tree with each sum formed in float64 and rounded through float32 into ``fmt`` by
+    numpy / ml_dtypes: 53 >= 2 * 24 + 2 and 24 >= 2 * 11 + 2, so both roundings are one."""
+    s = np.moveaxis(np.asarray(x, np.float64), axis, 0)
+    while s.shape[0] > 1:
+        h = s.shape[0] // 2
+        with np.errstate(over="ignore", invalid="ignore"):
+            top = oracle((s[:h] + s[h : 2 * h]).astype(np.float32), fmt).astype(np.float64)
+        s = np.concatenate([top, s[2 * h :]])
+    out: Arr = s[0].astype(np.float32)
+    return out
+
+
+def _same_bits(a: Arr, b: Arr) -> bool:
+    """Equal bit for bit, any NaN equal to any NaN (-0 and +0 differ)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    nan = np.isnan(a)
+    return a.shape == b.shape and bool(np.array_equal(nan, np.isnan(b))) and bool(
+        np.array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan])
+    )
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_pairwise_sums_are_the_tree_of_correctly_rounded_sums(fmt: str) -> None:
+    from floatlab.rounding import pairwise_sums
+
+    rng = np.random.default_rng(7)
+    f = get_format(fmt)
+    # values of the format from its subnormals to its largest (sums overflow), both zeros, inf, NaN
+    x = (rng.standard_normal(3 * 37 * 5) * 2.0 ** rng.integers(f.emin - 8, f.emax + 1, 3 * 37 * 5)).astype(
+        np.float32
+    )
+    x = oracle(x, fmt)
+    x[::41], x[7::53], x[11::97], x[5::89] = 0.0, -0.0, np.inf, np.nan
+    x = x.reshape(3, 37, 5)
+    for axis in range(3):
+        got = pairwise_sums(x, axis, fmt)
+        if got is None:  # fp16 on a CPU without its own conversion
+            pytest.skip("this CPU has no fp16 conversion")
+        assert _same_bits(got, _tree_oracle(x, axis, fmt)), axis
+        # the trainer's reduction: the compiled tree for float32, the NumPy levels for float64
+        P = Precision(fmt)
+        assert _same_bits(P.low_sum(x, axis, f), got)
+        assert _same_bits(P.low_sum(x.astype(np.float64), axis, f), got)
+        assert P.low_sum(x, axis, f, keepdims=True).shape == (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+    big = oracle(rng.standard_normal(1001).astype(np.float32), fmt)  # a long odd axis
+    long_sum, none = pairwise_sums(big, 0, fmt), pairwise_sums(np.zeros((2, 0), np.float32), 1, fmt)
+    assert long_sum is not None
+    assert none is not None
+    assert _same_bits(long_sum, _tree_oracle(big, 0, fmt))
+    assert none.tolist() == [0.0, 0.0]
+    assert pairwise_sums(x, 0, "fp32") is None
+    assert pairwise_sums(x.astype(np.float64), 0, fmt) is None
+
+
 def test_rounder_switches() -> None:
     x = np.array([1 / 3], np.float32)
     third16 = oracle(x, "fp16")

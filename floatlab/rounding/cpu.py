@@ -43,6 +43,7 @@ __all__ = [
     "run_running_sums",
     "run_scaled_round",
     "run_tile_cast",
+    "run_tree_sum",
 ]
 
 
@@ -354,6 +355,19 @@ def run_running_sums(
     comp = np.empty_like(t)
     loop("kahan")(t, run, comp, *args)
     return run, comp
+
+
+def run_tree_sum(w: np.ndarray, half: bool) -> np.ndarray:
+    """Sum the float32 values ``w`` (C-contiguous (pre, n, post), n >= 1, values of fp16 when
+    ``half``, else of bfloat16) down the middle axis as a tree of pairwise sums, each rounded to
+    nearest even into the format, in ``w``'s own memory: the sums, float32 (pre, post).
+
+    >>> w = np.float32([2048.0, 1.0, 1.0, 1.0]).reshape(1, 4, 1)
+    >>> run_tree_sum(w, half=True).tolist()                   # (2048 + 1) + (1 + 1): 2048 + 2
+    [[2050.0]]
+    """
+    loop("tree_sum")(w, half)
+    return w[:, 0, :]
 
 
 def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.ndarray:

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from floatlab.backend import Backend, get_backend, get_xp
 from floatlab.formats import FP32, FloatFormat
-from floatlab.rounding import round_array, round_flushed, round_owned
+from floatlab.rounding import pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
@@ -284,6 +284,12 @@ class Precision:
         >>> float(Precision("fp16").low_sum(np.array([2048.0, 1.0, 1.0, 1.0], np.float32), 0, FP16))
         2050.0
         """
+        knobs = self._knobs()
+        if knobs["rounding"] == "rne" and not knobs["saturate"] and knobs["subnormals"]:
+            # the same tree in one compiled pass (a float32 numpy array, bf16 or fp16)
+            fast = pairwise_sums(x, axis, fmt)
+            if fast is not None:
+                return np.expand_dims(fast, axis) if keepdims else fast
         xm = np.moveaxis(x, axis, 0)
         while xm.shape[0] > 1:
             n = xm.shape[0]
