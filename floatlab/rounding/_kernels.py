@@ -588,31 +588,6 @@ def _kahan_kernel_py(
         comp[i] = c
 
 
-def _tree_sum_kernel_py(w: Any, half: Any) -> None:
-    """Sum the float32 values of ``w`` (C-contiguous (pre, n, post), values of fp16 when ``half``,
-    else of bfloat16) down its middle axis as a tree of pairwise sums: at a level of m values,
-    value i < m // 2 becomes fl(v[i] + v[i + m // 2]) rounded to nearest even into the format,
-    and an odd level's last value moves to place m // 2; the sums land in ``w[:, 0, :]``. The
-    float32 sum goes through ``fbuf`` and its bits ``ubuf``, as in :func:`_step_py`."""
-    fbuf = np.empty(1, np.float32)
-    ubuf = fbuf.view(np.uint32)
-    pre, n, post = w.shape
-    for a in range(pre):
-        m = n
-        while m > 1:
-            h = m // 2
-            for i in range(h):
-                for j in range(post):
-                    fbuf[0] = w[a, i, j] + w[a, i + h, j]
-                    u = ubuf[0]
-                    ubuf[0] = _unhalf(_half(u)) if half else np.uint32(_bf16(u)) << np.uint32(16)
-                    w[a, i, j] = fbuf[0]
-            if m % 2:
-                for j in range(post):
-                    w[a, h, j] = w[a, 2 * h, j]
-            m = h + m % 2
-
-
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Wrap the element functions and compile the loops into ``out`` by name (once per process)."""
     from numba.extending import intrinsic
@@ -634,6 +609,6 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     serial = numba.njit(cache=True, nogil=True, error_model="numpy")
     for name in (
         "half_encode", "half_round", "half_round_count", "bf16_encode", "bf16_round", "bf16_round_count",
-        "half_round_count_inplace", "bf16_round_count_inplace", "sequential", "kahan", "tree_sum",
+        "half_round_count_inplace", "bf16_round_count_inplace", "sequential", "kahan",
     ):  # fmt: skip
         out[name] = serial(g[f"_{name}_kernel_py"])

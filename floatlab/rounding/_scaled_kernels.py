@@ -8,6 +8,9 @@ tiles down a middle axis; k x k: square blocks). A task is one row: its scales a
 scale array, read one per block (bc > 1) or one per column (bc == 1), so that the element loop
 never asks which block a value is in.
 
+Beside them, the reduction of a low-precision policy: a tree of pairwise sums, each rounded to
+nearest even into bfloat16 or fp16 (:func:`floatlab.rounding.pairwise_sums`).
+
 Like the block loops, the loops here are compiled under names that carry a fingerprint of the
 element functions' file and the block loops' (whose in-place rounding they inline), so that a
 change there compiles them anew.
@@ -38,6 +41,10 @@ _add5: Any = None
 _cast_one: Any = None
 _cast_row: Any = None
 _tile_scale: Any = None
+_half: Any = None
+_unhalf: Any = None
+_bf16: Any = None
+_round16: Any = None
 
 
 def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
@@ -274,6 +281,52 @@ def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> N
                 acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
 
 
+def _bf16_sum_py(a: Any, b: Any) -> Any:
+    """fl(a + b) in float32, rounded to nearest even into bfloat16 (integer arithmetic)."""
+    return _f32(np.uint32(_bf16(_bits32(a + b))) << np.uint32(16))
+
+
+def _half_sum_py(a: Any, b: Any) -> Any:
+    """fl(a + b) in float32, rounded to nearest even into fp16 (the CPU's conversion)."""
+    return _f32(_unhalf(_half(_bits32(a + b))))
+
+
+def _tree_rows_kernel_py(w: Any) -> None:
+    """Sum each row of the C-contiguous float32 (pre, n) ``w`` (n >= 1, values of the format that
+    ``_round16`` rounds into) as a tree of pairwise sums: at a level of m values, value i < m // 2
+    becomes ``_round16(v[i], v[i + m // 2])``, and an odd level's last value moves to place
+    m // 2; the sums land in ``w[:, 0]``. A task per row."""
+    pre, n = w.shape
+    for a in prange(pre):
+        v = w[a]
+        m = n
+        while m > 1:
+            h = m // 2
+            for i in range(h):
+                v[i] = _round16(v[i], v[i + h])
+            if m % 2:
+                v[h] = v[2 * h]
+            m = h + m % 2
+
+
+def _tree_cols_kernel_py(w: Any) -> None:
+    """:func:`_tree_rows_kernel_py` down the middle axis of the C-contiguous (pre, n, post) ``w``,
+    the post columns side by side; the sums land in ``w[:, 0, :]``. A task per outer index."""
+    pre, n, post = w.shape
+    for a in prange(pre):
+        m = n
+        while m > 1:
+            h = m // 2
+            for i in range(h):
+                x = w[a, i]
+                y = w[a, i + h]
+                for j in range(post):
+                    x[j] = _round16(x[j], y[j])
+            if m % 2:
+                w[a, h] = w[a, 2 * h]
+            m = h + m % 2
+
+
 def compile_into(numba: Any, out: dict[str, Any]) -> None:
     """Compile the scaled-cast loops into ``out``, on the element functions and intrinsics that
     :func:`floatlab.rounding._kernels.compile_into` and
@@ -283,7 +336,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     cast on the latter (``tile_cast_rne``)."""
     g = globals()
     g["prange"] = numba.prange
-    for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one"):
+    for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one", "_half", "_unhalf", "_bf16"):
         g[name] = getattr(_kernels, name)
     for name in ("_f32", "_bits32", "_nearest", "_fma32", "_add5"):
         g[name] = getattr(_block_kernels, name)
@@ -310,3 +363,9 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
                 rebound(_tile_cast_kernel_py, {"_cast_row": row}, f"{suffix}_{stamp}")
             )
     out["fma_sum"] = parallel(_fma_sum_kernel_py)
+    # the reductions, each compiled for its format (a format read at run time would keep the
+    # element loop from vectorising)
+    for fmt, sum16 in (("bf16", _bf16_sum_py), ("half", _half_sum_py)):
+        for shape in ("rows", "cols"):
+            kernel = rebound(g[f"_tree_{shape}_kernel_py"], {"_round16": inline(sum16)}, f"_{fmt}_{stamp}")
+            out[f"tree_{shape}_{fmt}"] = parallel(kernel)

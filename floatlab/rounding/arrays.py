@@ -17,6 +17,7 @@ All take the same keyword-only knobs, checked in one place (:class:`RoundingOpti
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Literal, NamedTuple
 
@@ -296,9 +297,9 @@ def pairwise_sums(x: np.ndarray, axis: int, fmt: FloatFormat | str) -> np.ndarra
     >>> pairwise_sums(np.float32([[1.0, 2.0, 4.0]]), 1, "bf16").tolist()        # (1 + 4) + 2
     [7.0]
     """
-    f = get_format(fmt)
-    half = f == FP16
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not (half or f == BF16):
+    f = fmt if isinstance(fmt, FloatFormat) else get_format(fmt)
+    half = f is FP16 or f == FP16
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not (half or f is BF16 or f == BF16):
         return None
     if half and not cpu.half_hardware():
         return None
@@ -307,9 +308,9 @@ def pairwise_sums(x: np.ndarray, axis: int, fmt: FloatFormat | str) -> np.ndarra
     n = x.shape[axis]
     if n == 0:
         return np.zeros(shape, np.float32)
-    pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1 :]))
-    w = np.array(x, np.float32, order="C").reshape(pre, n, post)  # (a copy: the tree works in it)
-    out: np.ndarray = np.ascontiguousarray(cpu.run_tree_sum(w, half)).reshape(shape)
+    w = np.array(x, np.float32, order="C")  # (a copy: the tree works in it)
+    sums = cpu.run_tree_sum(w.reshape(math.prod(x.shape[:axis]), n, math.prod(shape[axis:])), half)
+    out: np.ndarray = np.ascontiguousarray(sums).reshape(shape)
     return out
 
 

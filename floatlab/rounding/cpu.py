@@ -366,7 +366,12 @@ def run_tree_sum(w: np.ndarray, half: bool) -> np.ndarray:
     >>> run_tree_sum(w, half=True).tolist()                   # (2048 + 1) + (1 + 1): 2048 + 2
     [[2050.0]]
     """
-    loop("tree_sum")(w, half)
+    pre, n, post = w.shape
+    fmt = "half" if half else "bf16"
+    if post == 1:
+        launch(f"tree_rows_{fmt}", w.size, w.reshape(pre, n))
+    else:
+        launch(f"tree_cols_{fmt}", w.size, w)
     return w[:, 0, :]
 
 
