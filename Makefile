@@ -9,6 +9,14 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # (`make test TORCH=` skips those tests)
 TORCH ?= torch==2.13.0 torchao==0.18.0
 
+# the suite spread over the cores by pytest-xdist, one test at a time to whichever worker is free
+# (the long ones first: tests/conftest.py); `make test PYTEST_ARGS=` runs it in one process
+PYTEST_ARGS ?= -n logical --dist load --maxschedchunk 1
+# beside another worker, BLAS runs on one thread and OpenMP's idle threads sleep instead of
+# spinning: else the workers' threads take turns on the cores (measured on two cores: a lesson
+# ran 4x slower, and the suite took as long as in one process)
+TEST_ENV ?= OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
 .PHONY: demo test lint typecheck bench docs docs-check clean
 
 $(STAMP): pyproject.toml Makefile
@@ -29,7 +37,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint typecheck docs-check
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_codec.py

@@ -40,6 +40,7 @@ def _has_numba_cuda() -> bool:
 
 if not SIMULATED:
 
+    @pytest.mark.slow
     @pytest.mark.skipif(not _has_numba_cuda(), reason="numba-cuda (the dev extra) is not installed")
     def test_cuda_kernels_under_the_simulator() -> None:
         """Run this file's simulated tests in a subprocess with the simulator on; all must pass."""

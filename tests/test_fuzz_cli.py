@@ -15,6 +15,7 @@ from oracles import benchmark_script
 fz: Any = benchmark_script("fuzz_cli")
 
 
+@pytest.mark.slow
 def test_two_thousand_generated_command_lines(tmp_path: Path) -> None:
     summary = fz.fuzz(2000, seed=20261123, root=tmp_path, fs=False)
     problems = [f"{o.argv!r}: {o.problem}" for o in summary.problems]
@@ -86,6 +87,7 @@ def test_the_fuzzer_catches_what_it_is_there_to_catch(monkeypatch: pytest.Monkey
     assert "hang" in fz.run_case(["x"]).problem
 
 
+@pytest.mark.slow
 def test_the_file_system_cases_keep_data_and_give_one_line(tmp_path: Path) -> None:
     # a full disk (ulimit -f) under every command that writes, the input as its own output, a FIFO
     cases = fz.fs_cases(tmp_path)
