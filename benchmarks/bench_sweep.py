@@ -1,11 +1,13 @@
 """Sweeps and sharded histograms: the speed-up of two workers, and the cost of reading from disk.
 
-1. A sweep of 8 short runs (4 policies x 2 seeds, an MLP on the digits) run serially in this
-   process, in a local pool of two processes (twice: the session's first pool sweep, which starts
-   the pool's fork server, and a later one, which finds it running) and on a two-worker Dask
-   ``LocalCluster`` (one thread per run everywhere, as the sweep runs them); the tables must be
-   identical, and the figure is the serial time over the parallel one (the pool's start-up
-   included). The target: at least 1.7x.
+1. A sweep of 8 short runs (4 policies x 2 seeds, an MLP on the digits) run serially, in a local
+   pool of two processes (twice: the session's first pool sweep, which starts the pool's fork
+   server, and a later one, which finds it running) and on a two-worker Dask ``LocalCluster``
+   (one thread per run everywhere, as the sweep runs them); the tables must be identical, and the
+   figure is the serial time over the parallel one (the pool's start-up included). The target:
+   at least 1.7x. Twice, each in a fresh process (so that each first pool sweep starts its fork
+   server): runs of 1500 steps (about a second each) and of 3000 steps, to show what the pool's
+   one-time start costs a sweep of very short runs.
 2. A gradient histogram of 2x10^8 float32 values (800 MB) held in 20 ``.npy`` shards on disk,
    counted chunk by chunk (:func:`floatlab.gradhist.histogram_files`, also through Dask) against
    the in-memory histogram of the same values: the speed ratio (target at least 0.5x; the files
@@ -38,6 +40,8 @@ from _common import RESULTS, Table, fmt_ratio, machine_header, write_results
 
 AXES: dict[str, Any] = {"precision": ["fp32", "bf16", "mixed-fp16", "mixed-bf16"], "seed": [0, 1]}
 FIXED: dict[str, Any] = {"data": "digits", "hidden": (64, 64), "steps": 1500, "eval_every": 500}
+#: the run lengths: about one second a run, and two
+RUN_STEPS = (1500, 3000)
 N_VALUES = 200_000_000
 N_SHARDS = 20
 
@@ -78,11 +82,13 @@ def _peak_resident_growth(fn: Any) -> int | None:
     return max(peak[0], _resident() or 0) - base
 
 
-def bench_sweep() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def bench_sweep(steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The sweep of runs of ``steps`` steps, in this process (run it in a fresh one: see main)."""
     import pandas as pd
 
     from floatlab.sweeps import Grid, execute, sweep
 
+    fixed = {**FIXED, "steps": steps}
     execute(Grid({"precision": ["fp32"]}, {**FIXED, "steps": 2}).tasks[0])  # compile outside the clock
     rows: list[dict[str, Any]] = []
     tables = {}
@@ -99,7 +105,7 @@ def bench_sweep() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     ):
         before = _load()
         t0 = time.perf_counter()
-        tables[label] = sweep(AXES, FIXED, **kwargs)
+        tables[label] = sweep(AXES, fixed, **kwargs)
         seconds = time.perf_counter() - t0
         rows.append({"how": label, "seconds": seconds, "load_before": before, "load_after": _load()})
         print(f"{label}: {seconds:.1f} s", flush=True)
@@ -109,7 +115,20 @@ def bench_sweep() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     serial = rows[0]["seconds"]
     for r in rows:
         r["speedup"] = serial / r["seconds"]
-    return rows, {"runs": len(first["run_id"].unique()), "identical_tables": True}
+    return rows, {"runs": len(first["run_id"].unique()), "identical_tables": True, "steps": steps}
+
+
+def _sweep_in_fresh_process(steps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`bench_sweep` in a new Python process (no fork server running yet), read back as JSON."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, __file__, "--sweep", str(steps)], check=True, capture_output=True, text=True
+    ).stdout
+    rows, facts = json.loads(out.strip().splitlines()[-1])
+    for r in rows:
+        print(f"{steps} steps, {r['how']}: {r['seconds']:.1f} s", flush=True)
+    return rows, facts
 
 
 def bench_histogram() -> list[dict[str, Any]]:
@@ -177,11 +196,19 @@ def bench_histogram() -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    sweep_rows, facts = bench_sweep()
+    if sys.argv[1:2] == ["--sweep"]:  # (one run length, in this fresh process: see below)
+        print(json.dumps(bench_sweep(int(sys.argv[2]))))
+        return
+    by_steps = {steps: _sweep_in_fresh_process(steps) for steps in RUN_STEPS}
+    sweep_rows = [{**r, "steps": steps} for steps, (rows, _) in by_steps.items() for r in rows]
+    facts = by_steps[RUN_STEPS[0]][1]
     hist_rows = bench_histogram()
-    t1 = Table(["how", "seconds", "speed-up vs serial", "load avg before (1/5/15 min)", "after"])
+    t1 = Table(["runs of", "how", "seconds", "speed-up vs serial", "load avg before (1/5/15 min)", "after"])
     for r in sweep_rows:
-        t1.add(r["how"], f"{r['seconds']:.1f}", fmt_ratio(r["speedup"]), r["load_before"], r["load_after"])
+        t1.add(
+            f"{r['steps']} steps", r["how"], f"{r['seconds']:.1f}", fmt_ratio(r["speedup"]), r["load_before"],
+            r["load_after"],
+        )  # fmt: skip
     t2 = Table(
         ["how", "seconds", "speed vs in memory", "peak memory (tracemalloc)", "peak resident growth",
          "load avg before", "after"]
@@ -204,7 +231,9 @@ def main() -> None:
     sections = [
         f"## A sweep of {facts['runs']} short runs on two workers\n\n"
         f"{AXES['precision']} x seeds {AXES['seed']}, MLP {FIXED['hidden']} on the digits, "
-        f"{FIXED['steps']} steps each, one thread per run. The three tables are identical. "
+        f"{' or '.join(str(n) for n in RUN_STEPS)} steps each (each length in a fresh process, so "
+        "that its first pool sweep starts the fork server), one thread per run. The tables of one "
+        "length are identical. "
         "The pool's two workers are this process and one child (started by a fork server that "
         "sets numba up once, while this process already runs tasks); each data set is read once "
         "per sweep and sent with the tasks. "
