@@ -161,8 +161,10 @@ def _same_bits(a: Arr, b: Arr) -> bool:
     """Equal bit for bit, any NaN equal to any NaN (-0 and +0 differ)."""
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     nan = np.isnan(a)
-    return a.shape == b.shape and bool(np.array_equal(nan, np.isnan(b))) and bool(
-        np.array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan])
+    return (
+        a.shape == b.shape
+        and bool(np.array_equal(nan, np.isnan(b)))
+        and bool(np.array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan]))
     )
 
 
