@@ -238,6 +238,12 @@ def test_fma_sum_equals_the_loop_of_fmas(shape: tuple[int, int, int]) -> None:
     assert _bits(fma_sum(partials, tiny, b_s)) == _bits(_fma_loop(partials, tiny, b_s))
     huge = b_s * F32(2.0**100)
     assert _bits(fma_sum(partials, a_s, huge)) == _bits(_fma_loop(partials, a_s, huge))
+    # in the partials' own memory: a single term is scaled there, more terms give a new array
+    for scales in ((a_s, b_s), (tiny, b_s), (a_s, huge)):
+        own = partials.copy()
+        got = fma_sum(own, *scales, overwrite=True)
+        assert _bits(got) == _bits(_fma_loop(partials, *scales))
+        assert np.shares_memory(got, own) == (nt == 1)
 
 
 def test_fma_sum_rounds_once_per_term() -> None:

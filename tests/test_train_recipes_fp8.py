@@ -472,21 +472,27 @@ def test_blockwise_gemm_promotes_each_slice_with_one_rounding() -> None:
 def test_blockwise_gemm_threads_keep_their_own_partials() -> None:
     """The batched slice GEMMs write into a buffer kept per thread between calls: GEMMs of other
     shapes running at the same time in other threads give the same bits as each alone, and
-    the slice loop (no buffer) agrees with the batched path."""
+    the slice loop (no buffer) agrees with the batched path, and with a single slice's GEMM
+    scaled in its own memory (K = 32, the last case)."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(8)
     cases = []
-    for m, k, n in ((64, 256, 48), (40, 512, 96), (128, 128, 16), (8, 384, 200)):
+    for m, k, n in ((64, 256, 48), (40, 512, 96), (128, 128, 16), (8, 384, 200), (24, 32, 40)):
         a = rng.integers(-8, 8, (m, k)).astype(np.float32)
         b = rng.integers(-8, 8, (k, n)).astype(np.float32)
         a_inv = rng.random((m, k // 32)).astype(np.float32)
         b_inv = rng.random((k // 32, n)).astype(np.float32)
         cases.append((a, a_inv, b, b_inv))
     alone = [blockwise_matmul(a, a_inv, b, b_inv, 32) for a, a_inv, b, b_inv in cases]
-    for c, want in zip(cases, alone, strict=True):  # the slice loop (a view that is not C-contiguous)
+    for c, want in zip(cases, alone, strict=True):
         a, a_inv, b, b_inv = c
-        looped = blockwise_matmul(np.asfortranarray(a), a_inv, b, b_inv, 32)
+        # a held transposed (the batched path reads its base), and a strided view (the slice loop)
+        held_t = blockwise_matmul(np.asfortranarray(a), a_inv, b, b_inv, 32)
+        strided = np.zeros((a.shape[0], 2 * a.shape[1]), np.float32)
+        strided[:, ::2] = a
+        looped = blockwise_matmul(strided[:, ::2], a_inv, b, b_inv, 32)
+        np.testing.assert_array_equal(held_t, want)
         np.testing.assert_array_equal(looped, want)
     with ThreadPoolExecutor(4) as pool:
         for _ in range(5):

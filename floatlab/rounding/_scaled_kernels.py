@@ -281,6 +281,19 @@ def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> N
                 acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
 
 
+def _fma_one_kernel_py(partial: Any, a_scale: Any, b_scale: Any) -> None:
+    """:func:`_fma_sum_kernel_py` for one term (T = 1), in the partial's own memory:
+    partial[i, j] = float32(a_scale[i, 0] * b_scale[0, j]) * partial[i, j] + 0 in float32 (one array:
+    a second one that is the same memory would keep the loop from vectorising)."""
+    m, n = partial.shape
+    b0 = b_scale[0]
+    for i in prange(m):
+        row = partial[i]
+        a0 = a_scale[i, 0]
+        for j in range(n):
+            row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
+
+
 def _bf16_sum_py(a: Any, b: Any) -> Any:
     """fl(a + b) in float32, rounded to nearest even into bfloat16 (integer arithmetic)."""
     return _f32(np.uint32(_bf16(_bits32(a + b))) << np.uint32(16))
@@ -363,6 +376,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
                 rebound(_tile_cast_kernel_py, {"_cast_row": row}, f"{suffix}_{stamp}")
             )
     out["fma_sum"] = parallel(_fma_sum_kernel_py)
+    out["fma_one"] = parallel(_fma_one_kernel_py)
     # the reductions, each compiled for its format (a format read at run time would keep the
     # element loop from vectorising)
     for fmt, sum16 in (("bf16", _bf16_sum_py), ("half", _half_sum_py)):

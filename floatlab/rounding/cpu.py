@@ -38,6 +38,7 @@ __all__ = [
     "run_bf16",
     "run_blocks",
     "run_counting_nonzero",
+    "run_fma_one",
     "run_fma_sum",
     "run_half",
     "run_running_sums",
@@ -405,6 +406,18 @@ def run_fma_sum(partials: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) 
     out = np.empty((m, n), np.float32)
     launch("fma_sum", nt * m * n, partials, a_scale, b_scale, out)
     return out
+
+
+def run_fma_one(partial: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
+    """:func:`run_fma_sum` of one term (T = 1), in the C-contiguous float32 ``partial`` (M, N)'s
+    own memory: ``partial`` itself, each value multiplied by its float32 scale product (+0).
+
+    >>> p = np.float32([[3.0, -0.0]])
+    >>> run_fma_one(p, np.float32([[2.0]]), np.float32([[0.5, 1.0]])) is p, p.tolist()
+    (True, [[3.0, 0.0]])
+    """
+    launch("fma_one", partial.size, partial, a_scale, b_scale)
+    return partial
 
 
 def run_scaled_round(

@@ -23,13 +23,18 @@ from floatlab.rounding.spec import check_rounding
 __all__ = ["ScaledRound", "TileScaled", "fma_sum", "round_current_tiles", "round_scaled"]
 
 
-def fma_sum(partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike) -> np.ndarray:
+def fma_sum(
+    partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike, *, overwrite: bool = False
+) -> np.ndarray:
     """The scale-and-accumulate of a block-scaled GEMM's partial products: for float32
     ``partials`` (T, M, N) and scales ``a_scale`` (M, T), ``b_scale`` (T, N), the float32 (M, N)
     sum over t of ``s * partials[t]`` with ``s = a_scale[:, t] * b_scale[t, :]`` in float32, the
     first term the float32 product ``s * partials[0]`` (plus +0, so a -0 becomes +0) and each
     later one added in order by :func:`fma` (fp32, round to nearest even): bit for bit the loop
-    ``acc = fma(s_t, partials[t], acc)``, in one compiled pass.
+    ``acc = fma(s_t, partials[t], acc)``, in one compiled pass. With ``overwrite``, a single term
+    (T = 1) that is a C-contiguous float32 array is scaled in its own memory and returned as
+    ``partials[0]`` (the caller gives it up: a block GEMM's fresh product); otherwise the result
+    is a new array either way.
 
     >>> parts = np.float32([[[1.0, 2.0]], [[3.0, 1e-8]]])             # T = 2, M = 1, N = 2
     >>> fma_sum(parts, np.float32([[1.0, 1.0]]), np.float32([[1.0, 1.0], [1.0, 1.0]])).tolist()
@@ -48,6 +53,9 @@ def fma_sum(partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike) -> np.n
             f"fma_sum of partials {pa.shape}, scales {sa.shape} and {sb.shape}: expected (T, M, N) with "
             "T >= 1, (M, T) and (T, N)"
         )
+    own = isinstance(partials, np.ndarray) and pa is partials and pa.flags.writeable
+    if overwrite and nt == 1 and own:
+        return cpu.run_fma_one(pa[0], sa, sb)
     return cpu.run_fma_sum(pa, sa, sb)
 
 

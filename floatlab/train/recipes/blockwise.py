@@ -280,6 +280,11 @@ def blockwise_matmul(
         # transposed a (the weight gradient's x^T, cast as it lies) as the transposes of its
         # base's row slices, which BLAS reads transposed
         nt = k // block
+        if nt == 1:
+            # one slice: the GEMM itself, then its scales applied in the product's own memory (the
+            # same bits as through the partials buffer, one pass over it fewer)
+            one = np.matmul(a, b)[None]
+            return fma_sum(one, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv), overwrite=True)
         if a.flags.c_contiguous:
             slices = a.reshape(m, nt, block).transpose(1, 0, 2)
         else:
