@@ -17,7 +17,6 @@ All take the same keyword-only knobs, checked in one place (:class:`RoundingOpti
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any, Literal, NamedTuple
 
@@ -26,7 +25,7 @@ from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
 from floatlab.exact import pow2
-from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
+from floatlab.formats import FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
 from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
@@ -51,7 +50,6 @@ __all__ = [
     "odd_div",
     "odd_sqrt",
     "odd_sum",
-    "pairwise_sums",
     "round_array",
     "round_array_with_flags",
     "round_blocks",
@@ -279,39 +277,6 @@ def running_sums(
     p = encode_params(FP64, f, options, lanes=64)
     d = decode_params(f, FP64, 64)
     return cpu.run_running_sums(t, kahan, options.key, options.stochastic, options.mode == "rdown", p, d)
-
-
-def pairwise_sums(x: np.ndarray, axis: int, fmt: FloatFormat | str) -> np.ndarray | None:
-    """The sums of ``x`` along ``axis`` in an accumulator of ``fmt`` (bf16 or fp16), ``x`` being a
-    float32 array of values of ``fmt``: a tree of pairwise sums, as a GPU reduction adds its
-    partial sums (``s[i] += s[i + h]``): at a level of m values, value i < m // 2 and value
-    i + m // 2 are added in float32 and rounded to nearest even into ``fmt``, which is their
-    correctly rounded sum (24 >= 2p + 2 bits: no double rounding), and an odd level's last
-    value is carried to the next. One compiled serial pass; float32, ``x``'s shape without
-    ``axis`` (an axis of one value gives that value, of none zeros). None where it does not
-    apply: ``x`` not a float32 numpy array, ``fmt`` neither bf16 nor fp16, or fp16 on a CPU
-    without its own conversion (:func:`~floatlab.rounding.cpu.half_hardware`).
-
-    >>> pairwise_sums(np.float32([256.0, 1.0, 1.0, 1.0]), 0, "bf16").tolist()  # 257 -> 256, + 2
-    258.0
-    >>> pairwise_sums(np.float32([[1.0, 2.0, 4.0]]), 1, "bf16").tolist()        # (1 + 4) + 2
-    [7.0]
-    """
-    f = fmt if isinstance(fmt, FloatFormat) else get_format(fmt)
-    half = f is FP16 or f == FP16
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not (half or f is BF16 or f == BF16):
-        return None
-    if half and not cpu.half_hardware():
-        return None
-    axis = int(axis) % max(x.ndim, 1)
-    shape = x.shape[:axis] + x.shape[axis + 1 :]
-    n = x.shape[axis]
-    if n == 0:
-        return np.zeros(shape, np.float32)
-    w = np.array(x, np.float32, order="C")  # (a copy: the tree works in it)
-    sums = cpu.run_tree_sum(w.reshape(math.prod(x.shape[:axis]), n, math.prod(shape[axis:])), half)
-    out: np.ndarray = np.ascontiguousarray(sums).reshape(shape)
-    return out
 
 
 def accumulate_products(

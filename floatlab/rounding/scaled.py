@@ -53,8 +53,7 @@ def fma_sum(
             f"fma_sum of partials {pa.shape}, scales {sa.shape} and {sb.shape}: expected (T, M, N) with "
             "T >= 1, (M, T) and (T, N)"
         )
-    own = isinstance(partials, np.ndarray) and pa is partials and pa.flags.writeable
-    if overwrite and nt == 1 and own:
+    if overwrite and nt == 1 and pa is partials and pa.flags.writeable:
         return cpu.run_fma_one(pa[0], sa, sb)
     return cpu.run_fma_sum(pa, sa, sb)
 

@@ -284,12 +284,11 @@ class Precision:
         >>> float(Precision("fp16").low_sum(np.array([2048.0, 1.0, 1.0, 1.0], np.float32), 0, FP16))
         2050.0
         """
-        knobs = self._knobs()
-        if knobs["rounding"] == "rne" and not knobs["saturate"] and knobs["subnormals"]:
-            # the same tree in one compiled pass (a float32 numpy array, bf16 or fp16)
-            fast = pairwise_sums(x, axis, fmt)
-            if fast is not None:
-                return np.expand_dims(fast, axis) if keepdims else fast
+        # the same tree in one compiled pass, where the policy's casts are the door's plain ones
+        p = self.policy
+        fast = pairwise_sums(x, axis, fmt, p.rounding, saturate=p.saturate, subnormals=p.subnormals)
+        if fast is not None:
+            return np.expand_dims(fast, axis) if keepdims else fast
         xm = np.moveaxis(x, axis, 0)
         while xm.shape[0] > 1:
             n = xm.shape[0]

@@ -284,14 +284,14 @@ def blockwise_matmul(
             # one slice: the GEMM itself, then its scales applied in the product's own memory (the
             # same bits as through the partials buffer, one pass over it fewer)
             one = np.matmul(a, b)[None]
-            return fma_sum(one, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv), overwrite=True)
+            return fma_sum(one, a_inv, b_inv, overwrite=True)
         if a.flags.c_contiguous:
             slices = a.reshape(m, nt, block).transpose(1, 0, 2)
         else:
             slices = a.T.reshape(nt, block, m).transpose(0, 2, 1)
         partials = _scratch(nt * m * n).reshape(nt, m, n)
         np.matmul(slices, b.reshape(nt, block, n), out=partials)
-        return fma_sum(partials, np.ascontiguousarray(a_inv), np.ascontiguousarray(b_inv))
+        return fma_sum(partials, a_inv, b_inv)  # (it makes the scales C-contiguous)
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)
