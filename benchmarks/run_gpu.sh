@@ -6,6 +6,9 @@
 # Run it on a machine with a CUDA GPU, from anywhere:  bash benchmarks/run_gpu.sh [bench_gpu options]
 # It installs nothing. It uses $PYTHON, else .venv/bin/python, else python3; that interpreter needs
 # floatlab with its dev extra and the gpu extra (CuPy and numba-cuda) already installed.
+# GPU_PYTEST_ARGS adds pytest options (with pytest-xdist: GPU_PYTEST_ARGS="-n 8", so that the
+# CPU kernels the tests compare against compile on several cores at once). pytest-benchmark, where
+# it is installed, is left out: under xdist it warns, and the suite turns warnings into errors.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +37,8 @@ fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-"$PY" -m pytest -m gpu tests/test_gpu.py -p no:cacheprovider -q -rfE 2>&1 | tee "$log"
+# shellcheck disable=SC2086
+"$PY" -m pytest -m gpu tests/test_gpu.py -p no:cacheprovider -p no:benchmark -q -rfE ${GPU_PYTEST_ARGS:-} 2>&1 | tee "$log"
 tests_status=${PIPESTATUS[0]}
 
 "$PY" benchmarks/bench_gpu.py --pytest-log "$log" "$@"
