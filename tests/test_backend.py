@@ -508,20 +508,45 @@ def test_cuda_kernels_compile_to_ptx(cc: tuple[int, int]) -> None:
         pytest.skip(f"this CUDA compiler cannot target sm_{cc[0]}{cc[1]}")
     every = cc == (9, 0)
     ptx = gk.compile_ptx(cc) if every else gk.compile_ptx(cc, ("full",))
-    assert set(ptx) == ({"encode", "round", "general", "full"} if every else {"full"})
+    names = {"encode", "round", "general", "full", "cast_code", "cast_round"}
+    assert set(ptx) == (names if every else {"full"})
     for text in ptx.values():
         assert f".target sm_{cc[0]}{cc[1]}" in text
         assert ".entry" in text
         assert "call.uni" not in text  # every element function inlined into the kernel
     assert "clz.b32" in ptx["full"]  # the lane-width intrinsics survive: 32-bit lanes for fp32 -> fp16
+    if every:  # the plain fp16 cast is the GPU's own conversion, both ways
+        assert "cvt.rn.f16.f32" in ptx["cast_round"]
+        assert "cvt.f32.f16" in ptx["cast_round"]
     if cc == (9, 0):  # float64 input: 64-bit lanes
         wide = gk.compile_ptx(cc, ("full",), lanes=64)["full"]
         assert "call.uni" not in wide
         assert "clz.b64" in wide
+        # the parameters the CuPy launch lays out are the ones each entry declares, one by one
+        for lanes, kernels in ((32, ptx), (64, {"full": wide})):
+            for name, text in kernels.items():
+                want = [np.asarray(v).dtype.itemsize for v in gk.flat_args(gk.launch_args(name, lanes))]
+                assert gk.ptx_entry(text)[1] == want, (name, lanes)
+
+
+def test_flat_args_follow_numbas_calling_convention() -> None:
+    """An array is meminfo, parent, length, item size, data pointer, shape, stride; a parameter
+    tuple is its fields; a bool is one byte."""
+    x, out, z, p, d, back = gk.launch_args("general", 32, n=5)
+    flat = gk.flat_args((x, out, z, p, d, back))
+    assert [int(v) for v in flat[:7]] == [0, 0, 5, 4, x.ctypes.data, 5, 4]
+    assert [int(v) for v in flat[7:14]] == [0, 0, 5, 4, out.ctypes.data, 5, 4]
+    assert flat[14] is z
+    assert flat[15 : 15 + len(p)] == list(p)
+    assert flat[15 + len(p) : -1] == list(d)
+    assert flat[-1].dtype == np.bool_
+    assert bool(flat[-1]) is True
+    assert [type(v) for v in gk.flat_args((3, False))] == [np.int64, np.bool_]
 
 
 def test_compile_ptx_refuses_unknown_kernels() -> None:
-    with pytest.raises(ValueError, match=r"expected kernels among \('encode', 'round', 'general', 'full'\)"):
+    names = r"\('encode', 'round', 'general', 'full', 'cast_code', 'cast_round'\)"
+    with pytest.raises(ValueError, match=r"expected kernels among " + names):
         gk.compile_ptx((9, 0), ("mx",))
     with pytest.raises(ValueError, match="lanes 32 or 64"):
         gk.compile_ptx((9, 0), lanes=16)

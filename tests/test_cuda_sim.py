@@ -127,6 +127,15 @@ else:
         for mode in fl.ROUNDING_MODES:  # the full kernel (flag counts), one launch per mode
             _check(x, fmt, mode, back=mode in ("rna", "rodd"), flags=True)
 
+    @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+    def test_the_plain_casts(fmt: str) -> None:
+        """float32 to fp16 or bfloat16, nearest even, no flags: the cast kernels of their own, both
+        ways, NaN payloads (quiet and signalling, both signs) included."""
+        nans = np.array([0x7F800001, 0x7FBFFFFF, 0x7FC00000, 0xFFC02000, 0xFF802001, 0x7FFFE000], np.uint32)
+        x = np.concatenate([_values("float32", seed=3), nans.view(np.float32)])
+        assert _check(x, fmt, "rne", back=False, flags=False) == "same"
+        assert _check(x, fmt, "rne", back=True, flags=False) == "same"
+
     @pytest.mark.parametrize("dtype", ["float16", "float64"])
     @pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp32", "float8_e4m3fn", "float4_e2m1fn", "fp64"])
     def test_float16_and_float64_inputs(dtype: str, fmt: str) -> None:

@@ -57,6 +57,8 @@ def test_rounding_kernels_bit_identical_on_1e7_values(cp: Any, mode: str) -> Non
         assert _bits_equal(fl.encode_array(xg, fmt, mode, rng=rng), fl.encode_array(x, fmt, mode, rng=rng)), (
             fmt
         )
+        # (nearest even into fp16 or bfloat16 is the plain cast's own kernel, both ways)
+        assert _bits_equal(fl.round_array(xg, fmt, mode, rng=rng), fl.round_array(x, fmt, mode, rng=rng)), fmt
         gpu, gstats = fl.round_array_with_flags(xg, fmt, mode, rng=rng)
         cpu, cstats = fl.round_array_with_flags(x, fmt, mode, rng=rng)
         assert is_cupy(gpu)
@@ -151,6 +153,25 @@ def test_training_on_the_gpu_follows_the_cpu_loss_curve(policy: str, model: str)
     drift = np.convolve(gpu, kernel, mode="valid") - np.convolve(cpu, kernel, mode="valid")
     assert np.max(np.abs(drift)) <= 0.1 * max(float(cpu[0]), 1.0)
     assert abs(histories[0].final["test_accuracy"] - histories[1].final["test_accuracy"]) <= 0.05
+
+
+@pytest.mark.parametrize("policy", ["mixed-fp16", "mixed-bf16", "fp16"])
+def test_flush_counts_on_the_gpu_equal_the_cpus(cp: Any, policy: str) -> None:
+    """A backward pass's gradient stores count the values flushed to zero; on a GPU the counts
+    stay on the device until the pass ends, and must be the CPU's."""
+    from floatlab.train.precision import Precision
+
+    x = _values32(1_000_000, seed=4) * np.float32(2.0**-12)  # many below fp16's subnormals
+    counts, stored = [], []
+    for backend, a in (("numpy", x), ("cupy", cp.asarray(x))):
+        P = Precision(policy, backend=backend)
+        with P.backward():
+            stored.append(P.grad(a))
+            P.grad(a[:1000])
+        counts.append((P.grad_values, P.grad_flushed, P.flushed_share))
+    assert _bits_equal(stored[0], stored[1])
+    assert counts[0] == counts[1]
+    assert counts[0][1] > 0
 
 
 def test_histogram_and_checkpoint_take_gpu_arrays(cp: Any, tmp_path: Any) -> None:

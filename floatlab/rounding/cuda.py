@@ -5,10 +5,12 @@ arrays here, with the same :class:`~floatlab.rounding.plan.Plan` the CPU executo
 element functions of :mod:`floatlab.rounding._kernels` (``_encode_one``,
 ``_decode_one``, ``_core``, ``_random32`` and their lane-width intrinsics) are the
 specification of every bit; this module does not restate them. It binds the same Python
-functions, through a fresh globals table, to CUDA device functions (numba-cuda reads CuPy
-arrays through ``__cuda_array_interface__``) and launches one thread per element. Because the
-stochastic random word depends only on the key and the element's index, the GPU draws the
-same bits as the CPU's threads.
+functions, through a fresh globals table, to CUDA device functions, and launches one thread
+per element: numba-cuda compiles each kernel to PTX for the launch's argument types, once per
+process, and CuPy loads it and launches it on its current stream (:func:`flat_args` lays the
+arguments out as numba's calling convention has them; numba-cuda's own launcher cost about
+0.25 ms of host time a launch). Because the stochastic random word depends only on the key and
+the element's index, the GPU draws the same bits as the CPU's threads.
 
 The per-element bodies below (``_encode_at`` ...) are compiled twice: for CUDA, each wrapped in
 a kernel, and for the CPU, each wrapped in a serial loop. The CPU build runs the whole GPU code
@@ -31,6 +33,9 @@ True
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 import threading
 import types
 import warnings
@@ -39,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from floatlab.backend import is_cupy
 from floatlab.formats import FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import _kernels as k
 from floatlab.rounding.cpu import zero
@@ -46,7 +52,18 @@ from floatlab.rounding.options import FORMAT_OF_DTYPE_NAME, RoundingOptions, Rou
 from floatlab.rounding.params import decode_params, encode_params
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target, widen16
 
-__all__ = ["THREADS_PER_BLOCK", "compile_ptx", "kernels", "run_array", "sim_intrinsics", "simulated"]
+__all__ = [
+    "THREADS_PER_BLOCK",
+    "compile_ptx",
+    "flat_args",
+    "kernel_ptx",
+    "kernels",
+    "launch_args",
+    "ptx_entry",
+    "run_array",
+    "sim_intrinsics",
+    "simulated",
+]
 
 THREADS_PER_BLOCK = 256
 
@@ -65,6 +82,13 @@ _encode_at: Any = None
 _round_at: Any = None
 _general_at: Any = None
 _full_at: Any = None
+_half: Any = None
+_unhalf: Any = None
+_bf16: Any = None
+_half_code: Any = None
+_half_bits: Any = None
+_cast_code_at: Any = None
+_cast_round_at: Any = None
 
 
 # ---- one element (the loop bodies of floatlab.rounding._kernels, written per index) ------------
@@ -101,7 +125,63 @@ def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_in
         out[i] = code
 
 
+# the plain casts of mixed precision (float32 to fp16 or bfloat16, nearest even, no flags), which
+# the CPU runs in loops of their own: one short element function each, not the general one
+def _half_code_py(u: Any) -> Any:
+    """The fp16 code of the float32 with bit pattern ``u``: the target's own conversion (IEEE
+    nearest even, subnormals kept, overflow to inf), and a NaN as the CPU's conversion gives it
+    (sign kept, made quiet, the payload's top bits kept), which a GPU does not promise."""
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        top = _shr(u, np.uint32(13)) & np.uint32(0x3FF)
+        return np.uint16((_shr(u, np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00) | top)
+    return _half(u)
+
+
+def _half_bits_py(c: Any) -> Any:
+    """The float32 bit pattern of the fp16 code ``c`` (exact), a NaN made quiet, payload kept."""
+    c32 = np.uint32(c)
+    if (c32 & np.uint32(0x7FFF)) > np.uint32(0x7C00):
+        payload = _shl(c32 & np.uint32(0x3FF), np.uint32(13))
+        return _shl(c32 & np.uint32(0x8000), np.uint32(16)) | np.uint32(0x7FC00000) | payload
+    return _unhalf(c)
+
+
+def _cast_code_at_py(i: Any, x: Any, out: Any, bf16: Any) -> None:
+    """The fp16 or bfloat16 code of x[i] (float32 bits), nearest even."""
+    out[i] = _bf16(x[i]) if bf16 else _half_code(x[i])
+
+
+def _cast_round_at_py(i: Any, x: Any, out: Any, bf16: Any) -> None:
+    """x[i] (float32 bits) rounded to fp16 or bfloat16, nearest even, and back (float32 bits)."""
+    if bf16:
+        out[i] = _shl(np.uint32(_bf16(x[i])), np.uint32(16))
+    else:
+        out[i] = _half_bits(_half_code(x[i]))
+
+
 # ---- the launchers: a CUDA kernel or a CPU loop around each element ----------------------------
+def _cast_code_cuda_py(x: Any, out: Any, bf16: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _cast_code_at(i, x, out, bf16)
+
+
+def _cast_round_cuda_py(x: Any, out: Any, bf16: Any) -> None:
+    i = np.int64(cuda.grid(1))
+    if i < x.size:
+        _cast_round_at(i, x, out, bf16)
+
+
+def _cast_code_cpu_py(x: Any, out: Any, bf16: Any) -> None:
+    for i in range(x.size):
+        _cast_code_at(i, x, out, bf16)
+
+
+def _cast_round_cpu_py(x: Any, out: Any, bf16: Any) -> None:
+    for i in range(x.size):
+        _cast_round_at(i, x, out, bf16)
+
+
 def _encode_cuda_py(x: Any, out: Any, z: Any, p: Any) -> None:
     i = np.int64(cuda.grid(1))
     if i < x.size:
@@ -185,16 +265,37 @@ def _clz_sim(a: Any) -> Any:
     return arr.dtype.type(w - int(arr.view(_UNSIGNED[w])).bit_length())
 
 
+def _half_sim(u: Any) -> Any:
+    """fp16 code of the float32 bits ``u`` (not a NaN): NumPy's conversion, nearest even."""
+    return np.asarray(u, np.uint32).view(np.float32).astype(np.float16).view(np.uint16)[()]
+
+
+def _unhalf_sim(c: Any) -> Any:
+    """float32 bits of the fp16 code ``c`` (not a NaN)."""
+    return np.asarray(c, np.uint16).view(np.float16).astype(np.float32).view(np.uint32)[()]
+
+
 def sim_intrinsics() -> dict[str, Callable[..., Any]]:
     """The lane-width intrinsics of :mod:`floatlab.rounding._kernels` (``_u``, ``_s``, ``_shl``,
-    ``_shr``, ``_clz``) as Python functions on NumPy integer scalars: what the element
-    functions call under the CUDA simulator, where no compiler lowers them.
+    ``_shr``, ``_clz``) and the fp16 conversions (``_half``, ``_unhalf``) as Python functions
+    on NumPy integer scalars: what the element functions call under the CUDA simulator, where
+    no compiler lowers them.
 
     >>> f = sim_intrinsics()
     >>> f["_u"](-1, np.uint32(0)), f["_shr"](np.int32(-8), 28), f["_clz"](np.uint64(1))
     (np.uint32(4294967295), np.int32(15), np.uint64(63))
+    >>> int(f["_half"](np.float32(1 / 3).view(np.uint32)))   # 0x3555
+    13653
     """
-    return {"_u": _u_sim, "_s": _s_sim, "_shl": _shl_sim, "_shr": _shr_sim, "_clz": _clz_sim}
+    return {
+        "_u": _u_sim,
+        "_s": _s_sim,
+        "_shl": _shl_sim,
+        "_shr": _shr_sim,
+        "_clz": _clz_sim,
+        "_half": _half_sim,
+        "_unhalf": _unhalf_sim,
+    }
 
 
 def simulated() -> bool:
@@ -211,7 +312,7 @@ def simulated() -> bool:
     return bool(getattr(getattr(numba_cuda, "config", None), "ENABLE_CUDASIM", False))
 
 
-_NAMES = ("encode", "round", "general", "full")
+_NAMES = ("encode", "round", "general", "full", "cast_code", "cast_round")
 _lock = threading.Lock()
 _built: dict[str, dict[str, Any]] = {}
 
@@ -245,7 +346,7 @@ def _bind(target: str) -> dict[str, Any]:
     table.update({name: obj for name, obj in globals().items() if name.endswith("_py")})
     table["np"] = np
     table["k"] = k
-    for name in k.INTRINSICS:
+    for name in (*k.INTRINSICS, "_half", "_unhalf"):
         table[name] = intrinsic(getattr(k, name + "_typer"))
     if target == "cuda" and simulated():
         table.update(sim_intrinsics())  # the simulator runs the element functions as Python
@@ -255,21 +356,24 @@ def _bind(target: str) -> dict[str, Any]:
         device = numba_cuda.jit(device=True, inline=True)
     else:
         device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in k.ELEMENT_FUNCTIONS:
+    for name in (*k.ELEMENT_FUNCTIONS, "_bf16"):
         table[name] = device(_rebind(getattr(k, name + "_py"), table))
+    for name in ("_half_code", "_half_bits"):
+        table[name] = device(_rebind(globals()[name + "_py"], table))
     for name in _NAMES:
         table[f"_{name}_at"] = device(_rebind(globals()[f"_{name}_at_py"], table))
     return table
 
 
 def kernels(target: str = "cuda") -> dict[str, Any]:
-    """The four launchers (encode, round, general, full) for ``target``, built once per process.
+    """The launchers (encode, round, general, full; cast_code and cast_round, the plain fp16
+    and bfloat16 casts) for ``target``, built once per process.
 
     ``"cuda"`` gives numba-cuda kernels (compiled on first launch, per argument types);
     ``"cpu"`` gives serial numba loops around the same element functions.
 
     >>> sorted(kernels("cpu"))
-    ['encode', 'full', 'general', 'round']
+    ['cast_code', 'cast_round', 'encode', 'full', 'general', 'round']
     """
     if target not in ("cuda", "cpu"):
         raise ValueError(f"kernel target {target!r}: expected cuda or cpu")
@@ -301,50 +405,198 @@ def compile_ptx(
         )
     if simulated():
         raise RuntimeError("compile_ptx needs numba's CUDA compiler: NUMBA_ENABLE_CUDASIM is set")
-    numba_cuda = _numba_cuda()
-    nt = _numba().types
-    table = _bind("cuda")
+    return {name: kernel_ptx(name, launch_args(name, lanes), cc)[0] for name in names}
+
+
+def launch_args(name: str, lanes: int = 32, n: int = 1) -> tuple[Any, ...]:
+    """Arguments of a launch of kernel ``name`` on ``n`` values (NumPy arrays, an fp16 plan with
+    ``lanes``-bit lanes), as :func:`run_array` passes them: for compiling, and for laying out.
+
+    >>> [type(a).__name__ for a in launch_args("round")]
+    ['ndarray', 'ndarray', 'uint32', 'EncodeParams', 'DecodeParams']
+    """
     src = FP32 if lanes == 32 else FP64
     p = encode_params(src, FP16, RoundingOptions(), lanes=lanes)
     d = decode_params(FP16, src, lanes)
-    pt, dt = _numba().typeof(p), _numba().typeof(d)
-    word = nt.uint32 if lanes == 32 else nt.uint64
-    w = word[::1]
-    sigs = {
-        "encode": (w, nt.uint16[::1], word, pt),
-        "round": (w, w, word, pt, dt),
-        "general": (w, w, word, pt, dt, nt.boolean),
-        "full": (w, w, nt.uint8[::1], word, pt, dt, nt.boolean),
-    }
-    out: dict[str, str] = {}
-    for name in names:
-        ptx, _ = numba_cuda.compile_ptx(_rebind(globals()[f"_{name}_cuda_py"], table), sigs[name], cc=cc)
-        out[name] = ptx
-    return out
+    w = np.zeros(n, UINT_OF_BITS[lanes])
+    z = zero(lanes)
+    w32 = np.zeros(n, np.uint32)  # (the casts take float32 bits whatever the lanes)
+    return {
+        "encode": (w, np.zeros(n, np.uint16), z, p),
+        "round": (w, w, z, p, d),
+        "general": (w, w, z, p, d, True),
+        "full": (w, w, np.zeros(n, np.uint8), z, p, d, True),
+        "cast_code": (w32, np.zeros(n, np.uint16), False),
+        "cast_round": (w32, w32, False),
+    }[name]
 
 
-# ---- host side: the plan of floatlab.rounding.plan, launched on the device --------------------
+# ---- the launch: numba-cuda compiles, CuPy launches ---------------------------------------------
+# numba-cuda's own launcher re-derives the argument types and flattens every field of the plan's
+# parameter tuples on each call: about 0.25 ms of host time a launch, measured on an H200, which
+# made a training step wait on Python rather than on the GPU. So numba-cuda only compiles here
+# (the kernel for the launch's argument types, to PTX, once per process), and CuPy loads the PTX
+# and launches it with the arguments already laid out as numba's calling convention has them.
+_loaded: dict[tuple[Any, ...], Any] = {}
+
+
+def _is_array(a: Any) -> bool:
+    return isinstance(a, np.ndarray) or is_cupy(a)
+
+
+def _scalar(v: Any) -> Any:
+    """A scalar argument as the kernel receives it: a bool one byte, a Python int an int64 (as
+    numba types it), a NumPy scalar itself."""
+    if isinstance(v, (bool, np.bool_)):
+        return np.bool_(v)
+    if isinstance(v, int):
+        return np.int64(v)
+    return v
+
+
+_flat_tuples: dict[tuple[type, tuple[Any, ...]], tuple[list[Any], tuple[type, ...]]] = {}
+
+
+def _flat_tuple(t: tuple[Any, ...]) -> tuple[list[Any], tuple[type, ...]]:
+    """A parameter tuple's fields as kernel parameters, and their types (kept per value: a plan's
+    tuples recur from launch to launch)."""
+    key = (type(t), t)
+    got = _flat_tuples.get(key)
+    if got is None:
+        flat = flat_args(tuple(t))
+        got = (flat, tuple(type(v) for v in flat))
+        if len(_flat_tuples) >= 1024:
+            _flat_tuples.clear()
+        _flat_tuples[key] = got
+    return got
+
+
+def _layout(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any]]:
+    """A key of the argument types (which kernel build serves this launch) and the parameters."""
+    key: list[Any] = []
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, tuple):
+            flat, types_ = _flat_tuple(a)
+            key.append((type(a), types_))
+            out += flat
+        elif _is_array(a):
+            key.append(a.dtype)
+            n, size = np.int64(a.size), np.int64(a.dtype.itemsize)
+            pointer = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+            out += [np.uint64(0), np.uint64(0), n, size, np.uint64(pointer), n, size]
+        else:
+            v = _scalar(a)
+            key.append(type(v))
+            out.append(v)
+    return tuple(key), out
+
+
+def _argtypes(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """numba's types of a launch's arguments, as :func:`flat_args` lays them out: 1-d
+    C-contiguous arrays, lane words, parameter tuples (Python ints as int64) and booleans."""
+    numba = _numba()
+    out = []
+    for a in args:
+        if _is_array(a):
+            out.append(numba.types.Array(numba.from_dtype(np.dtype(a.dtype)), 1, "C"))
+        elif isinstance(a, tuple):
+            out.append(numba.typeof(type(a)(*(_scalar(f) for f in a))))
+        else:
+            out.append(numba.typeof(_scalar(a)))
+    return tuple(out)
+
+
+def flat_args(args: tuple[Any, ...]) -> list[Any]:
+    """A launch's arguments as the kernel's parameters, in numba's calling convention: an array
+    (1-d, C-contiguous) is seven words (meminfo and parent, both null; its length and item size;
+    its data pointer; its shape and stride), a tuple is its fields in order, a scalar is itself
+    (a bool one byte, a Python int an int64). These are what the PTX entry declares, one by one.
+
+    >>> x = np.zeros(5, np.float32)
+    >>> [int(v) for v in flat_args((x, np.uint32(7), True))[2:4]], len(flat_args((x, (1.0, 2.0), True)))
+    ([5, 4], 10)
+    """
+    return _layout(args)[1]
+
+
+def kernel_ptx(name: str, args: tuple[Any, ...], cc: tuple[int, int]) -> tuple[str, str]:
+    """The PTX of kernel ``name`` (encode, round, general, full) compiled by numba-cuda for the
+    types of ``args`` and compute capability ``cc``, and its entry's name.
+
+    >>> x = np.zeros(3, np.uint32)
+    >>> p = encode_params(FP32, FP16, RoundingOptions(), lanes=32)
+    >>> ptx, entry = kernel_ptx("encode", (x, np.zeros(3, np.uint16), np.uint32(0), p), (9, 0))
+    >>> entry in ptx and ".target sm_90" in ptx
+    True
+    """
+    table = _bind("cuda")
+    fn = _rebind(globals()[f"_{name}_cuda_py"], table)
+    ptx, _ = _numba_cuda().compile_ptx(fn, _argtypes(args), cc=cc)
+    return ptx, ptx_entry(ptx)[0]
+
+
+def ptx_entry(ptx: str) -> tuple[str, list[int]]:
+    """The name of a PTX module's one kernel entry, and the width in bytes of each parameter.
+
+    >>> ptx_entry(".visible .entry k(\\n .param .u64 k_param_0,\\n .param .u8 k_param_1\\n)")
+    ('k', [8, 1])
+    """
+    m = re.search(r"\.entry\s+([\w$]+)\s*\((.*?)\)", ptx, re.S)
+    if m is None:
+        raise RuntimeError("numba-cuda's PTX has no kernel entry")
+    widths = [int(bits) // 8 for bits in re.findall(r"\.param\s+\.[bsuf](\d+)\s", m.group(2))]
+    return m.group(1), widths
+
+
+def _cupy_kernel(name: str, key: tuple[Any, ...], args: tuple[Any, ...], xp: Any) -> Any:
+    """CuPy's handle on kernel ``name`` compiled for the argument types ``key`` (of ``args``) and
+    the current GPU, loaded once per process and device. Its parameters are checked against the
+    launch's layout when it is loaded."""
+    device = int(xp.cuda.runtime.getDevice())
+    fn = _loaded.get((name, key, device))
+    if fn is not None:
+        return fn
+    with _lock:
+        cc_text = str(xp.cuda.Device(device).compute_capability)
+        ptx, entry = kernel_ptx(name, args, (int(cc_text[:-1]), int(cc_text[-1])))
+        want = [np.asarray(v).dtype.itemsize for v in flat_args(args)]
+        if ptx_entry(ptx)[1] != want:
+            raise RuntimeError(
+                f"kernel {name}: its PTX declares parameters of {ptx_entry(ptx)[1]} bytes, the launch "
+                f"lays out {want}: numba-cuda's calling convention has changed"
+            )
+        fd, path = tempfile.mkstemp(suffix=".ptx")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(ptx)
+            fn = xp.RawModule(path=path).get_function(entry)  # (loaded now, while the file is there)
+        finally:
+            os.unlink(path)
+        _loaded[(name, key, device)] = fn
+        return fn
+
+
 def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> None:
-    kern = kernels(target)[name]
     if n == 0:
         return
     if target == "cpu":
-        kern(*args)
+        kernels("cpu")[name](*args)
         return
     blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     if xp is np:
         # NumPy arrays: the CUDA simulator, or numba-cuda copying host arrays to the device
         # and back around the launch (synchronous, on the default stream)
+        kern = kernels(target)[name]
         with warnings.catch_warnings():
             # under the simulator the lane integers are NumPy scalars, whose wrap-around (the
             # modular arithmetic the kernels mean) NumPy reports as an overflow
             warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
             kern[blocks, THREADS_PER_BLOCK](*args)
         return
-    numba_cuda = _numba_cuda()
-    # launch on CuPy's current stream, so that the kernel is ordered with CuPy's own work
-    stream = numba_cuda.external_stream(xp.cuda.get_current_stream().ptr)
-    kern[blocks, THREADS_PER_BLOCK, stream](*args)
+    # CuPy arrays: on CuPy's current stream, ordered with CuPy's own work
+    key, params = _layout(args)
+    _cupy_kernel(name, key, args, xp)((blocks,), (THREADS_PER_BLOCK,), tuple(params))
 
 
 def run_array(
@@ -394,7 +646,9 @@ def run_array(
     z = zero(plan.lanes)
     out = xp.empty(n, plan.out_dtype)
     counts = (0, 0, 0, 0)
-    if plan.loop == "encode":
+    if plan.cast:  # float32 to fp16 or bfloat16, nearest even, no flags: a loop of its own
+        _launch("cast_round" if back else "cast_code", n, (bits, out, plan.cast == "fp32->bf16"), xp, target)
+    elif plan.loop == "encode":
         _launch("encode", n, (bits, out, z, plan.p), xp, target)
     elif plan.loop == "round":
         _launch("round", n, (bits, out, z, plan.p, plan.d), xp, target)
