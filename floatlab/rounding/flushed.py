@@ -93,13 +93,13 @@ def round_flushed(
             out, nx, nr = got
             return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
     r = round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
-    xp: Any = np
-    if is_cupy(x):
+    if is_cupy(x):  # both counts in one read-back from the device
         import cupy
 
-        xp = cupy
-    nonzero = int(xp.count_nonzero(xp.asarray(x) != 0))
-    return Flushed(r, nonzero, nonzero - int(xp.count_nonzero(r != 0)))
+        nonzero, kept = (int(c) for c in cupy.stack([cupy.count_nonzero(x), cupy.count_nonzero(r)]).get())
+    else:
+        nonzero, kept = int(np.count_nonzero(x)), int(np.count_nonzero(r))
+    return Flushed(r, nonzero, nonzero - kept)
 
 
 def round_owned(

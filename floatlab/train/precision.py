@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.backend import Backend, get_backend, get_xp
+from floatlab.backend import Backend, get_backend, get_xp, is_cupy
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
@@ -78,6 +78,7 @@ class Precision:
         self._counting = False
         self.grad_values = 0
         self.grad_flushed = 0
+        self._pending: list[Any] = []  # a GPU's counts, kept on the device until the pass ends
         #: the recipe's state (an fp8 recipe's operand scalers, a microscaling recipe's record),
         #: when the policy has one; ``layers``, the model's linear layers in forward order, tells
         #: a microscaling recipe which are the first and the last
@@ -145,10 +146,15 @@ class Precision:
         else:
             # rounding keeps zeros at zero, so every lost non-zero is a value flushed by
             # underflow (counted in the rounding's own pass where it is a plain bf16 or fp16 store)
-            got = round_flushed(x, fmt, overwrite=owned, **self._knobs())
-            self.grad_values += got.nonzero
-            self.grad_flushed += got.flushed
-            r = got.values
+            if is_cupy(x):  # on a GPU the counts stay there until the pass ends: one read-back
+                xp = get_xp(x)
+                r = round_array(x, fmt, **self._knobs())
+                self._pending += [xp.count_nonzero(x), xp.count_nonzero(r)]
+            else:
+                got = round_flushed(x, fmt, overwrite=owned, **self._knobs())
+                self.grad_values += got.nonzero
+                self.grad_flushed += got.flushed
+                r = got.values
         return r.reshape(np.shape(x)) if r.ndim != np.ndim(x) else r
 
     def act(self, x: Array) -> Array:
@@ -175,11 +181,22 @@ class Precision:
     def backward(self) -> Iterator[None]:
         """Count the gradients stored inside the block (see :attr:`grad_flushed`)."""
         self.grad_values = self.grad_flushed = 0
+        self._pending = []
         self._counting = True
         try:
             yield
         finally:
             self._counting = False
+            self._settle()
+
+    def _settle(self) -> None:
+        """Add the counts a GPU kept on the device to :attr:`grad_values` and :attr:`grad_flushed`."""
+        if self._pending:
+            xp = get_xp(*self._pending)
+            c = [int(v) for v in xp.stack(self._pending).get().tolist()]
+            self._pending = []
+            self.grad_values += sum(c[0::2])
+            self.grad_flushed += sum(c[0::2]) - sum(c[1::2])
 
     @contextmanager
     def inference(self) -> Iterator[None]:
@@ -195,6 +212,7 @@ class Precision:
     @property
     def flushed_share(self) -> float:
         """Share of the non-zero gradients of the last backward pass that were flushed to zero."""
+        self._settle()
         return self.grad_flushed / self.grad_values if self.grad_values else 0.0
 
     # ---- compute ------------------------------------------------------------------------------

@@ -296,6 +296,14 @@ class Trainer:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return self._step(x, y)
 
+    def _all_finite(self, grads: Params) -> bool:
+        """Whether every gradient is finite: on NumPy, stopping at the first that is not; on a GPU,
+        in one reduction read back once (each read-back waits for the device's queue to drain)."""
+        if self.backend.is_gpu:
+            xp = self.backend.xp
+            return bool(xp.stack([xp.isfinite(g).all() for g in grads.values()]).all())
+        return all(bool(np.isfinite(g).all()) for g in grads.values())
+
     def _step(self, x: Array, y: Array) -> StepStats:
         P, scaler = self.P, self.scaler
         # 1. cast: the weights as the compute format sees them
@@ -312,7 +320,7 @@ class Trainer:
         # 5. unscale: multiply by 1/S (into fp32 with master weights, else in the gradient format)
         grads = self._unscale(grads)
         # 6. check finite: the gradients, and the batch and loss they came from
-        found_inf = not all(bool(np.isfinite(g).all()) for g in grads.values())
+        found_inf = not self._all_finite(grads)
         faults = [f for f, bad in _input_faults(x, loss) if bad]
         if found_inf:
             faults.append("nonfinite_grad")

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from floatlab.backend import get_xp, is_cupy
 from floatlab.formats import FloatFormat
 from floatlab.rounding import add_count
 from floatlab.train.model import Params
@@ -145,17 +147,23 @@ def apply_updates(
     comp = compensation if compensation is not None else {}
     new_params: Params = {}
     new_comp: Params = {}
-    intended = changed = nonfinite = 0
+    # per parameter: its non-zero updates, the weights they changed, whether all are finite. On
+    # a GPU these stay on the device and come back in one transfer at the end (each read-back
+    # waits for the device's queue to drain)
+    counts: list[Any] = []
     for k, d in deltas.items():
         fmt = formats[k]
         old = params[k]
+        xp = get_xp(old, d)
         if k in comp:
             new, new_comp[k] = kahan_update(P, old, d, comp[k], fmt, mode)
             moved = d != 0
-            n_intended = int(np.count_nonzero(moved))
             # a released carry can move a weight whose update is zero: only updates count
-            n_changed = int(np.count_nonzero((new != old) & moved))
-            n_bad = 0 if bool(np.isfinite(new).all()) else 1
+            counts += [
+                xp.count_nonzero(moved),
+                xp.count_nonzero((new != old) & moved),
+                xp.isfinite(new).all(),
+            ]
         elif (
             P.is_wide(fmt)
             and isinstance(old, np.ndarray)
@@ -164,13 +172,15 @@ def apply_updates(
             and d.shape == old.shape
         ):
             new, n_intended, n_changed, n_bad = add_count(old, d)  # one pass instead of four
+            counts += [n_intended, n_changed, n_bad == 0]
         else:
             new = add_update(P, old, d, fmt, mode)
-            n_intended = int(np.count_nonzero(d != 0))
-            n_changed = int(np.count_nonzero(new != old))
-            n_bad = 0 if bool(np.isfinite(new).all()) else 1
-        intended += n_intended
-        changed += n_changed
-        nonfinite += n_bad
+            counts += [xp.count_nonzero(d != 0), xp.count_nonzero(new != old), xp.isfinite(new).all()]
         new_params[k] = new
+    if any(is_cupy(c) for c in counts):
+        xp = get_xp(*counts)
+        counts = xp.stack([xp.asarray(c, dtype=xp.int64) for c in counts]).get().tolist()
+    intended = sum(int(c) for c in counts[0::3])
+    changed = sum(int(c) for c in counts[1::3])
+    nonfinite = sum(not bool(c) for c in counts[2::3])
     return Applied(new_params, new_comp, intended, changed, nonfinite == 0)
