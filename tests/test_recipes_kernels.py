@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import floatlab as fl
-from floatlab.rounding import ScaledRound, fma, fma_sum, round_scaled
+from floatlab.rounding import ScaledRound, fma, fma_sum, fma_sum_flushed, round_flushed, round_scaled
 from floatlab.train.recipes import (
     E4M3,
     E5M2,
@@ -257,6 +257,78 @@ def test_fma_sum_rounds_once_per_term() -> None:
     exact = Fraction(1) + Fraction(3, 2**25)
     assert got == 1.0 + 2.0**-23
     assert abs(Fraction(got) - exact) < Fraction(1, 2**24)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 7), (4, 9, 13), (16, 3, 40)])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_fma_sum_flushed_is_fma_sum_then_bias_then_the_store(shape: tuple[int, int, int], fmt: str) -> None:
+    """The fused epilogue against its three steps: fma_sum, a float32 bias add, round_flushed;
+    values of many binades (sums into both formats' subnormals, beyond fp16's top), specials."""
+    rng = np.random.default_rng(shape[1])
+    nt, m, n = shape
+    partials = _spread(rng, shape) * F32(2.0**-20)
+    partials[0, 0, :3] = [np.inf, np.nan, -0.0]
+    partials[:, 1, :2] = 0.0  # a zero sum, and a zero sum that the bias moves
+    a_s = np.exp2(rng.integers(-30, 30, (m, nt))).astype(np.float32) * F32(1.1)
+    b_s = np.exp2(rng.integers(-30, 30, (nt, n))).astype(np.float32) * F32(0.7)
+    a_s[2] = F32(2.0**-126)  # a row of sums down to float32's subnormals, below both formats'
+    bias = _spread(rng, (n,)) * F32(2.0**-14)
+    bias[0] = 0.0
+    flushed = []
+    for with_bias in (None, bias):
+        want = fma_sum(partials, a_s, b_s)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if with_bias is not None:
+                want += with_bias
+            ref = round_flushed(want, fmt)
+        flushed.append(ref.flushed)
+        for overwrite in (False, True):
+            own = partials.copy()
+            with np.errstate(over="ignore", invalid="ignore"):
+                got = fma_sum_flushed(own, a_s, b_s, fmt, bias=with_bias, overwrite=overwrite)
+            assert got is not None
+            assert _bits(got.values) == _bits(ref.values)
+            assert (got.nonzero, got.flushed) == (ref.nonzero, ref.flushed)
+            assert np.shares_memory(got.values, own) == (overwrite and nt == 1)
+    assert flushed[0] > 0  # (the data reach below the format's subnormals)
+
+
+def test_fma_sum_flushed_leaves_other_stores_to_the_caller() -> None:
+    parts, a_s, b_s = np.ones((2, 3, 4), np.float32), np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
+    assert fma_sum_flushed(parts, a_s, b_s, "bf16") is not None
+    for fmt, kw in (
+        ("bf16", {"rounding": "rtz"}),
+        ("bf16", {"saturate": True}),
+        ("fp16", {"subnormals": False}),
+        ("e4m3fn", {}),
+        ("bf16", {"bias": np.ones(4)}),  # a float64 bias: NumPy's add would promote
+        ("bf16", {"bias": np.ones(3, np.float32)}),
+    ):
+        assert fma_sum_flushed(parts, a_s, b_s, fmt, **kw) is None, (fmt, kw)
+    with pytest.raises(ValueError, match=r"expected \(T, M, N\)"):
+        fma_sum_flushed(parts, a_s.T, b_s, "bf16")
+
+
+def test_a_block_scaled_layer_stores_its_gemm_in_the_epilogue() -> None:
+    """Precision.linear under fp8-blockwise: the GEMM's scale-and-sum, the bias and the bf16 store
+    (with the flush counts of a backward pass) in one pass, bit for bit the steps apart."""
+    from floatlab.train.precision import Precision
+
+    rng = np.random.default_rng(7)
+    x, dy = _spread(rng, (2, 64, 256)), _spread(rng, (2, 64, 128))
+    w, bias = _spread(rng, (256, 128)) * F32(0.01), _spread(rng, (128,))
+    fused, apart = Precision("fp8-blockwise"), Precision("fp8-blockwise")
+    y = fused.linear("fc", x, "input", w, "weight", fused.fwd, bias=bias)
+    acc = apart.scaling.matmul("fc", x, "input", w, "weight")  # type: ignore[union-attr]
+    acc += bias
+    assert _bits(y) == _bits(apart.store(acc, apart.fwd, owned=True))
+    with fused.backward():
+        dx = fused.linear("fc", dy, "grad", w.T, "weight", fused.bwd)
+    with apart.backward():
+        want = apart.store(apart.scaling.matmul("fc", dy, "grad", w.T, "weight"), apart.bwd, owned=True)  # type: ignore[union-attr]
+    assert _bits(dx) == _bits(want)
+    assert (fused.grad_values, fused.grad_flushed) == (apart.grad_values, apart.grad_flushed)
+    assert fused.grad_values == dx.size  # (bfloat16's range: the tile scales leave nothing to flush)
 
 
 def test_fma_sum_refuses_bad_shapes() -> None:

@@ -45,6 +45,7 @@ _half: Any = None
 _unhalf: Any = None
 _bf16: Any = None
 _round16: Any = None
+_finish_row: Any = None
 
 
 def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
@@ -294,6 +295,69 @@ def _fma_one_kernel_py(partial: Any, a_scale: Any, b_scale: Any) -> None:
             row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
 
 
+def _finish_row_py(acc: Any, bias: Any) -> tuple[int, int]:
+    """A GEMM's output row, finished while it is in the cache: ``bias`` added (float32; an empty
+    ``bias`` adds nothing), each value rounded by ``_round16`` in place; (the values that were
+    not zero before the rounding, those not zero after it: a NaN is not a zero)."""
+    if bias.size:
+        for j in range(acc.size):
+            acc[j] = acc[j] + bias[j]
+    nonzero = 0
+    kept = 0
+    for j in range(acc.size):
+        v = acc[j]
+        r = _round16(v)
+        nonzero += v != 0
+        kept += r != 0
+        acc[j] = r
+    return nonzero, kept
+
+
+def _fma_sum_store_kernel_py(
+    partials: Any, a_scale: Any, b_scale: Any, out: Any, bias: Any, counts: Any
+) -> None:
+    """:func:`_fma_sum_kernel_py`, then each output row finished by ``_finish_row`` (bias, the
+    store's rounding); counts[i] = its two counts of row i."""
+    nt, m, n = partials.shape
+    for i in prange(m):
+        acc = out[i]
+        a0 = a_scale[i, 0]
+        b0 = b_scale[0]
+        p0 = partials[0, i]
+        for j in range(n):
+            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
+        for t in range(1, nt):
+            at = a_scale[i, t]
+            bt = b_scale[t]
+            pt_ = partials[t, i]
+            for j in range(n):
+                acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
+        counts[i, 0], counts[i, 1] = _finish_row(acc, bias)
+
+
+def _fma_one_store_kernel_py(partial: Any, a_scale: Any, b_scale: Any, bias: Any, counts: Any) -> None:
+    """:func:`_fma_one_kernel_py`, then each row finished by ``_finish_row``, in the partial's own
+    memory; counts[i] = its two counts of row i."""
+    m, n = partial.shape
+    b0 = b_scale[0]
+    for i in prange(m):
+        row = partial[i]
+        a0 = a_scale[i, 0]
+        for j in range(n):
+            row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
+        counts[i, 0], counts[i, 1] = _finish_row(row, bias)
+
+
+def _bf16_one_py(v: Any) -> Any:
+    """float32 ``v`` rounded to nearest even into bfloat16 (integer arithmetic), as float32."""
+    return _f32(np.uint32(_bf16(_bits32(v))) << np.uint32(16))
+
+
+def _half_one_py(v: Any) -> Any:
+    """float32 ``v`` rounded to nearest even into fp16 (the CPU's conversion), as float32."""
+    return _f32(_unhalf(_half(_bits32(v))))
+
+
 def _bf16_sum_py(a: Any, b: Any) -> Any:
     """fl(a + b) in float32, rounded to nearest even into bfloat16 (integer arithmetic)."""
     return _f32(np.uint32(_bf16(_bits32(a + b))) << np.uint32(16))
@@ -379,7 +443,12 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     out["fma_one"] = parallel(_fma_one_kernel_py)
     # the reductions, each compiled for its format (a format read at run time would keep the
     # element loop from vectorising)
-    for fmt, sum16 in (("bf16", _bf16_sum_py), ("half", _half_sum_py)):
+    for fmt, sum16, one16 in (("bf16", _bf16_sum_py, _bf16_one_py), ("half", _half_sum_py, _half_one_py)):
         for shape in ("rows", "cols"):
             kernel = rebound(g[f"_tree_{shape}_kernel_py"], {"_round16": inline(sum16)}, f"_{fmt}_{stamp}")
             out[f"tree_{shape}_{fmt}"] = parallel(kernel)
+        # a block GEMM's scale-and-sum with its bias and its store in the format, in one pass
+        finish = inline(rebound(_finish_row_py, {"_round16": inline(one16)}, f"_{fmt}"))
+        for name in ("fma_sum_store", "fma_one_store"):
+            kernel = rebound(g[f"_{name}_kernel_py"], {"_finish_row": finish}, f"_{fmt}_{stamp}")
+            out[f"{name}_{fmt}"] = parallel(kernel)

@@ -429,6 +429,47 @@ def run_fma_one(partial: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) -
     return partial
 
 
+def run_fma_store(
+    partials: np.ndarray,
+    a_scale: np.ndarray,
+    b_scale: np.ndarray,
+    bias: np.ndarray | None,
+    plan: Plan,
+    overwrite: bool,
+) -> tuple[np.ndarray, int, int] | None:
+    """:func:`run_fma_sum` (or, with ``overwrite`` and one term, :func:`run_fma_one` in the term's
+    own memory), then ``bias`` (float32 (N,), or None) added and each value rounded by ``plan``, a
+    plain float32 to fp16 or bfloat16 cast (as :func:`run_counting_nonzero` runs), row by row
+    while the row is in the cache: the values, the non-zero values before the rounding and after
+    it; None for any other plan.
+
+    >>> from floatlab.formats import BF16, FP32
+    >>> from floatlab.rounding.options import RoundingOptions
+    >>> from floatlab.rounding.plan import make_plan
+    >>> plan = make_plan(FP32, BF16, RoundingOptions(), back=True, flags=False)
+    >>> parts = np.float32([[[1.0, 1e-39]], [[2.0 ** -9, 0.0]]])          # T = 2, M = 1, N = 2
+    >>> ones = np.float32([[1.0, 1.0]])
+    >>> q, nz, kept = run_fma_store(parts, ones, np.ones((2, 2), np.float32), None, plan, False)
+    >>> q.tolist(), nz, kept          # 1 + 2^-9 ties to 1 in bfloat16; 1e-39 stays (a subnormal)
+    ([[1.0, 1.0101904577379033e-39]], 2, 2)
+    """
+    cast = _one_pass(plan)
+    if not cast:
+        return None
+    fmt = "bf16" if cast == "fp32->bf16" else "half"
+    nt, m, n = partials.shape
+    counts = np.empty((m, 2), np.int64)
+    b = bias if bias is not None else np.empty(0, np.float32)
+    if overwrite and nt == 1:
+        out: np.ndarray = partials[0]
+        launch(f"fma_one_store_{fmt}", out.size, out, a_scale, b_scale, b, counts)
+    else:
+        out = np.empty((m, n), np.float32)
+        launch(f"fma_sum_store_{fmt}", nt * m * n, partials, a_scale, b_scale, out, b, counts)
+    nonzero, kept = (int(c) for c in counts.sum(axis=0))
+    return out, nonzero, kept
+
+
 def run_scaled_round(
     x: np.ndarray,
     scales: np.ndarray,

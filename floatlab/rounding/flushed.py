@@ -17,12 +17,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
-from floatlab.formats import FP32, FloatFormat, get_format
+from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.arrays import round_array
-from floatlab.rounding.options import RNG, RoundingOptions
-from floatlab.rounding.plan import make_plan, round_target
-from floatlab.rounding.spec import check_rounding
+from floatlab.rounding.options import RNG
+from floatlab.rounding.plan import plain_cast_plan
 
 __all__ = ["Flushed", "pairwise_sums", "round_flushed", "round_owned"]
 
@@ -37,24 +36,6 @@ class Flushed(NamedTuple):
     values: Any  # round_array's result
     nonzero: int  # the non-zero inputs (a NaN is one; -0 is a zero)
     flushed: int  # the non-zero inputs whose result is a zero
-
-
-def _plain_plan(
-    x: Any, f: FloatFormat, rounding: str, saturate: bool, subnormals: bool, contiguous: bool = True
-) -> Any:
-    """The plan of rounding ``x`` (a float32 NumPy array, C-contiguous unless ``contiguous`` is
-    False) into ``f`` and back to nearest even, which :func:`floatlab.rounding.cpu.run_counting_nonzero`
-    and :func:`~floatlab.rounding.cpu.run_tree_sum` run in one pass where ``f`` is bfloat16 or
-    fp16; None for another ``x`` or mode (only nearest even: a stochastic mode would draw its key
-    here and again in the door, moving ``rng`` on twice)."""
-    if check_rounding(rounding) != "rne" or type(x) is not np.ndarray:
-        return None
-    if x.dtype != np.float32 or (contiguous and not x.flags.c_contiguous):
-        return None
-    options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
-    target, specials = round_target(FP32, f, x.dtype)
-    plan = make_plan(FP32, target, options, back=True, flags=False, specials=specials)
-    return plan
 
 
 def round_flushed(
@@ -84,7 +65,7 @@ def round_flushed(
     (True, [0.333984375, 0.0], 1)
     """
     f = get_format(fmt)
-    plan = _plain_plan(x, f, rounding, saturate, subnormals)
+    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
     if plan is not None:
         a = np.asarray(x)
         overwrite = overwrite and a.flags.writeable  # (a read-only array is copied as always)
@@ -121,7 +102,7 @@ def round_owned(
     (True, [0.333251953125, inf])
     """
     f = get_format(fmt)
-    plan = _plain_plan(x, f, rounding, saturate, subnormals)
+    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
     if plan is not None and np.asarray(x).flags.writeable:
         a = np.asarray(x)
         if cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite=True) is not None:
@@ -155,7 +136,7 @@ def pairwise_sums(
     >>> pairwise_sums(np.float32([1.0, 2.0]), 0, "bf16", "rtz") is None
     True
     """
-    plan = _plain_plan(x, get_format(fmt), rounding, saturate, subnormals, contiguous=False)
+    plan = plain_cast_plan(x, get_format(fmt), rounding, saturate, subnormals, contiguous=False)
     if plan is None or not plan.cast:
         return None
     a: np.ndarray = np.asarray(x)

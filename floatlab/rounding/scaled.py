@@ -16,11 +16,32 @@ from numpy.typing import ArrayLike
 
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import cpu
+from floatlab.rounding.flushed import Flushed
 from floatlab.rounding.options import RoundingOptions
-from floatlab.rounding.plan import make_plan
+from floatlab.rounding.plan import make_plan, plain_cast_plan
 from floatlab.rounding.spec import check_rounding
 
-__all__ = ["ScaledRound", "TileScaled", "fma_sum", "round_current_tiles", "round_scaled"]
+__all__ = ["ScaledRound", "TileScaled", "fma_sum", "fma_sum_flushed", "round_current_tiles", "round_scaled"]
+
+
+def _fma_operands(
+    partials: ArrayLike, a_scale: ArrayLike, b_scale: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operands of :func:`fma_sum`, checked and C-contiguous."""
+    arrays = []
+    for name, v, nd in (("partials", partials, 3), ("a_scale", a_scale, 2), ("b_scale", b_scale, 2)):
+        arr = np.asarray(v)
+        if arr.dtype != np.float32 or arr.ndim != nd:
+            raise ValueError(f"fma_sum operand {name} of {arr.dtype} {arr.shape}: expected {nd}-d float32")
+        arrays.append(np.ascontiguousarray(arr))
+    pa, sa, sb = arrays
+    nt, m, n = pa.shape
+    if nt < 1 or sa.shape != (m, nt) or sb.shape != (nt, n):
+        raise ValueError(
+            f"fma_sum of partials {pa.shape}, scales {sa.shape} and {sb.shape}: expected (T, M, N) with "
+            "T >= 1, (M, T) and (T, N)"
+        )
+    return pa, sa, sb
 
 
 def fma_sum(
@@ -40,22 +61,48 @@ def fma_sum(
     >>> fma_sum(parts, np.float32([[1.0, 1.0]]), np.float32([[1.0, 1.0], [1.0, 1.0]])).tolist()
     [[4.0, 2.0]]
     """
-    arrays = []
-    for name, v, nd in (("partials", partials, 3), ("a_scale", a_scale, 2), ("b_scale", b_scale, 2)):
-        arr = np.asarray(v)
-        if arr.dtype != np.float32 or arr.ndim != nd:
-            raise ValueError(f"fma_sum operand {name} of {arr.dtype} {arr.shape}: expected {nd}-d float32")
-        arrays.append(np.ascontiguousarray(arr))
-    pa, sa, sb = arrays
-    nt, m, n = pa.shape
-    if nt < 1 or sa.shape != (m, nt) or sb.shape != (nt, n):
-        raise ValueError(
-            f"fma_sum of partials {pa.shape}, scales {sa.shape} and {sb.shape}: expected (T, M, N) with "
-            "T >= 1, (M, T) and (T, N)"
-        )
-    if overwrite and nt == 1 and pa is partials and pa.flags.writeable:
+    pa, sa, sb = _fma_operands(partials, a_scale, b_scale)
+    if overwrite and pa.shape[0] == 1 and pa is partials and pa.flags.writeable:
         return cpu.run_fma_one(pa[0], sa, sb)
     return cpu.run_fma_sum(pa, sa, sb)
+
+
+def fma_sum_flushed(
+    partials: ArrayLike,
+    a_scale: ArrayLike,
+    b_scale: ArrayLike,
+    fmt: FloatFormat | str,
+    rounding: str = "rne",
+    *,
+    bias: ArrayLike | None = None,
+    saturate: bool = False,
+    subnormals: bool = True,
+    overwrite: bool = False,
+) -> Flushed | None:
+    """A block-scaled GEMM's epilogue in one pass: ``fma_sum(partials, a_scale, b_scale)``, plus
+    ``bias`` (float32, one value per column; a float32 add), stored in ``fmt`` with the counts
+    :func:`~floatlab.rounding.round_flushed` gives, each output row finished while it is in the
+    cache. Bit for bit those three steps, where the store is one of the plain casts (float32 into
+    bfloat16 or fp16, nearest even, no saturation, subnormals kept:
+    :func:`~floatlab.rounding.plan.plain_cast_plan`); None for any other store or bias (the
+    caller then takes the three steps). ``overwrite`` as in :func:`fma_sum`.
+
+    >>> ones = np.float32([[1.0, 1.0]])
+    >>> got = fma_sum_flushed(np.float32([[[1.0, 1e-41]]]), np.float32([[1.0]]), ones, "bf16")
+    >>> got.values.tolist(), got.nonzero, got.flushed       # 1e-41 is below bfloat16's subnormals
+    ([[1.0, 0.0]], 2, 1)
+    """
+    pa, sa, sb = _fma_operands(partials, a_scale, b_scale)
+    plan = plain_cast_plan(pa, get_format(fmt), rounding, saturate, subnormals)
+    b = None if bias is None else np.asarray(bias)
+    if plan is None or (b is not None and (b.dtype != np.float32 or b.shape != (pa.shape[2],))):
+        return None
+    in_place = overwrite and pa.shape[0] == 1 and pa is partials and pa.flags.writeable
+    got = cpu.run_fma_store(pa, sa, sb, None if b is None else np.ascontiguousarray(b), plan, in_place)
+    if got is None:
+        return None
+    values, nonzero, kept = got
+    return Flushed(values, nonzero, nonzero - kept)
 
 
 class ScaledRound(NamedTuple):

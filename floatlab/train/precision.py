@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from floatlab.backend import Backend, get_backend, get_xp, is_cupy
 from floatlab.formats import FP32, FloatFormat
-from floatlab.rounding import pairwise_sums, round_array, round_flushed, round_owned
+from floatlab.rounding import fma_sum, fma_sum_flushed, pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
@@ -275,9 +275,32 @@ class Precision:
         if isinstance(scaling, MicroScaling):
             acc = scaling.matmul(site, a, a_role, b, b_role, record=self._training)
         elif scaling is not None:
+            stored: list[bool] = []
+
+            def finish(terms: Array, a_scale: Array, b_scale: Array, fresh: bool) -> Array:
+                # a block GEMM's epilogue, its bias and its store in one pass where the store is
+                # a plain bf16 or fp16 cast (the same bits and counts as the three steps below)
+                got = None
+                if not self.is_wide(out):
+                    p = self.policy
+                    got = fma_sum_flushed(
+                        terms, a_scale, b_scale, out, p.rounding, bias=bias, saturate=p.saturate,
+                        subnormals=p.subnormals, overwrite=fresh,
+                    )  # fmt: skip
+                if got is None:
+                    return fma_sum(terms, a_scale, b_scale, overwrite=fresh)
+                stored.append(True)
+                if self._counting:
+                    self.grad_values += got.nonzero
+                    self.grad_flushed += got.flushed
+                return got.values  # type: ignore[no-any-return]
+
             acc = scaling.matmul(
-                site, a, a_role, b, b_role, record=self._training, accumulate=narrow, promote_every=every
-            )
+                site, a, a_role, b, b_role, record=self._training, accumulate=narrow, promote_every=every,
+                finish=finish,
+            )  # fmt: skip
+            if stored:
+                return acc
         else:
             acc = accumulate_matmul(a, b, accumulate=narrow or "fp32", promote_every=every)
         if bias is not None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -52,6 +53,7 @@ from floatlab.train.recipes.scales import AMAX_EPS, E4M3, current_scale, saturat
 
 __all__ = [
     "E4M3",
+    "Finish",
     "TileCast",
     "block_cast",
     "block_quantize",
@@ -230,6 +232,9 @@ def expand_scales(scale: NDArray[np.float32], block: int, axis: int, length: int
     return out[:, :length] if axis == 1 else out[:length]
 
 
+#: a block GEMM's epilogue: (partials (T, M, N), a_inv (M, T), b_inv (T, N), fresh) -> (M, N)
+Finish = Callable[[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32], bool], NDArray[np.float32]]
+
 _SCRATCH = threading.local()
 
 
@@ -252,6 +257,7 @@ def blockwise_matmul(
     b_inv: NDArray[np.float32],
     block: int,
     accumulate: FloatFormat | str | None = None,
+    finish: Finish | None = None,
 ) -> NDArray[np.float32]:
     """The block-scaled GEMM ``a @ b`` of fp8 values ``a`` (M, K) and ``b`` (K, N), held in float32,
     with inverse scales ``a_inv`` (M, ceil(K/block)) and ``b_inv`` (ceil(K/block), N): for each
@@ -260,6 +266,12 @@ def blockwise_matmul(
     With ``accumulate`` (a narrow tensor-core accumulator such as ``"acc14"``) each slice's
     partial sum is accumulated in that format, product by product, and the fp32 FMA is its
     promotion: DeepSeek-V3's promotion every 128 elements, which is the tile.
+
+    Where the slices are one batched GEMM (no narrow accumulator, ``block`` dividing K), its
+    partial products and scales go to ``finish(partials, a_inv, b_inv, fresh)`` in place of
+    :func:`~floatlab.rounding.fma_sum` (``fresh``: the one partial is this GEMM's own and may be
+    overwritten): a caller that stores the result fuses its epilogue there
+    (:func:`~floatlab.rounding.fma_sum_flushed`).
 
     >>> a, b = np.float32([[1.0, 1.0, 1.0]]), np.float32([[1.0], [1.0], [1.0]])
     >>> blockwise_matmul(a, np.float32([[0.5, 4.0]]), b, np.float32([[2.0], [1.0]]), 2).tolist()
@@ -284,14 +296,15 @@ def blockwise_matmul(
             # one slice: the GEMM itself, then its scales applied in the product's own memory (the
             # same bits as through the partials buffer, one pass over it fewer)
             one = np.matmul(a, b)[None]
-            return fma_sum(one, a_inv, b_inv, overwrite=True)
+            return finish(one, a_inv, b_inv, True) if finish else fma_sum(one, a_inv, b_inv, overwrite=True)
         if a.flags.c_contiguous:
             slices = a.reshape(m, nt, block).transpose(1, 0, 2)
         else:
             slices = a.T.reshape(nt, block, m).transpose(0, 2, 1)
         partials = _scratch(nt * m * n).reshape(nt, m, n)
         np.matmul(slices, b.reshape(nt, block, n), out=partials)
-        return fma_sum(partials, a_inv, b_inv)  # (it makes the scales C-contiguous)
+        # (fma_sum makes the scales C-contiguous)
+        return finish(partials, a_inv, b_inv, False) if finish else fma_sum(partials, a_inv, b_inv)
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)

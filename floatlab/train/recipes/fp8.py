@@ -47,7 +47,7 @@ from floatlab.train._checks import shown, want_dict, want_int, want_real, want_s
 from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
 from floatlab.train.recipes._fp8_kernels import transposed_copy
-from floatlab.train.recipes.blockwise import block_cast, blockwise_matmul, expand_scales, tile_cast
+from floatlab.train.recipes.blockwise import Finish, block_cast, blockwise_matmul, expand_scales, tile_cast
 from floatlab.train.recipes.recipe import ROLES, Fp8Recipe, one_of
 from floatlab.train.recipes.scales import (
     CastShares,
@@ -404,6 +404,7 @@ def scaled_matmul(
     *,
     accumulate: FloatFormat | str | None = None,
     promote_every: int | None = None,
+    finish: Finish | None = None,
 ) -> NDArray[np.float32]:
     """The fp8 GEMM of two cast operands, ``a`` (..., M, K) summed over its last axis and ``b``
     (K, N) over its first, in float32.
@@ -418,6 +419,8 @@ def scaled_matmul(
     products are summed in it (promoted into fp32 every ``promote_every``, as
     :func:`~floatlab.train.accumulate.accumulate_matmul`); blockwise, each tile's partial sum is,
     and the tile is the promotion (``promote_every`` must then be None or the block size).
+    ``finish``: a blockwise GEMM's epilogue, as in
+    :func:`~floatlab.train.recipes.blockwise.blockwise_matmul`.
 
     >>> r = Fp8Recipe("tensorwise")
     >>> qa = OperandScaler(r, "input").quantize(np.float32([[3.5, 1.0]]), 1)    # scale 128
@@ -464,7 +467,7 @@ def scaled_matmul(
                 f"promote_every={shown(promote_every)}: block scaling promotes once a tile, "
                 f"every {a.block} products (expected None or {a.block})"
             )
-        out = blockwise_matmul(a2, a_inv, bv, b_inv, a.block, accumulate)
+        out = blockwise_matmul(a2, a_inv, bv, b_inv, a.block, accumulate, finish)
         return out.reshape(*av.shape[:-1], n)
 
 
@@ -527,13 +530,14 @@ class Fp8Scaling:
         record: bool = True,
         accumulate: FloatFormat | str | None = None,
         promote_every: int | None = None,
+        finish: Finish | None = None,
     ) -> NDArray[np.float32]:
         """``a @ b`` in fp8: ``a`` (..., M, K) cast by the scaler of ``(site, a_role)`` over its last
         axis, ``b`` (K, N) by that of ``(site, b_role)`` over its first; float32 result, which the
         caller rounds or stores as its policy says. ``record=False`` (an evaluation between
         steps) casts with the scales the next step would use and changes no state: an operand
         not seen yet gets a fresh scaler that is not kept. ``accumulate`` and ``promote_every``:
-        the accumulator, as in :func:`scaled_matmul`.
+        the accumulator, and ``finish``, a blockwise GEMM's epilogue, as in :func:`scaled_matmul`.
 
         >>> f = Fp8Scaling(Fp8Recipe("tensorwise"))
         >>> w = np.float32([[0.875, 0.0], [0.0, 0.4375]])
@@ -548,7 +552,7 @@ class Fp8Scaling:
         sa, sb = (self._scaler_for(site, role, record) for role in (a_role, b_role))
         qa = sa.quantize(a_arr, a_arr.ndim - 1, record=record)
         qb = sb.quantize(b_arr, 0, record=record)
-        return scaled_matmul(qa, qb, accumulate=accumulate, promote_every=promote_every)
+        return scaled_matmul(qa, qb, accumulate=accumulate, promote_every=promote_every, finish=finish)
 
     def _scaler_for(self, site: str, role: str, record: bool) -> OperandScaler:
         if record:
