@@ -296,21 +296,25 @@ _allocator_settled = False
 
 
 def settle_allocator() -> None:
-    """Free one 16 MiB block, once per process, so that the C allocator keeps a step's arrays.
+    """Free one block of 31 MiB, once per process, so that the C allocator keeps a step's arrays.
 
     glibc's malloc gives a block above its mmap threshold fresh pages from the kernel, and hands
     the top of its heap back when more than twice that threshold lies free there. The threshold
-    starts at 128 KiB and rises to the size of the largest such block freed so far (up to 32 MiB).
+    starts at 128 KiB and rises to the size of the largest such block freed so far, up to 32 MiB.
     A training step allocates and frees arrays of about a megabyte (weight casts, updates): with
     a small data set nothing larger was ever freed, and every step page-faulted its arrays back in
     (measured on the 784-256-256-10 benchmark MLP: 180 faults, 0.4 ms of a 2.4 ms mixed-fp16 step).
-    After one 16 MiB block is freed, as happens anyway in a process that loaded a larger data set,
-    those arrays are reused from the heap. The block is never touched, so it costs no page faults;
-    elsewhere than glibc it is one short-lived allocation. The NumPy trainer calls it.
+    A step whose temporaries add up to more (the default transformer under fp8-blockwise: its
+    tile casts, slice partials and stores) freed more than twice 16 MiB at a time, the heap's
+    top went back to the kernel, and the step faulted about 7,000 pages in again (241 ms a step
+    against 231 ms). After one block just under the 32 MiB cap is freed, the threshold is 31 MiB
+    and up to 62 MiB stay in the heap, and those arrays are reused. The block is never touched, so
+    it costs no page faults; elsewhere than glibc it is one short-lived allocation. The NumPy
+    trainer calls it.
 
     >>> settle_allocator(); settle_allocator()   # (the second call does nothing)
     """
     global _allocator_settled
     if not _allocator_settled:
-        np.empty(1 << 24, np.uint8)
+        np.empty(31 << 20, np.uint8)
         _allocator_settled = True

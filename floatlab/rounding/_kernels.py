@@ -47,6 +47,7 @@ _mix32: Any = None
 _flags_one: Any = None
 _bf16: Any = None
 _step: Any = None
+_nonzero: Any = None
 
 #: the element functions, bound per target (CPU here, CUDA in floatlab.rounding.cuda)
 ELEMENT_FUNCTIONS = ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one")
@@ -373,31 +374,48 @@ def _bf16_round_kernel_py(x: Any, out: Any) -> None:
         out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
 
 
+#: values a counting cast handles at a time: their non-zeros counted, rounded, their results'
+#: non-zeros counted, in three loops over a block that stays in the cache (one loop doing all
+#: three is not vectorised: it ran at about half the speed)
+_CHUNK = 1024
+
+
+def _nonzero_py(u: Any) -> int:
+    """The non-zero values among the float32 bit patterns ``u`` (a NaN is one, -0 is a zero)."""
+    n = 0
+    for j in range(u.size):
+        n += (u[j] & np.uint32(0x7FFFFFFF)) != 0
+    return n
+
+
 def _half_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
     """:func:`_half_round_kernel_py` and the non-zero values of its input and of its result (a
-    NaN is non-zero, -0 a zero), counted in the same pass: what a rounding flushed."""
+    NaN is non-zero, -0 a zero), counted while each block is in the cache: what a rounding
+    flushed."""
     nx = 0
     nr = 0
-    for i in prange(x.size):
-        u = x[i]
-        r = _unhalf(_half(u))
-        out[i] = r
-        nx += (u & np.uint32(0x7FFFFFFF)) != 0
-        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    for lo in range(0, x.size, _CHUNK):
+        xs = x[lo : lo + _CHUNK]
+        rs = out[lo : lo + _CHUNK]
+        nx += _nonzero(xs)
+        for i in range(xs.size):
+            rs[i] = _unhalf(_half(xs[i]))
+        nr += _nonzero(rs)
     return nx, nr
 
 
 def _bf16_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
     """:func:`_bf16_round_kernel_py` and the non-zero values of its input and of its result,
-    counted in the same pass."""
+    counted as :func:`_half_round_count_kernel_py` counts."""
     nx = 0
     nr = 0
-    for i in prange(x.size):
-        u = x[i]
-        r = np.uint32(_bf16(u)) << np.uint32(16)
-        out[i] = r
-        nx += (u & np.uint32(0x7FFFFFFF)) != 0
-        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    for lo in range(0, x.size, _CHUNK):
+        xs = x[lo : lo + _CHUNK]
+        rs = out[lo : lo + _CHUNK]
+        nx += _nonzero(xs)
+        for i in range(xs.size):
+            rs[i] = np.uint32(_bf16(xs[i])) << np.uint32(16)
+        nr += _nonzero(rs)
     return nx, nr
 
 
@@ -406,12 +424,12 @@ def _half_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
     rounded values (one array: a second one that is the same memory keeps the loop scalar)."""
     nx = 0
     nr = 0
-    for i in prange(x.size):
-        u = x[i]
-        r = _unhalf(_half(u))
-        x[i] = r
-        nx += (u & np.uint32(0x7FFFFFFF)) != 0
-        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    for lo in range(0, x.size, _CHUNK):
+        xs = x[lo : lo + _CHUNK]
+        nx += _nonzero(xs)
+        for i in range(xs.size):
+            xs[i] = _unhalf(_half(xs[i]))
+        nr += _nonzero(xs)
     return nx, nr
 
 
@@ -419,12 +437,12 @@ def _bf16_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
     """:func:`_bf16_round_count_kernel_py` in the input's own memory."""
     nx = 0
     nr = 0
-    for i in prange(x.size):
-        u = x[i]
-        r = np.uint32(_bf16(u)) << np.uint32(16)
-        x[i] = r
-        nx += (u & np.uint32(0x7FFFFFFF)) != 0
-        nr += (r & np.uint32(0x7FFFFFFF)) != 0
+    for lo in range(0, x.size, _CHUNK):
+        xs = x[lo : lo + _CHUNK]
+        nx += _nonzero(xs)
+        for i in range(xs.size):
+            xs[i] = np.uint32(_bf16(xs[i])) << np.uint32(16)
+        nr += _nonzero(xs)
     return nx, nr
 
 
@@ -599,7 +617,7 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
     # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
     # element functions as calls, and a loop with a call does not vectorise
     helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step"):
+    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step", "_nonzero"):
         g[name] = helper(g[name + "_py"])
     parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
     for name in ("encode", "round", "full", "general", "decode", "gather"):
