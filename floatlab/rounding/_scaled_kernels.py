@@ -46,6 +46,8 @@ _unhalf: Any = None
 _bf16: Any = None
 _round16: Any = None
 _finish_row: Any = None
+_fma_row: Any = None
+_scale_row: Any = None
 _nonzero: Any = None
 
 
@@ -262,38 +264,43 @@ def _tile_cast_kernel_py(
         counts[task, 6] = bad
 
 
+def _fma_row_py(partials: Any, a_scale: Any, b_scale: Any, i: Any, acc: Any) -> None:
+    """Output row i of :func:`_fma_sum_kernel_py` into ``acc``."""
+    a0 = a_scale[i, 0]
+    b0 = b_scale[0]
+    p0 = partials[0, i]
+    for j in range(acc.size):
+        acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
+    for t in range(1, partials.shape[0]):
+        at = a_scale[i, t]
+        bt = b_scale[t]
+        pt_ = partials[t, i]
+        for j in range(acc.size):
+            acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
+
+
+def _scale_row_py(row: Any, a0: Any, b0: Any) -> None:
+    """A row of a single term scaled in its own memory (:func:`_fma_one_kernel_py`)."""
+    for j in range(row.size):
+        row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
+
+
 def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:
     """out[i, j] = the sum over t of s * partials[t, i, j], s = a_scale[i, t] * b_scale[t, j] in
     float32: the first term the float32 product (plus +0, as an FMA's sum of it and +0 gives),
     each later one added by a float32 fused multiply-add (LLVM's fma: rounded once, to nearest
     even, subnormals kept), in order of t. A task per output row; its sums advance side by side."""
-    nt, m, n = partials.shape
-    for i in prange(m):
-        acc = out[i]
-        a0 = a_scale[i, 0]
-        b0 = b_scale[0]
-        p0 = partials[0, i]
-        for j in range(n):
-            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
-        for t in range(1, nt):
-            at = a_scale[i, t]
-            bt = b_scale[t]
-            pt_ = partials[t, i]
-            for j in range(n):
-                acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
+    for i in prange(partials.shape[1]):
+        _fma_row(partials, a_scale, b_scale, i, out[i])
 
 
 def _fma_one_kernel_py(partial: Any, a_scale: Any, b_scale: Any) -> None:
     """:func:`_fma_sum_kernel_py` for one term (T = 1), in the partial's own memory:
     partial[i, j] = float32(a_scale[i, 0] * b_scale[0, j]) * partial[i, j] + 0 in float32 (one array:
     a second one that is the same memory would keep the loop from vectorising)."""
-    m, n = partial.shape
     b0 = b_scale[0]
-    for i in prange(m):
-        row = partial[i]
-        a0 = a_scale[i, 0]
-        for j in range(n):
-            row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
+    for i in prange(partial.shape[0]):
+        _scale_row(partial[i], a_scale[i, 0], b0)
 
 
 def _finish_row_py(acc: Any, bias: Any) -> tuple[int, int]:
@@ -316,33 +323,19 @@ def _fma_sum_store_kernel_py(
 ) -> None:
     """:func:`_fma_sum_kernel_py`, then each output row finished by ``_finish_row`` (bias, the
     store's rounding); counts[i] = its two counts of row i."""
-    nt, m, n = partials.shape
-    for i in prange(m):
+    for i in prange(partials.shape[1]):
         acc = out[i]
-        a0 = a_scale[i, 0]
-        b0 = b_scale[0]
-        p0 = partials[0, i]
-        for j in range(n):
-            acc[j] = np.float32(np.float32(a0 * b0[j]) * p0[j]) + np.float32(0.0)
-        for t in range(1, nt):
-            at = a_scale[i, t]
-            bt = b_scale[t]
-            pt_ = partials[t, i]
-            for j in range(n):
-                acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
+        _fma_row(partials, a_scale, b_scale, i, acc)
         counts[i, 0], counts[i, 1] = _finish_row(acc, bias)
 
 
 def _fma_one_store_kernel_py(partial: Any, a_scale: Any, b_scale: Any, bias: Any, counts: Any) -> None:
     """:func:`_fma_one_kernel_py`, then each row finished by ``_finish_row``, in the partial's own
     memory; counts[i] = its two counts of row i."""
-    m, n = partial.shape
     b0 = b_scale[0]
-    for i in prange(m):
+    for i in prange(partial.shape[0]):
         row = partial[i]
-        a0 = a_scale[i, 0]
-        for j in range(n):
-            row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
+        _scale_row(row, a_scale[i, 0], b0)
         counts[i, 0], counts[i, 1] = _finish_row(row, bias)
 
 
@@ -437,8 +430,10 @@ def compile_into(numba: Any, out: dict[str, Any]) -> None:
             out["tile_cast" + suffix] = parallel(
                 rebound(_tile_cast_kernel_py, {"_cast_row": row}, f"{suffix}_{stamp}")
             )
-    out["fma_sum"] = parallel(_fma_sum_kernel_py)
-    out["fma_one"] = parallel(_fma_one_kernel_py)
+    g["_fma_row"] = inline(_fma_row_py)
+    g["_scale_row"] = inline(_scale_row_py)
+    out["fma_sum"] = parallel(rebound(_fma_sum_kernel_py, {}, f"_{stamp}"))
+    out["fma_one"] = parallel(rebound(_fma_one_kernel_py, {}, f"_{stamp}"))
     # the reductions, each compiled for its format (a format read at run time would keep the
     # element loop from vectorising)
     for fmt, sum16, one16 in (("bf16", _bf16_sum_py, _bf16_one_py), ("half", _half_sum_py, _half_one_py)):
