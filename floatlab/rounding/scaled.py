@@ -1,5 +1,6 @@
 """Scaled casts in one compiled pass: the fp8 recipes' multiply-by-the-scale-and-round
-(:func:`round_scaled`) and the block-scaled GEMM's scale-and-accumulate (:func:`fma_sum`).
+(:func:`round_scaled`), the block-scaled GEMM's scale-and-accumulate (:func:`fma_sum`) and that
+GEMM's whole epilogue with its bias and its store (:func:`fma_sum_flushed`).
 
 Both give exactly the bits of the NumPy passes they replace (a float32 product, then
 :func:`~floatlab.rounding.round_array`, with the counts of what the cast did: through the
