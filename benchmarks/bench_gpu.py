@@ -25,7 +25,8 @@ from _common import Table, fmt_ratio, time_best, write_results
 
 import floatlab as fl
 from floatlab.backend import Backend, BackendUnavailable, get_backend
-from floatlab.perf import measure_gemm, measure_train, peak_for, tensor_core_verdict
+from floatlab.perf import measure_gemm, measure_train, peak_for, step_phases, tensor_core_verdict
+from floatlab.train.trainer import STEP_PHASES
 
 
 def _version(dist: str) -> str:
@@ -112,14 +113,28 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
                 f"{r.best_ms:.2f}",
                 f"{r.median_ms / base:.2f}",
             )
+    # where the GPU step's time goes: each phase timed to its end on the device (see step_phases)
+    phases = {p: step_phases(be, p, hidden=hidden, batch_size=batch, steps=steps) for p in policies}
+    w = Table(["phase of the step", *(f"{p} ms" for p in policies), *(f"{p} share" for p in policies)])
+    for row in [*STEP_PHASES, "gemm", "total"]:
+        name = {"gemm": "of which GEMMs (forward and backward)", "total": "whole step"}.get(row, row)
+        ms = [f"{phases[p][row]:.2f}" for p in policies]
+        share = [f"{100 * phases[p][row] / phases[p]['total']:.0f} %" for p in policies]
+        w.add(name, *ms, *share)
     return "\n\n".join(
         [
             "## Trainer step time",
             "One step = cast, forward, scaled loss, backward, unscale, finite check, SGD step (momentum "
             "0.9), scale update, on the synthetic underflow task. mixed-fp16 GEMMs are cuBLAS fp16 GEMMs "
             "on tensor cores; fp32 runs with TF32 off. Every rounding point is a floatlab GPU rounding "
-            "kernel.",
+            "kernel. Each step's batch is copied from the host.",
             t.markdown(),
+            f"Where the GPU step's time goes ({hidden[0]}-wide MLP, batch {batch}, median of {steps} steps): "
+            "the device synchronised at the end of each phase and around each GEMM "
+            "(`floatlab.perf.step_phases`), so the phases do not overlap, the batches are on the device "
+            "beforehand, and the whole step can read a little above the table's. A GEMM's time holds "
+            "its operands' conversion, the cuBLAS call, its epilogue and its output's store.",
+            w.markdown(),
         ]
     )
 

@@ -583,6 +583,29 @@ def test_measure_gemm_on_numpy_and_its_errors() -> None:
         measure_gemm("numpy", [8], ["fp16", "fp8"])
 
 
+def test_step_phases_time_each_phase_and_change_nothing() -> None:
+    from floatlab.perf import step_phases
+    from floatlab.train.data import make_underflow_task
+    from floatlab.train.trainer import STEP_PHASES, TrainConfig, Trainer
+
+    t = step_phases("numpy", "mixed-fp16", hidden=(32, 32), batch_size=16, steps=1, warmup=1)
+    assert list(t) == [*STEP_PHASES, "gemm", "total"]
+    assert all(v >= 0 for v in t.values())
+    assert 0 < t["gemm"] < t["forward"] + t["backward"]  # (one step: its own values, no medians)
+    assert t["total"] == pytest.approx(sum(t[p] for p in STEP_PHASES))
+    # a trainer's clock hears every phase in order, and changes nothing it computes
+    data = make_underflow_task(n_train=64, n_test=16)
+    cfg = TrainConfig(data="underflow", precision="mixed-fp16", hidden=(16,), batch_size=16)
+    plain, timed = Trainer.from_config(cfg, data), Trainer.from_config(cfg, data)
+    heard: list[str] = []
+    timed.phase_clock = heard.append
+    for i in range(3):
+        x, y = data.x_train[16 * i : 16 * (i + 1)], data.y_train[16 * i : 16 * (i + 1)]
+        assert plain.train_step(x, y) == timed.train_step(x, y)
+    assert heard == list(STEP_PHASES) * 3
+    assert all(np.array_equal(plain.params[k], timed.params[k]) for k in plain.params)
+
+
 def test_bench_cli_on_numpy(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "gemm", "--sizes", "32", "--formats", "fp32,fp16", "--min-seconds", "0", "--no-color"]
     assert main(argv) == 0

@@ -192,6 +192,16 @@ def test_histogram_and_checkpoint_take_gpu_arrays(cp: Any, tmp_path: Any) -> Non
     assert back.history.column("loss").tolist() == tr.history.column("loss").tolist()
 
 
+def test_step_phases_on_the_gpu(cp: Any) -> None:
+    from floatlab.perf import step_phases
+    from floatlab.train.trainer import STEP_PHASES
+
+    t = step_phases("cupy", "mixed-fp16", hidden=(256, 256), batch_size=256, steps=3, warmup=1)
+    assert list(t) == [*STEP_PHASES, "gemm", "total"]
+    assert all(v >= 0 for v in t.values())
+    assert 0 < t["gemm"] < t["total"]
+
+
 def test_cli_with_the_cupy_backend(capsys: pytest.CaptureFixture[str]) -> None:
     from floatlab.cli import main
 

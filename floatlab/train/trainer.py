@@ -55,7 +55,7 @@ from floatlab.train.scaler import LossScaler
 from floatlab.train.state import STATE_FORMAT, check_state
 from floatlab.train.update import apply_updates
 
-__all__ = ["StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
+__all__ = ["STEP_PHASES", "StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,16 @@ class StepStats:
     lr: float
     grad_norm: float | None
     fault: str = ""  # the faults the step met, comma-separated (see floatlab.train.history.FAULTS)
+
+
+#: the phases of a training step, in order, as :attr:`Trainer.phase_clock` hears of them: the
+#: weights cast, forward and loss, backward, unscale, the finite checks, the clip and the update,
+#: and the close (the loss scale, the fp8 recipe's statistics, the step's record)
+STEP_PHASES = ("cast", "forward", "backward", "unscale", "check", "update", "close")
+
+
+def _no_tick(phase: str) -> None:
+    """The phase clock of a trainer that is not timed."""
 
 
 def _input_faults(x: Array, loss: float) -> tuple[tuple[str, bool], ...]:
@@ -129,6 +139,9 @@ class Trainer:
         self.model = model
         self.data = data
         self.policy = get_policy(policy)
+        #: called with the name of each phase of a step as it ends (:data:`STEP_PHASES`), where
+        #: set: :func:`floatlab.perf.step_phases` times them with it
+        self.phase_clock: Callable[[str], None] | None = None
         # the arrays live on the backend's device: batches go there as they are drawn
         self.backend = get_backend(backend)
         if not self.backend.is_gpu:
@@ -306,24 +319,30 @@ class Trainer:
 
     def _step(self, x: Array, y: Array) -> StepStats:
         P, scaler = self.P, self.scaler
+        tick = self.phase_clock or _no_tick
         # 1. cast: the weights as the compute format sees them
         w = P.weights(self.params, self.model.norm_params)
+        tick("cast")
         # 2. forward in the forward format
         logits, cache = self.model.forward(w, x, P, train=True, buffers=self.buffers)
         loss, loss_cache = cross_entropy_forward(logits, y, P, weight=self.data.loss_weight)
+        tick("forward")
         # 3. scale the loss: backward starts from d(S * loss) = S, so every gradient is S times larger
         scale = scaler.scale
         # 4. backward in the backward format, counting the gradients that underflow to zero
         with P.backward():
             dlogits = cross_entropy_backward(loss_cache, P, seed=scale)
             grads = self.model.backward(w, cache, dlogits, P)
+        tick("backward")
         # 5. unscale: multiply by 1/S (into fp32 with master weights, else in the gradient format)
         grads = self._unscale(grads)
+        tick("unscale")
         # 6. check finite: the gradients, and the batch and loss they came from
         found_inf = not self._all_finite(grads)
         faults = [f for f, bad in _input_faults(x, loss) if bad]
         if found_inf:
             faults.append("nonfinite_grad")
+        tick("check")
         # 7. clip (only meaningful, and only done, when every gradient is finite)
         norm: float | None = None
         if self.clip is not None and not found_inf:
@@ -356,6 +375,7 @@ class Trainer:
             if not skipped:
                 self.opt.commit(proposal)
                 self.opt_steps += 1
+        tick("update")
         # 9. update the loss scale
         scaler.update(found_inf, underflow=P.flushed_share)
         if scaler.collapsed:
@@ -370,7 +390,9 @@ class Trainer:
         if self.step in self.histogram_steps:
             self._record_histogram(grads)
         acc = float(np.mean(np.argmax(logits, axis=-1) == y)) if len(y) else 0.0
-        return StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm, ",".join(faults))
+        stats = StepStats(loss, acc, scale, skipped, P.flushed_share, swallowed, lr, norm, ",".join(faults))
+        tick("close")
+        return stats
 
     def _warn(self, faults: list[str], skipped: bool) -> None:
         """One TrainingFaultWarning per kind of fault and run; an overflowing gradient that a
