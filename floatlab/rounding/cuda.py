@@ -501,7 +501,8 @@ def _argtypes(args: tuple[Any, ...]) -> tuple[Any, ...]:
         if _is_array(a):
             out.append(numba.types.Array(numba.from_dtype(np.dtype(a.dtype)), 1, "C"))
         elif isinstance(a, tuple):
-            out.append(numba.typeof(type(a)(*(_scalar(f) for f in a))))
+            fields = [_scalar(f) for f in a]
+            out.append(numba.typeof(type(a)(*fields) if hasattr(a, "_fields") else tuple(fields)))
         else:
             out.append(numba.typeof(_scalar(a)))
     return tuple(out)
