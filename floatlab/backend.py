@@ -17,6 +17,7 @@ already a CuPy array is seen (then CuPy is loaded anyway). The GEMMs in a comput
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "cuda_available",
     "get_backend",
     "get_xp",
+    "host_ints",
     "is_cupy",
     "require_cupy",
     "settle_allocator",
@@ -83,6 +85,20 @@ def to_numpy(x: Any) -> np.ndarray:
         out: np.ndarray = x.get()
         return out
     return np.asarray(x)
+
+
+def host_ints(values: Sequence[Any]) -> list[int]:
+    """Counts and flags (Python or NumPy numbers, or 0-d CuPy arrays) as Python ints, the device's
+    in one transfer: each read-back waits for the device's queue to drain, so a step that reads
+    several of them reads them together.
+
+    >>> host_ints([np.int64(3), np.bool_(True), 2])
+    [3, 1, 2]
+    """
+    if any(is_cupy(v) for v in values):
+        cp = sys.modules["cupy"]
+        return [int(v) for v in cp.stack([cp.asarray(v, dtype=cp.int64) for v in values]).get().tolist()]
+    return [int(v) for v in values]
 
 
 def tree_map_arrays(obj: Any, fn: Any) -> Any:

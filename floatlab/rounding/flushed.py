@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from floatlab.backend import is_cupy
+from floatlab.backend import get_xp, host_ints
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.arrays import round_array
@@ -74,12 +74,8 @@ def round_flushed(
             out, nx, nr = got
             return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
     r = round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
-    if is_cupy(x):  # both counts in one read-back from the device
-        import cupy
-
-        nonzero, kept = (int(c) for c in cupy.stack([cupy.count_nonzero(x), cupy.count_nonzero(r)]).get())
-    else:
-        nonzero, kept = int(np.count_nonzero(x)), int(np.count_nonzero(r))
+    xp = get_xp(x)
+    nonzero, kept = host_ints([xp.count_nonzero(x), xp.count_nonzero(r)])
     return Flushed(r, nonzero, nonzero - kept)
 
 

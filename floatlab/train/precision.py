@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.backend import Backend, get_backend, get_xp, is_cupy
+from floatlab.backend import Backend, get_backend, get_xp, host_ints, is_cupy
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import fma_sum, fma_sum_flushed, pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
@@ -192,8 +192,7 @@ class Precision:
     def _settle(self) -> None:
         """Add the counts a GPU kept on the device to :attr:`grad_values` and :attr:`grad_flushed`."""
         if self._pending:
-            xp = get_xp(*self._pending)
-            c = [int(v) for v in xp.stack(self._pending).get().tolist()]
+            c = host_ints(self._pending)
             self._pending = []
             self.grad_values += sum(c[0::2])
             self.grad_flushed += sum(c[0::2]) - sum(c[1::2])

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.backend import get_xp, is_cupy
+from floatlab.backend import get_xp, host_ints
 from floatlab.formats import FloatFormat
 from floatlab.rounding import add_count
 from floatlab.train.model import Params
@@ -177,10 +177,6 @@ def apply_updates(
             new = add_update(P, old, d, fmt, mode)
             counts += [xp.count_nonzero(d != 0), xp.count_nonzero(new != old), xp.isfinite(new).all()]
         new_params[k] = new
-    if any(is_cupy(c) for c in counts):
-        xp = get_xp(*counts)
-        counts = xp.stack([xp.asarray(c, dtype=xp.int64) for c in counts]).get().tolist()
-    intended = sum(int(c) for c in counts[0::3])
-    changed = sum(int(c) for c in counts[1::3])
-    nonfinite = sum(not bool(c) for c in counts[2::3])
+    n = host_ints(counts)
+    intended, changed, nonfinite = sum(n[0::3]), sum(n[1::3]), n[2::3].count(0)
     return Applied(new_params, new_comp, intended, changed, nonfinite == 0)
