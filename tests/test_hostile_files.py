@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import zipfile
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +231,101 @@ def test_checkpoint_and_history_files(files: dict[str, Path], tmp_path: Path) ->
     _error_line([*base, "--checkpoint", "/nonexistent/dir/ck.npz"])
     _error_line([*base, "--history", "/nonexistent/dir/h.json"])
     _error_line([*base, "--checkpoint", str(tmp_path / "ck.txt")])
+
+
+# ---- integer files: each integer rounded once -------------------------------------------------------
+def _round_int(n: int, precision: int, mode: str) -> int:
+    """``n`` rounded to ``precision`` significant bits in exact integer arithmetic (no exponent limit)."""
+    mag = abs(n)
+    shift = max(mag.bit_length() - precision, 0)
+    kept, rest = divmod(mag, 1 << shift)
+    half = (1 << shift) >> 1
+    up = {
+        "rne": rest > half or (shift > 0 and rest == half and kept % 2 == 1),
+        "rtz": False,
+        "rup": rest > 0 and n > 0,
+        "rdown": rest > 0 and n < 0,
+    }[mode]
+    return (kept + up) << shift if n >= 0 else -((kept + up) << shift)
+
+
+WIDE = [2**54 + 2**30 + 1, 2**63 - 1, -(2**63), -(2**60) - 2**36 - 1, 2**53 + 1, 12345, -7, 0]
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "tf32", "fp64"])
+@pytest.mark.parametrize("mode", ["rne", "rtz", "rup", "rdown"])
+def test_round_rounds_each_integer_of_a_file_once(tmp_path: Path, fmt: str, mode: str) -> None:
+    path = _save(tmp_path / "ints.npy", np.array(WIDE, np.int64))
+    out = tmp_path / "out.npy"
+    status, stdout, err = run(["round", str(path), "-f", fmt, "-r", mode, "-o", str(out), "--json"])
+    assert status == 0, err
+    precision = {"fp32": 24, "bf16": 8, "tf32": 11, "fp64": 53}[fmt]
+    expected = [_round_int(n, precision, mode) for n in WIDE]
+    assert [int(v) for v in np.load(out)] == expected
+    assert json.loads(stdout)["inexact"] == sum(e != n for e, n in zip(expected, WIDE, strict=True))
+
+
+def test_the_integer_just_above_a_midpoint_rounds_up(tmp_path: Path) -> None:
+    # 2^54 + 2^30 + 1 is just above the midpoint of fp32's neighbours 2^54 and 2^54 + 2^31; float64
+    # rounds it to 2^54 + 2^30, the midpoint itself, which then rounds to even: 2^54
+    path = _save(tmp_path / "ints.npy", np.array([2**54 + 2**30 + 1, 3], np.int64))
+    out = tmp_path / "out.npy"
+    assert run(["round", str(path), "-f", "fp32", "-o", str(out)])[0] == 0
+    assert [int(v) for v in np.load(out)] == [2**54 + 2**31, 3]
+    status, stdout, err = run(["accumulate", str(path), "-f", "fp32", "--json"])
+    assert status == 0, err
+    for result in json.loads(stdout)["results"]:
+        assert result["exact"] == str(2**54 + 2**31 + 3)  # the exact sum of the terms as stored
+
+
+def test_the_largest_relative_error_of_integers_is_exact(tmp_path: Path) -> None:
+    # float64 cannot hold 2^60 + 1: its error from fp64's 2^60 is 1 / (2^60 + 1), not 0
+    path = _save(tmp_path / "ints.npy", np.array([2**60 + 1], np.int64))
+    status, stdout, _ = run(["round", str(path), "-f", "fp64", "--json"])
+    assert status == 0
+    data = json.loads(stdout)
+    assert data["max_relative_error"] == float(Fraction(1, 2**60 + 1))
+    assert data["dtype"] == "int64"
+
+
+def test_stochastic_rounding_of_wide_integers(tmp_path: Path) -> None:
+    from floatlab.rounding import random_bits_at, round_rational
+
+    for fmt, precision in (("fp32", 24), ("bf16", 8)):  # one by one, and through round to odd
+        # a quarter of the gap (and a little) above 2^62: up with probability 1/4
+        ints = np.array([2**62 + 2 ** (62 - precision - 1) + 5] * 50 + [2**54 + 1] * 50, np.int64)
+        path = _save(tmp_path / "ints.npy", ints)
+        out = tmp_path / f"{fmt}.npy"
+        assert run(["round", str(path), "-f", fmt, "-r", "stochastic", "--seed", "4", "-o", str(out)])[0] == 0
+        got = [int(v) for v in np.load(out)]
+        key = tuple(int(k) for k in np.random.default_rng(4).integers(0, 2**32, size=2, dtype=np.uint64))
+        for i, (n, g) in enumerate(zip(ints.tolist(), got, strict=True)):
+            down, up = _round_int(n, precision, "rtz"), _round_int(n, precision, "rup")
+            assert g in (down, up)
+            # the random bits of element i, as the rounding door draws them
+            rand = random_bits_at((key[0], key[1]), i, 32)
+            code, _ = round_rational(n, fmt, "stochastic", rand=rand)
+            assert g == (up if code != round_rational(n, fmt, "rtz")[0] else down)
+        assert len(set(got[:50])) == 2  # both neighbours drawn
+
+
+def test_integers_beyond_the_exact_limit_are_refused_before_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from floatlab.simulate import accumulation
+
+    monkeypatch.setattr(accumulation, "MAX_EXACT_INTEGERS", 2)
+    path = _save(tmp_path / "ints.npy", np.array([2**60 + 1, 2**60 + 3, 2**60 + 5, 1], np.int64))
+    err = _error_line(["round", str(path), "-f", "fp64"])
+    assert "3 integers need more than float64's 53 bits" in err
+    assert "at most 2" in err
+    # into fp32 they go through round to odd: no limit
+    assert run(["round", str(path), "-f", "fp32"])[0] == 0
+
+
+def test_the_accumulation_simulator_stores_integers_with_one_rounding() -> None:
+    from floatlab.simulate import accumulate
+
+    r = accumulate(np.array([2**54 + 2**30 + 1, 3]), "fp32", accumulator="fp32")
+    assert r.exact == 2**54 + 2**31 + 3
+    assert r.sum == float(2**54 + 2**31)  # fp32 swallows the 3

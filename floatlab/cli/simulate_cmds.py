@@ -256,18 +256,21 @@ def round_array_view(
     # once it is complete, so a failed write leaves the input as it was)
     check_outputs([("-o", out)])
     x = _load(path)
-    if x.dtype.kind != "f":
-        x = x.astype(np.float64)
-    rounded, stats = round_array_with_flags(
-        x, f, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals
-    )
+    kw: dict[str, Any] = {"rng": _rng(mode, seed), "saturate": saturate, "subnormals": subnormals}
+    if x.dtype.kind in "biu":
+        from floatlab.simulate.accumulation import round_integers
+
+        # each integer rounded once (through float64, one beyond 2^53 would be rounded twice)
+        rounded, stats = round_integers(x, f, mode, **kw)
+    else:
+        rounded, stats = round_array_with_flags(x, f, mode, **kw)
     counts = {k: int(getattr(stats, k)) for k in ("inexact", "underflow", "overflow", "invalid")}
-    with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
-        x64 = x.astype(np.float64).reshape(-1)
+    hi, lo = _exact_parts(x)
+    x64 = hi + lo
     r64 = np.asarray(rounded, dtype=np.float64).reshape(-1)
     ok = np.isfinite(x64) & (x64 != 0) & np.isfinite(r64)
     with np.errstate(all="ignore"):
-        rel = np.abs(r64[ok] - x64[ok]) / np.abs(x64[ok])
+        rel = np.abs((r64[ok] - hi[ok]) - lo[ok]) / np.abs(x64[ok])
     max_rel = float(rel.max()) if rel.size else 0.0
     if out is not None:
         save_npy(out, rounded)
@@ -292,6 +295,26 @@ def round_array_view(
         "output": out,
     }
     return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+
+
+def _exact_parts(x: npt.NDArray[Any]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``x`` (flat) as two float64 arrays that add up to it exactly: a 64-bit integer is its
+    multiple of 2^11 (at most 53 significant bits) and the rest (0 to 2047); anything else is
+    widened whole, the second part zero.
+
+    >>> import numpy as np
+    >>> hi, lo = _exact_parts(np.array([2**63 - 1]))
+    >>> int(hi[0]) + int(lo[0]) == 2**63 - 1
+    True
+    """
+    import numpy as np
+
+    flat = x.reshape(-1)
+    if flat.dtype.kind in "iu" and flat.dtype.itemsize == 8:
+        high = (flat >> flat.dtype.type(11)) << flat.dtype.type(11)
+        return high.astype(np.float64), (flat - high).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
+        return flat.astype(np.float64), np.zeros(flat.size)
 
 
 def run_round(args: argparse.Namespace, ui: UI) -> int:
@@ -361,13 +384,17 @@ def run_underflow(args: argparse.Namespace, ui: UI) -> int:
 
 
 # ---- accumulate ---------------------------------------------------------------------------------
-def _terms(source: str, value: str, fmt: FloatFormat) -> tuple[npt.NDArray[np.float64], str]:
-    """The terms to sum and a phrase naming them: N copies of ``value`` or an array file."""
+def _terms(source: str, value: str, fmt: FloatFormat) -> tuple[npt.NDArray[Any], str]:
+    """The terms to sum and a phrase naming them: N copies of ``value`` or an array file (its
+    integers kept as integers: the simulator rounds each once into the format)."""
     import numpy as np
 
     if _is_array_file(source):
+        x = _load(source).reshape(-1)
+        if x.dtype.kind in "biu":
+            return x, source
         with np.errstate(invalid="ignore"):  # widening quietens a signalling NaN: no warning for that
-            return np.asarray(_load(source), dtype=np.float64).reshape(-1), source
+            return np.asarray(x, dtype=np.float64), source
     text = source.strip().replace("_", "")
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"{source!r}: expected a count N (such as 10000) or a .npy file")
