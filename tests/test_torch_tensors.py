@@ -225,3 +225,38 @@ def test_import_floatlab_never_imports_torch_and_floatlab_torch_says_what_is_mis
     assert lines[0] == "False"
     assert "floatlab.torch needs PyTorch" in lines[1]
     assert "pip install 'floatlab[torch]'" in lines[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_with_flags_doors_take_tensors_as_round_array_does(dtype: Any) -> None:
+    # 0.1 and 1e-3 inexact, 2^-18 below half of e5m2's smallest subnormal (2^-16): flushed, 1e5
+    # above its largest finite value (57344): overflows to inf, as torch's cast does
+    x = torch.tensor([0.1, -1e-3, 2.0**-18, 1e5, 1.0, 0.0], dtype=dtype)
+    want = x.to(torch.float8_e5m2)  # torch's own cast: one rounding (bf16 and float32 alike)
+    values, stats = fl.round_array_with_flags(x, "e5m2")
+    assert isinstance(values, torch.Tensor)
+    assert values.dtype == dtype
+    assert values.device == x.device
+    assert torch.equal(values, want.to(dtype))
+    codes, code_stats = fl.encode_array_with_flags(x, "e5m2")
+    assert isinstance(codes, torch.Tensor)
+    assert codes.dtype == torch.uint8
+    assert torch.equal(codes, want.view(torch.uint8))
+    # the flags, counted from torch's cast: inexact where the cast changed the value, overflow
+    # where a finite value became infinite
+    assert stats.inexact == code_stats.inexact == int((want.float() != x.float()).sum()) == 4
+    assert stats.overflow == code_stats.overflow == int(want.float().isinf().sum()) == 1
+    assert stats.total == x.numel()
+
+
+def test_the_with_flags_doors_read_a_parameter_that_requires_grad_detached() -> None:
+    w = torch.nn.Parameter(torch.tensor([[1 / 3, 70000.0], [1e-9, -2.5]]))
+    values, stats = fl.round_array_with_flags(w, "fp16")
+    assert isinstance(values, torch.Tensor)
+    assert not values.requires_grad
+    assert torch.equal(values, w.detach().to(torch.float16).float())
+    assert stats.overflow == 1
+    codes, _ = fl.encode_array_with_flags(w, "fp16")
+    assert torch.equal(codes, w.detach().to(torch.float16).view(torch.uint16))
+    assert w.requires_grad  # (the parameter itself is left as it was)
+    assert w.grad is None

@@ -101,8 +101,9 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _through_tensor(door: Any, x: Any, fmt: Any, back: bool, rounding: str, rng: RNG, *knobs: Any) -> Any:
-    """``door`` (this module's encode_array or round_array) on a view of the tensor's memory, and
-    its result as a tensor of the input's dtype and device again."""
+    """``door`` (one of this module's four public doors) on a view of the tensor's memory, and
+    its result as a tensor of the input's dtype and device again (with the flag counts of a
+    ``*_with_flags`` door beside it)."""
     from floatlab.torch.tensors import array_tensor, tensor_array
 
     saturate, subnormals, random_bits = knobs
@@ -115,6 +116,8 @@ def _through_tensor(door: Any, x: Any, fmt: Any, back: bool, rounding: str, rng:
         subnormals=subnormals,
         random_bits=random_bits,
     )
+    if isinstance(y, Counted):
+        return Counted(array_tensor(y.array, x), y.stats)
     return array_tensor(y, x)
 
 
@@ -171,11 +174,20 @@ def encode_array_with_flags(
 ) -> Counted:
     """:func:`encode_array`, with how many elements raised each IEEE flag: ``(codes, stats)``.
 
+    A torch tensor is taken as :func:`encode_array` takes it (any of its float dtypes, bfloat16
+    included; a tensor that requires grad is read detached) and its codes come back as an
+    unsigned tensor on its device.
+
     >>> import numpy as np, floatlab as fl
     >>> codes, stats = fl.encode_array_with_flags(np.array([1.0, 1e-9]), "fp16")
     >>> codes.tolist(), stats.underflow
     ([15360, 0], 1)
     """
+    if _is_tensor(x):
+        counted: Counted = _through_tensor(
+            encode_array_with_flags, x, fmt, False, rounding, rng, saturate, subnormals, random_bits
+        )
+        return counted
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )
@@ -233,11 +245,20 @@ def round_array_with_flags(
 ) -> Counted:
     """:func:`round_array`, with how many elements raised each IEEE flag: ``(values, stats)``.
 
+    A torch tensor is taken as :func:`round_array` takes it (any of its float dtypes, bfloat16
+    included; a tensor that requires grad, a Parameter, is read detached, so the values carry no
+    autograd history) and its values come back as a tensor of its dtype on its device.
+
     >>> import numpy as np, floatlab as fl
     >>> values, stats = fl.round_array_with_flags(np.array([1.0, 1e6], np.float32), "fp16")
     >>> values.tolist(), stats.overflow
     ([1.0, inf], 1)
     """
+    if _is_tensor(x):
+        counted: Counted = _through_tensor(
+            round_array_with_flags, x, fmt, True, rounding, rng, saturate, subnormals, random_bits
+        )
+        return counted
     options = RoundingOptions.make(
         rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
     )

@@ -1,7 +1,8 @@
 """Torch tensors at floatlab's one rounding door: a tensor in as an array view, the result out as a tensor.
 
-:func:`floatlab.round_array` and :func:`floatlab.encode_array` take torch tensors. They round
-them with the very code that rounds NumPy and CuPy arrays, on a view of the tensor's memory that
+:func:`floatlab.round_array` and :func:`floatlab.encode_array` (and their ``*_with_flags``
+twins, which also count the IEEE flags) take torch tensors. They round them with the very code
+that rounds NumPy and CuPy arrays, on a view of the tensor's memory that
 :func:`tensor_array` gives, and hand the result back as a tensor through :func:`array_tensor`
 (this module converts; it rounds nothing itself):
 
