@@ -24,6 +24,7 @@ and that no output is an input or another output.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import stat
@@ -539,45 +540,152 @@ def _read_npy_entry(fh: Any, size: int, name: str, budget: int) -> Any:
     return arr.T if fortran else arr
 
 
-def _tensors(obj: Any, prefix: str, out: dict[str, Any]) -> None:
-    """Collect the floating-point tensors of a (nested) state dict, list or tensor."""
-    if hasattr(obj, "is_floating_point") and hasattr(obj, "detach"):
-        if obj.is_floating_point():
-            out[prefix or "tensor"] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _tensors(v, f"{prefix}.{k}" if prefix else str(k), out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _tensors(v, f"{prefix}.{i}" if prefix else str(i), out)
+#: the deepest nesting of dicts, lists and tuples a torch file's tensors are collected from (an
+#: optimizer's state dict nests four deep; a crafted file nests a million deep)
+MAX_TORCH_DEPTH = 100
 
 
-def read_torch(path: str) -> dict[str, Any]:
+def _tensors(obj: Any, path: str) -> list[tuple[str, Any]]:
+    """The floating-point tensors of a (nested) state dict, list or tensor, by dotted name, in
+    order; walked with a stack of its own, at most :data:`MAX_TORCH_DEPTH` containers deep."""
+    found: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any, int]] = [("", obj, 0)]
+    while stack:
+        prefix, item, depth = stack.pop()
+        if hasattr(item, "is_floating_point") and hasattr(item, "detach"):
+            if item.is_floating_point():
+                found.append((prefix or "tensor", item))
+            continue
+        if isinstance(item, dict):
+            children = [(str(k), v) for k, v in item.items()]
+        elif isinstance(item, (list, tuple)):
+            children = [(str(i), v) for i, v in enumerate(item)]
+        else:
+            continue
+        if depth >= MAX_TORCH_DEPTH and children:
+            raise ValueError(
+                f"{_name(path)} nests containers more than {MAX_TORCH_DEPTH} deep (at {prefix[:80]!r}): "
+                "expected a tensor, or a state dict or list of them"
+            )
+        for key, child in reversed(children):  # (reversed: the stack pops them in order)
+            stack.append((f"{prefix}.{key}" if prefix else key, child, depth + 1))
+    return found
+
+
+def _extent(sizes: Sequence[int], strides: Sequence[int]) -> int | None:
+    """How many elements a view spans from its first (the largest offset + 1), or None when its
+    elements may share memory (an expanded view: a stride of 0, or a stride within the span of
+    the dimensions below it)."""
+    span = 0  # the largest offset reached by the dimensions taken so far
+    for size, stride in sorted(
+        ((n, abs(st)) for n, st in zip(sizes, strides, strict=True) if n > 1), key=lambda d: d[1]
+    ):
+        if stride <= span:
+            return None
+        span += (size - 1) * stride
+    return span + 1
+
+
+def _distinct_views(path: str, found: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The tensors of ``found`` with each stored value counted once: one tensor given under
+    several names is kept once (under its first name, with how many more it has); views whose
+    values share memory otherwise (an expanded view, two overlapping slices) are refused."""
+    first: dict[tuple[Any, ...], int] = {}
+    names: list[list[str]] = []
+    views: list[Any] = []
+    spans: dict[int, list[tuple[int, int, str]]] = {}
+    for name, t in found:
+        if t.numel() == 0:
+            key: tuple[Any, ...] = ("empty", len(views))
+        else:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            key = (ptr, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+        if key in first:
+            names[first[key]].append(name)
+            continue
+        first[key] = len(views)
+        names.append([name])
+        views.append(t)
+        if t.numel() == 0:
+            continue
+        extent = _extent(tuple(t.shape), tuple(t.stride()))
+        if extent is None:
+            raise ValueError(
+                f"{_name(path)}: tensor {name[:80]!r} ({t.numel():,} values) refers to some stored "
+                "values more than once (an expanded or overlapping view): expected tensors whose "
+                "values are each stored once (save t.contiguous() instead)"
+            )
+        size = t.element_size()
+        start = t.storage_offset() * size
+        spans.setdefault(ptr, []).append((start, start + extent * size, name))
+    for ranges in spans.values():
+        ranges.sort()
+        for (_, end, a), (start, _, b) in itertools.pairwise(ranges):
+            if start < end:
+                raise ValueError(
+                    f"{_name(path)}: tensors {a[:80]!r} and {b[:80]!r} share stored values (views "
+                    "of one storage that overlap): expected tensors whose values are each stored once"
+                )
+    out: dict[str, Any] = {}
+    for group, t in zip(names, views, strict=True):
+        more = len(group) - 1
+        label = group[0] if not more else f"{group[0]} (and {more:,} more name{'s' * (more > 1)})"
+        out[label] = t
+    return out
+
+
+def _check_torch_archive(path: str, max_bytes: int) -> None:
+    """A zip-format torch file's members may declare at most ``max_bytes`` in all (torch inflates
+    a compressed member): checked from the zip's directory before anything is loaded."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            declared = sum(info.file_size for info in zf.infolist())
+    except Exception as e:  # zipfile raises several kinds for a damaged directory
+        raise ValueError(f"cannot read {_name(path)} as a torch file: {e}") from None
+    if declared > max_bytes:
+        raise _over_cap(path, declared, max_bytes, "its members' declared sizes")
+
+
+def read_torch(path: str, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """The floating-point tensors of the torch file at ``path`` (a tensor, or a nested state dict
     or list of them), by dotted name. It is read with ``weights_only=True``: nothing is
     unpickled but tensors and plain containers. One ValueError naming the file otherwise (torch
-    missing, a damaged or foreign file, no floating-point tensors).
+    missing, a damaged or foreign file, no floating-point tensors, containers nested more than
+    :data:`MAX_TORCH_DEPTH` deep).
+
+    Every stored value is given once: a tensor under several names (tied weights, a list of one
+    tensor a million times) is one entry, named ``"first (and N more names)"``; views that share
+    stored values otherwise (an expanded tensor, overlapping slices) are refused. The file's
+    members may declare at most ``max_bytes``, and the tensors' values may fill at most
+    ``max_bytes``: both checked before the tensors are handed on.
 
     >>> read_torch("/nonexistent/grads.pt")
     Traceback (most recent call last):
     ...
     ValueError: no such file: '/nonexistent/grads.pt' (expected a torch .pt file)
     """
-    first_bytes(path, "a torch .pt file")
+    head = first_bytes(path, "a torch .pt file")
     try:
         import torch
     except ImportError:
         raise ValueError(
             f"reading {path!r} needs torch: pip install torch (or save the gradients as .npz)"
         ) from None
+    if head.startswith(_ZIP_MAGIC):
+        _check_torch_archive(path, max_bytes)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds for a file that is not a state file
         raise ValueError(f"cannot read {path!r} as a torch file: {e}") from None
-    found: dict[str, Any] = {}
-    _tensors(obj, "", found)
+    found = _distinct_views(path, _tensors(obj, path))
     if not found:
         raise ValueError(
             f"{path!r} holds no floating-point tensors: expected a tensor or a state dict of them"
         )
+    total = sum(t.numel() * t.element_size() for t in found.values())
+    if total > max_bytes:
+        raise _over_cap(path, total, max_bytes, "the values of its tensors")
     return found

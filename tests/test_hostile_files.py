@@ -329,3 +329,81 @@ def test_the_accumulation_simulator_stores_integers_with_one_rounding() -> None:
     r = accumulate(np.array([2**54 + 2**30 + 1, 3]), "fp32", accumulator="fp32")
     assert r.exact == 2**54 + 2**31 + 3
     assert r.sum == float(2**54 + 2**31)  # fp32 swallows the 3
+
+
+# ---- torch files: every stored value counted once, within the cap ---------------------------------
+def _deep_pt(path: Path, depth: int) -> Path:
+    """A torch file whose pickle nests ``depth`` lists (torch.save itself recurses too deep)."""
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save([1], buf)
+    pickle = b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b"."  # EMPTY_LIST x depth, APPEND x depth-1
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(path, "w") as out:
+        for info in src.infolist():
+            out.writestr(info.filename, pickle if info.filename.endswith("data.pkl") else src.read(info))
+    return path
+
+
+def test_a_tensor_under_many_names_is_counted_once(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.linspace(-3, 3, 1000)
+    torch.save([t] * 5000, tmp_path / "refs.pt")
+    torch.save({"embed.weight": t, "head.weight": t, "bias": torch.ones(3)}, tmp_path / "tied.pt")
+    hists = load_histograms([str(tmp_path / "refs.pt")])
+    assert list(hists) == ["0 (and 4,999 more names)"]
+    assert hists["0 (and 4,999 more names)"].total == 1000 == t.numel()
+    values = t.numpy()
+    expected_zeros = int(np.count_nonzero(values == 0))
+    assert hists["0 (and 4,999 more names)"].zeros == expected_zeros
+    status, out, err = run(["histogram", str(tmp_path / "tied.pt"), "--json"])
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["total"]["total"] == 1003
+    assert sorted(data["arrays"]) == ["bias", "embed.weight (and 1 more name)"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda torch: {"a": torch.zeros(1).expand(10**6)}, "'a' (1,000,000 values) refers to some stored"),
+        (lambda torch: {"a": torch.zeros(4, 4).as_strided((4, 4), (1, 1))}, "refers to some stored"),
+        (lambda torch: (lambda t: {"a": t, "b": t[2:5]})(torch.ones(8)), "'a' and 'b' share stored"),
+        (lambda torch: (lambda t: {"a": t, "t": t.T})(torch.ones(3, 3)), "'a' and 't' share stored"),
+    ],
+)
+def test_views_that_share_stored_values_are_refused(tmp_path: Path, make: Any, message: str) -> None:
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "views.pt"
+    torch.save(make(torch), path)
+    assert message in _error_line(["histogram", str(path)])
+
+
+def test_disjoint_views_of_one_storage_are_each_counted(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32)
+    torch.save({"lo": t[:5], "hi": t[5:]}, tmp_path / "halves.pt")
+    hists = load_histograms([str(tmp_path / "halves.pt")])
+    assert {k: h.total for k, h in hists.items()} == {"lo": 5, "hi": 7}
+    assert sum(h.zeros for h in hists.values()) == 1  # the one 0.0 of arange
+
+
+def test_max_bytes_applies_to_torch_files(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(300_000)}, tmp_path / "zip.pt")  # 1,200,000 bytes of values
+    torch.save({"w": torch.ones(300_000)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    for name in ("zip.pt", "legacy.pt"):
+        err = _error_line(["histogram", str(tmp_path / name), "--max-bytes", "1000000"])
+        assert "over the cap of 1,000,000 bytes" in err
+        status, out, _ = run(["histogram", str(tmp_path / name), "--max-bytes", "2000000", "--json"])
+        assert status == 0
+        assert json.loads(out)["total"]["total"] == 300_000
+
+
+def test_deeply_nested_torch_files_are_refused_in_one_line(tmp_path: Path) -> None:
+    from floatlab.io import MAX_TORCH_DEPTH
+
+    err = _error_line(["histogram", str(_deep_pt(tmp_path / "deep.pt", 100_000))])
+    assert f"nests containers more than {MAX_TORCH_DEPTH} deep" in err
+    # as deep as the limit, with no tensor inside: read, and said to hold none
+    err = _error_line(["histogram", str(_deep_pt(tmp_path / "ok.pt", MAX_TORCH_DEPTH))])
+    assert "holds no floating-point tensors" in err

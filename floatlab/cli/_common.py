@@ -288,7 +288,8 @@ def parse_size(text: str) -> int:
 
 
 def add_max_bytes_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """Add ``--max-bytes N``: the most a compressed input (.npz, a checkpoint) may inflate to.
+    """Add ``--max-bytes N``: the most an input archive (.npz, a checkpoint, a torch .pt file) may
+    inflate or expand to.
 
     >>> p = argparse.ArgumentParser(); add_max_bytes_option(p)
     >>> p.parse_args([]).max_bytes, p.parse_args(["--max-bytes", "4GiB"]).max_bytes
@@ -301,7 +302,7 @@ def add_max_bytes_option(parser: argparse.ArgumentParser | argparse._ArgumentGro
         type=parse_size,
         default=MAX_BYTES,
         metavar="N",
-        help="the most a compressed input (.npz) may inflate to; refused beyond (default 1GiB)",
+        help="the most an input archive (.npz, .pt) may inflate or expand to; refused beyond (default 1GiB)",
     )
 
 

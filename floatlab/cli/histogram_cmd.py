@@ -95,10 +95,10 @@ def _npz(path: str, max_bytes: int = MAX_BYTES) -> dict[str, GradHistogram]:
     return out
 
 
-def _pt(path: str) -> dict[str, GradHistogram]:
+def _pt(path: str, max_bytes: int = MAX_BYTES) -> dict[str, GradHistogram]:
     from floatlab.gradhist import GradHistogram
 
-    return {name: GradHistogram(t) for name, t in read_torch(path).items()}
+    return {name: GradHistogram(t) for name, t in read_torch(path, max_bytes=max_bytes).items()}
 
 
 def _labels(paths: list[str]) -> dict[str, str]:
@@ -117,7 +117,8 @@ def load_histograms(paths: list[str], *, max_bytes: int = MAX_BYTES) -> dict[str
     (named ``file:entry`` when several files are given). Files that share a base name are told
     apart by their paths; names taken from the files (entries of a .npz, say) have their control
     characters escaped, so that a report never carries a file's terminal codes. A .npz archive
-    may inflate to at most ``max_bytes``."""
+    may inflate to at most ``max_bytes``, and a .pt file's tensors hold at most ``max_bytes`` of
+    values, each stored value counted once (:func:`floatlab.io.read_torch`)."""
     out: dict[str, GradHistogram] = {}
     labels = _labels(paths)
     for path in paths:
@@ -126,7 +127,7 @@ def load_histograms(paths: list[str], *, max_bytes: int = MAX_BYTES) -> dict[str
         if low.endswith(".npz"):
             parts = _npz(path, max_bytes)
         elif low.endswith((".pt", ".pth")):
-            parts = _pt(path)
+            parts = _pt(path, max_bytes)
         elif low.endswith(".npy"):
             parts = {"": _npy(path)}
         else:
