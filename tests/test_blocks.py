@@ -233,7 +233,7 @@ def test_stochastic_rounding_picks_a_neighbour_and_is_reproducible() -> None:
         (lambda: mx_quantize([1.0], "mxfp16"), "unknown MX format 'mxfp16'"),
         (
             lambda: mx_quantize([1.0], "mxfp8_e4m3", block_size=0),
-            "block_size=0: expected a whole number >= 1",
+            "block_size=0: expected a whole number from 1 to 2,147,483,648",
         ),
         (
             lambda: mx_quantize([1.0], "mxfp8_e4m3", axis=2),
@@ -259,3 +259,36 @@ def test_bfloat16_input() -> None:
     np.testing.assert_array_equal(
         mx_round(x, "mxfp8_e4m3"), mx_round(x.astype(np.float32), "mxfp8_e4m3").astype(x.dtype)
     )
+
+
+def test_a_block_whose_scale_overflows_is_counted_and_its_error_is_infinite() -> None:
+    x = np.ones(96)
+    x[3] = math.inf  # block 0: holds an infinity (left out of the errors, as the MX rule says)
+    x[40] = 1e300  # block 1: finite values, but 2^(996 - 8) is beyond E8M0's largest scale 2^127
+    q = mx_quantize(x, "mxfp8_e4m3")
+    assert q.scale_codes.tolist() == [E8M0_NAN, E8M0_NAN, E8M0_BIAS - 8]
+    assert (q.nan_blocks, q.overflowed_blocks, q.nonzero) == (2, 1, 32)
+    assert q.error(x) == (math.inf, -math.inf, math.inf)
+    assert "1 blocks hold a NaN or an infinity" in q.report()
+    assert "1 blocks of finite values overflowed the largest scale" in q.report()
+    # without the overflowing block, the error is that of the finite-scale block alone: 0 for ones
+    x[40] = 1.0
+    q = mx_quantize(x, "mxfp8_e4m3")
+    assert (q.nan_blocks, q.overflowed_blocks) == (1, 0)
+    assert q.error(x) == (0.0, math.inf, 0.0)
+    # float32 values never overflow an E8M0 scale: amax < 2^128, so the exponent is at most 127 - emax
+    big = np.full(32, np.finfo(np.float32).max, np.float32)
+    assert mx_quantize(big, "mxfp8_e4m3").overflowed_blocks == 0
+
+
+def test_block_sizes_up_to_the_limit() -> None:
+    from floatlab.blocks import MAX_BLOCK_SIZE, BlockFormat
+
+    x = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32)
+    whole = mx_quantize(x, "mxfp8_e4m3", block_size=7)  # one block per row
+    longest = mx_quantize(x, "mxfp8_e4m3", block_size=MAX_BLOCK_SIZE)
+    np.testing.assert_array_equal(longest.element_codes, whole.element_codes)
+    np.testing.assert_array_equal(longest.scale_codes, whole.scale_codes)
+    for bad in (0, MAX_BLOCK_SIZE + 1, 10**30, 2.5, True):
+        with pytest.raises(ValueError, match="expected a whole number from 1 to 2,147,483,648"):
+            BlockFormat("x", fl.get_format("e4m3fn"), bad)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,9 @@ def test_float16_input_and_stochastic_rounding(capsys: pytest.CaptureFixture[str
         (["blockquant", "{g}", "--scale-mode", "round"], "--scale-mode 'round': expected one of"),
         (["blockquant", "{g}", "-f", "nvfp4", "--tensor-scale", "-1"], "--tensor-scale '-1'"),
         (["blockquant", "{g}", "--rounding", "up"], "'up'"),
-        (["blockquant", "{g}", "--block-size", "0"], "block_size=0"),
+        (["blockquant", "{g}", "--block-size", "0"], "--block-size 0: expected a number of values from 1"),
+        (["blockquant", "{g}", "--block-size", str(10**30)], f"--block-size {10**30}: expected"),
+        (["blockquant", "{g}", "--block-size", str(2**31 + 1)], "from 1 to 2,147,483,648"),
         (["blockquant", "{txt}"], "expected a .npy file"),
     ],
 )
@@ -153,3 +156,28 @@ def test_formats_lists_the_block_formats(capsys: pytest.CaptureFixture[str]) -> 
     assert "16 x float4_e2m1fn" in detail
     assert "amax / (6 x 448)" in detail
     assert run_json(capsys, "formats", "mxfp6-e2m3")["element_max"] == 7.5
+
+
+def test_blocks_whose_scale_overflows_report_infinite_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 1e300 needs the E8M0 scale 2^(floor(log2 1e300) - 8) = 2^988, far beyond E8M0's 2^127
+    assert (10**300).bit_length() - 1 - 8 == 988
+    path = tmp_path / "big.npy"
+    np.save(path, np.array([1e300, 1.0, -3.0]))
+    data = run_json(capsys, "blockquant", str(path), "-f", "mxfp8_e4m3,nvfp4", "--scale-mode", "floor,rceil")
+    rows = {(r["format"], r["scale_mode"]): r for r in data["results"]}
+    for key in (("mxfp8_e4m3", "floor"), ("nvfp4", "e4m3")):  # NVFP4 rounds 1e300 to float32: inf
+        r = rows[key]
+        assert (r["nan_blocks"], r["overflowed_blocks"]) == (1, 1)
+        assert (r["rel_rms_error"], r["snr_db"], r["max_abs_error"]) == ("inf", "-inf", "inf")
+    # RCEIL saturates its scale at 2^127: a finite scale, 1e300 held at 448 x 2^127, 1 and -3 flushed
+    r = rows[("mxfp8_e4m3", "rceil")]
+    assert (r["nan_blocks"], r["overflowed_blocks"]) == (0, 0)
+    assert (r["saturated"], r["flushed"]) == (pytest.approx(1 / 3), pytest.approx(2 / 3))
+    got, big = Fraction(448 * 2**127), Fraction(1e300)
+    exact = math.sqrt(((got - big) ** 2 + 1 + 9) / (big**2 + 1 + 9))  # (in float64, 1e300^2 overflows)
+    assert r["rel_rms_error"] == pytest.approx(exact, rel=1e-12)
+    text = run_text(capsys, "blockquant", str(path), "-f", "mxfp8_e4m3")
+    assert "whose scale overflowed (1 in mxfp8_e4m3 E8M0 floor)" in text
+    assert "inf    -inf" in text

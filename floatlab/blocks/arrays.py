@@ -34,7 +34,9 @@ Axis = int | tuple[int, int]
 class QuantError(NamedTuple):
     """How far dequantized values are from the values that were quantized, over the values of
     the blocks with a finite scale: the relative RMS error sqrt(sum (q - x)^2 / sum x^2), the
-    signal-to-noise ratio -20 log10 of it in dB, and the largest absolute error.
+    signal-to-noise ratio -20 log10 of it in dB, and the largest absolute error. When a block of
+    finite values lost them all (its scale overflowed, :attr:`BlockArray.overflowed_blocks`),
+    the errors are infinite and the SNR is -inf.
 
     >>> QuantError(0.01, 40.0, 0.5).snr_db
     40.0
@@ -58,8 +60,10 @@ class BlockArray:
     blocks with a finite scale, ``flushed`` counts those whose element rounded to zero,
     ``subnormal`` those whose element is subnormal; ``clamped`` counts the values that
     saturation held at the element's largest value (they would have overflowed), ``inexact``
-    those the quantization changed, ``nan_blocks`` the blocks with the NaN scale (a block
-    holding an inf or NaN).
+    those the quantization changed, ``nan_blocks`` the blocks with the NaN scale: a block
+    holding an inf or NaN, or one of finite values whose scale overflowed (a float64 amax beyond
+    the largest scale: 1e300 in an MX format, or beyond float32 in NVFP4), which
+    ``overflowed_blocks`` counts apart: their finite values are lost (NaN).
 
     >>> q = mx_quantize(np.arange(64.0).reshape(2, 32), "mxfp8_e4m3")
     >>> q.scale_codes.shape, q.element_codes.shape, q.nbytes
@@ -79,6 +83,7 @@ class BlockArray:
     rounding: str = "rne"
     scale_mode: str = "floor"
     tensor_scale: float = 1.0
+    overflowed_blocks: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -132,13 +137,19 @@ class BlockArray:
         return out
 
     def error(self, x: npt.ArrayLike) -> QuantError:
-        """The error of the dequantized values against ``x``, the array that was quantized (NaN
-        blocks left out; a relative error of 0 and an SNR of inf for an array of zeros).
+        """The error of the dequantized values against ``x``, the array that was quantized (the
+        blocks that hold an inf or NaN left out; a relative error of 0 and an SNR of inf for an
+        array of zeros). A block of finite values whose scale overflowed lost them: the errors
+        are inf, the SNR -inf.
 
         >>> e = mx_quantize([1.0, 0.3, 7.0], "mxfp4_e2m1").error([1.0, 0.3, 7.0])
         >>> round(e.rel_rms, 4), e.max_abs                       # 0.3 -> 0.5, 7 -> 6
         (0.1441, 1.0)
+        >>> mx_quantize([1e300, 1.0], "mxfp8_e4m3").error([1e300, 1.0])   # 2^996: no E8M0 scale
+        QuantError(rel_rms=inf, snr_db=-inf, max_abs=inf)
         """
+        if self.overflowed_blocks:
+            return QuantError(math.inf, -math.inf, math.inf)
         want = np.asarray(x, dtype=np.float64).reshape(self.shape)
         got = self.dequantize()
         keep = np.isfinite(got)
@@ -147,7 +158,7 @@ class BlockArray:
         signal = float(np.sum(np.square(want[keep] / big)))
         noise = float(np.sum(np.square(diff / big)))
         rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
-        snr = -20 * math.log10(rel) if rel > 0 else math.inf
+        snr = 0.0 - 20 * math.log10(rel) if rel > 0 else math.inf  # (0.0 -: no "-0.0" dB)
         return QuantError(rel, snr, float(np.max(np.abs(diff))) if diff.size else 0.0)
 
     def report(self) -> str:
@@ -175,8 +186,14 @@ class BlockArray:
         ]
         if self.format.tensor_scale:
             lines.append(f"  tensor scale {self.tensor_scale:.6g} (float32), block scales in E4M3")
-        if self.nan_blocks:
-            lines.append(f"  {self.nan_blocks:,} blocks hold a NaN or an infinity: all their values are NaN")
+        held = self.nan_blocks - self.overflowed_blocks
+        if held:
+            lines.append(f"  {held:,} blocks hold a NaN or an infinity: all their values are NaN")
+        if self.overflowed_blocks:
+            lines.append(
+                f"  {self.overflowed_blocks:,} blocks of finite values overflowed the largest scale: "
+                "all their values are NaN"
+            )
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -270,6 +287,7 @@ def mx_quantize(
     )
     scales = lay.back(b.scale_codes, f.block_size)
     nan_code = (_E4M3.nan_code or 0) if f.scale == "e4m3" else E8M0_NAN
+    nan_blocks = int(np.count_nonzero(scales == nan_code))
     return BlockArray(
         format=f,
         axis=lay.axis,
@@ -280,10 +298,11 @@ def mx_quantize(
         flushed=b.flushed,
         subnormal=b.subnormal,
         clamped=b.overflow,
-        nan_blocks=int(np.count_nonzero(scales == nan_code)),
+        nan_blocks=nan_blocks,
         rounding=mode,
         scale_mode=lay.rule,
         tensor_scale=b.tensor_scale,
+        overflowed_blocks=nan_blocks - lay.nonfinite_blocks() if nan_blocks else 0,
     )
 
 
@@ -317,6 +336,16 @@ class _Layout:
             last_two = ax == (a.ndim - 2, a.ndim - 1)
             self.view = work if last_two else np.ascontiguousarray(np.moveaxis(work, ax, (-2, -1)))
             self.block = (k, k)
+
+    def nonfinite_blocks(self) -> int:
+        """How many blocks hold an inf or a NaN: the NaN-scale blocks of a marker array (NaN
+        where the view is not finite, 0 elsewhere), which no scale can overflow."""
+        finite = np.isfinite(self.view)
+        if finite.all():
+            return 0
+        marks = np.where(finite, 0.0, np.nan).astype(self.view.dtype)
+        b = encode_blocks(marks, self.format.element, self.block, "rne", scale="floor")
+        return int(np.count_nonzero(b.scale_codes == E8M0_NAN))
 
     def back(self, arr: npt.NDArray[Any], cut: int) -> npt.NDArray[Any]:
         """``arr`` (laid out as the view, its blocked axes cut into ``cut``-sized blocks) in x's

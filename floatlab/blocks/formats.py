@@ -22,6 +22,7 @@ __all__ = [
     "BLOCK_FORMATS",
     "E8M0_BIAS",
     "E8M0_NAN",
+    "MAX_BLOCK_SIZE",
     "MX_FORMATS",
     "NVFP4",
     "SCALE_MODES",
@@ -34,6 +35,10 @@ __all__ = [
 E8M0_BIAS = 127
 #: the E8M0 code of the NaN scale
 E8M0_NAN = 255
+#: the longest block: 2^31 values, more than any axis of an array the command line reads (its
+#: 1 GiB cap holds 2^28 float32 values), so that a block this long is one scale per axis, while
+#: the block loop's indices (a tile's 2^62 values) stay within int64
+MAX_BLOCK_SIZE = 1 << 31
 #: the two ways of choosing an E8M0 scale, by torchao's names (``ScaleCalculationMode``):
 #: "floor", the OCP specification's 2^(floor(log2 amax) - emax), and "rceil", NVIDIA's
 #: amax / max rounded up to a power of two
@@ -62,9 +67,12 @@ class BlockFormat:
         if not (
             isinstance(self.block_size, int)
             and not isinstance(self.block_size, bool)
-            and self.block_size >= 1
+            and 1 <= self.block_size <= MAX_BLOCK_SIZE
         ):
-            raise ValueError(f"block_size={self.block_size!r}: expected a whole number >= 1")
+            raise ValueError(
+                f"block_size={self.block_size!r:.40}: expected a whole number from 1 to "
+                f"{MAX_BLOCK_SIZE:,} (2^31)"
+            )
         if self.scale not in SCALE_KINDS:
             raise ValueError(f"scale={self.scale!r}: expected one of {', '.join(SCALE_KINDS)}")
 

@@ -2,8 +2,10 @@
 
 Quantizes the array of a ``.npy`` file into block formats (the OCP MX formats and NVFP4, see
 :mod:`floatlab.blocks`) and reports, per format, the share of its nonzero values that flush to
-zero, turn subnormal or saturate, the blocks that hold a NaN or an infinity, and the error of
-the dequantized values (relative RMS error and signal-to-noise ratio, largest absolute error).
+zero, turn subnormal or saturate, the blocks that hold a NaN or an infinity or whose scale
+overflowed (float64 values beyond the largest scale), and the error of the dequantized values
+(relative RMS error and signal-to-noise ratio, largest absolute error; infinite when a block of
+finite values overflowed).
 
 The library is imported inside the functions: ``import floatlab.cli`` stays light.
 
@@ -82,8 +84,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="quantize a .npy array into block formats (MX, NVFP4): what flushes, saturates, the error",
         description="Quantize the array of a .npy file into block-scaled formats (the OCP MX formats\n"
         "and NVIDIA's NVFP4) and report, for each, the share of nonzero values that flush to zero,\n"
-        "turn subnormal or saturate, the blocks that hold a NaN or an infinity (their scale is NaN),\n"
-        "and the error of the dequantized values. A dimension that does not divide into blocks\n"
+        "turn subnormal or saturate, the blocks that hold a NaN or an infinity or whose scale\n"
+        "overflowed (their scale is NaN), and the error of the dequantized values (infinite when\n"
+        "a block of finite values overflowed). A dimension that does not divide into blocks\n"
         "ends in a shorter block (the same as padding with zeros).",
         epilog=_EPILOG,
         run=run,
@@ -198,6 +201,7 @@ def blockquant_view(
                 "subnormal": q.subnormal / nz,
                 "saturated": q.clamped / nz,
                 "nan_blocks": q.nan_blocks,
+                "overflowed_blocks": q.overflowed_blocks,
                 "rel_rms_error": err.rel_rms,
                 "snr_db": err.snr_db,
                 "max_abs_error": err.max_abs,
@@ -225,6 +229,16 @@ def blockquant_view(
     lines = [bold(title, color), "", table(header, rows, align="<><>>>>>>>", color=color), ""]
     note = "  shares of the nonzero values in blocks with a finite scale; errors of the dequantized values"
     lines.append(dim(note, color))
+    overflowed = [r for r in results if r["overflowed_blocks"]]
+    if overflowed:
+        which = ", ".join(f"{r['overflowed_blocks']:,} in {r['format']} {r['scale']}" for r in overflowed)
+        lines.append(
+            dim(
+                f"  NaN blocks of finite values whose scale overflowed ({which}): their values are "
+                "lost, so the errors are infinite",
+                color,
+            )
+        )
     scaled = [r["tensor_scale"] for r in results if r["scale_mode"] == "e4m3"]
     if scaled:
         how = "given" if tensor_scale is not None else "amax / (6 x 448)"
@@ -242,8 +256,13 @@ def blockquant_view(
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Read the array, quantize it into each format, print the table."""
-    from floatlab.blocks import SCALE_MODES
+    from floatlab.blocks import MAX_BLOCK_SIZE, SCALE_MODES
 
+    if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(
+            f"--block-size {str(args.block_size)[:40]}: expected a number of values from 1 to "
+            f"{MAX_BLOCK_SIZE:,} (2^31)"
+        )
     fmts = _names(args.format, "format name") or None
     modes = _names(args.scale_mode, "scale mode") or None
     for m in modes or []:
