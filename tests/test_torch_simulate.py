@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 
 import torch
 import torch.nn.functional as F
-from torch_twins import StoredSoftmax
+from torch_twins import StoredSoftmax, model_state, same_state
 
 import floatlab.torch as flt
 
@@ -38,6 +38,10 @@ DTYPE = {
 def _cast(t: Any, fmt: str) -> Any:
     """The oracle's rounding: torch's own cast (round to nearest even, from float32), back to float32."""
     return t.to(DTYPE[fmt]).float()
+
+
+def _bf16(t: Any) -> Any:
+    return _cast(t, "bf16")
 
 
 def _grad(t: Any) -> Any:
@@ -477,3 +481,115 @@ def test_nvfp4_keeps_the_first_and_last_linear_and_records_the_rest_per_step() -
     assert sim.operands["2.input"]["amax"][0] == pytest.approx(
         float(torch.relu(model[0](x)).detach().abs().max()), rel=2**-7
     )
+
+
+# ---- leaving the block, whatever happened in it --------------------------------------------------------
+class Interrupted(torch.nn.Module):
+    """A linear layer, then (while ``fail`` is set) an exception of that kind in the forward pass;
+    a batch norm that is not called, for its buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.norm = torch.nn.BatchNorm1d(3)
+        self.fail: type[BaseException] | None = None
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(x)
+        if self.fail is not None:
+            raise self.fail("stop")
+        return h
+
+
+@pytest.mark.parametrize("kind", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_of_any_kind_leaves_the_model_and_torch_as_they_were(kind: type[BaseException]) -> None:
+    torch.manual_seed(0)
+    model = Interrupted()
+    x = torch.full((2, 3), 1 / 3)
+    plain, gemm = model(x).detach(), x @ x.t()
+    assert not torch.equal(gemm, _bf16(gemm))
+    before = model_state(model)
+    model.fail = kind
+    with pytest.raises(kind), flt.simulate(model, "bf16"):
+        model(x)
+    model.fail = None
+    assert same_state(model_state(model), before)
+    assert torch.equal(x @ x.t(), gemm)  # the process's GEMMs after the block: torch's own
+    assert torch.equal(model(x), plain)
+    # caught inside the block: the caller's GEMMs after it are still its own, the model's rounded
+    with flt.simulate(model, "bf16") as sim:
+        model.fail = kind
+        with pytest.raises(kind):
+            model(x)
+        model.fail = None
+        assert torch.equal(x @ x.t(), gemm)
+        h = model(x)
+        assert torch.equal(h, _bf16(F.linear(_bf16(x), _bf16(model.fc.weight), _bf16(model.fc.bias))))
+    assert sim.calls["linear"] == 2
+    assert same_state(model_state(model), before)
+    assert torch.equal(x @ x.t(), gemm)
+
+
+class Twice(torch.nn.Module):
+    """A model whose forward pass calls the model itself once more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4, bias=False)
+
+    def forward(self, x: Any, again: bool = True) -> Any:
+        h = self.fc(x)
+        if again:
+            h = self(h, again=False)
+        return h @ h.t()
+
+
+def test_a_model_that_calls_itself_is_rounded_through_both_passes() -> None:
+    gen = torch.Generator().manual_seed(13)
+    model = Twice()
+    with torch.no_grad():
+        model.fc.weight.copy_(_dyadic(gen, (4, 4), 10, 256))
+    x = _dyadic(gen, (4, 4), 10, 128)
+    with flt.simulate(model, "bf16") as sim:
+        y = model(x)
+    w = _bf16(model.fc.weight.detach())
+
+    def gemm(a: Any, b: Any) -> Any:
+        return _bf16(_bf16(a) @ _bf16(b))
+
+    inner = gemm(_bf16(x) @ w.t(), w.t())  # (x's GEMM: one rounding of an exact fp32 sum)
+    m = gemm(inner, inner.t())
+    assert torch.equal(y, gemm(m, m.t()))
+    assert dict(sim.calls) == {"linear": 2, "matmul": 2}
+
+
+@pytest.mark.parametrize("where", ["pre-hook", "forward hook", "global pre-hook"])
+def test_a_raising_hook_of_the_users_leaves_the_rounding_on_for_later_passes(where: str) -> None:
+    gen = torch.Generator().manual_seed(11)
+    lin = torch.nn.Linear(4, 4)
+    x = _dyadic(gen, (2, 4), 10, 128)
+    want = _bf16(F.linear(_bf16(x), _bf16(lin.weight.detach()), _bf16(lin.bias.detach())))
+    failures = [1]
+
+    def hook(*_: Any) -> None:
+        if failures:
+            failures.pop()
+            raise RuntimeError("hook failed")
+
+    register: dict[str, Any] = {
+        "pre-hook": lin.register_forward_pre_hook,
+        "forward hook": lin.register_forward_hook,
+        "global pre-hook": torch.nn.modules.module.register_module_forward_pre_hook,
+    }
+    handle = register[where](hook)  # registered before simulate, so it runs before its hooks
+    try:
+        with flt.simulate(lin, "bf16"):
+            with pytest.raises(RuntimeError, match="hook failed"):
+                lin(x)
+            outs = [lin(x).detach() for _ in range(2)]
+            gemm = x @ x.t()
+    finally:
+        handle.remove()
+    for y in outs:
+        assert torch.equal(y, want)
+    assert torch.equal(gemm, x @ x.t())

@@ -23,3 +23,40 @@ class StoredSoftmax(torch.autograd.Function):
     def backward(ctx: Any, dp: Any) -> Any:
         (p,) = ctx.saved_tensors
         return p * (dp - (dp * p).sum(-1, keepdim=True)), None
+
+
+def model_state(model: torch.nn.Module) -> dict[str, Any]:
+    """What simulate or inspect could leave behind on a model or in torch: each module's hooks and
+    instance attributes, the parameters' and buffers' values and dtypes, and torch's stack of
+    function modes (compare two with :func:`same_state`)."""
+    return {
+        "modes": torch._C._len_torch_function_stack(),
+        "modules": [
+            (
+                name,
+                sorted(vars(m)),
+                [
+                    list(getattr(m, hooks))
+                    for hooks in (
+                        "_forward_pre_hooks",
+                        "_forward_hooks",
+                        "_backward_pre_hooks",
+                        "_backward_hooks",
+                    )
+                ],
+            )
+            for name, m in model.named_modules()
+        ],
+        "tensors": {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()},
+    }
+
+
+def same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two :func:`model_state` snapshots agree: the same hooks, attributes and mode stack, and
+    every tensor equal in value (NaN where NaN) and dtype."""
+    if a["modes"] != b["modes"] or a["modules"] != b["modules"] or a["tensors"].keys() != b["tensors"].keys():
+        return False
+    return all(
+        x.dtype == y.dtype and torch.equal(x.isnan(), y.isnan()) and torch.equal(x[~x.isnan()], y[~y.isnan()])
+        for x, y in ((a["tensors"][k], b["tensors"][k]) for k in a["tensors"])
+    )

@@ -27,7 +27,9 @@ a wrapper module, catches the functional GEMMs of custom modules (an attention's
 ``q @ k.transpose(-1, -2)``) that module hooks cannot, changes no module or parameter (the
 parameters stay fp32 in the optimizer, the policy's master weights), and, switched by the
 model's own hooks, leaves the GEMMs outside the model's forward (a loss, an evaluation
-metric) alone. Leaving the ``with`` block removes the hooks.
+metric) alone. An exception in the forward pass or in a hook of the user's, a
+``KeyboardInterrupt`` included, switches the rounding off with the pass, and leaving the
+``with`` block removes the hooks and the mode whatever ended it: the model is left as it was.
 
 What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulation.skipped`:
 
@@ -68,9 +70,10 @@ What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulati
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import numpy as np
@@ -128,6 +131,17 @@ _OPERANDS = {
     "embedding": ((1,), ("weight",)),  # (the indices are not values)
 }
 _TWO = ((0, 1), ("input", "other", "mat2"))
+#: the code of torch's ``Module.__call__`` body, which runs a module's hooks and its forward
+_CALL_IMPL = getattr(getattr(torch.nn.Module, "_call_impl", None), "__code__", None)
+
+
+def _call_frame() -> FrameType | None:
+    """The frame of the ``Module._call_impl`` that runs the calling hook: it stays on the stack
+    while the forward pass runs (None where torch runs hooks elsewhere)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not _CALL_IMPL:
+        frame = frame.f_back
+    return frame
 
 
 class _Store(torch.autograd.Function):
@@ -220,8 +234,8 @@ class _GemmMode(TorchFunctionMode):
     ) -> Any:
         kwargs = dict(kwargs or {})
         op = _GEMMS.get(func)
-        if op is None:
-            return func(*args, **kwargs)
+        if op is None or not self.sim._running():
+            return func(*args, **kwargs)  # (not a GEMM, or the forward pass has ended)
         # (the mode is off while its handler runs: func below is torch's own)
         return self.sim._gemm(op, func, args, kwargs)
 
@@ -274,6 +288,7 @@ class Simulation:
         self._handles: list[Any] = []
         self._depth = 0
         self._mode: _GemmMode | None = None
+        self._pass: FrameType | None = None  # the frame of the forward pass that switched it on
 
     # ---- the layers -----------------------------------------------------------------------------
     def _survey(self) -> None:
@@ -381,25 +396,54 @@ class Simulation:
         return {} if self.scaling is None else self.scaling.history
 
     # ---- switching ------------------------------------------------------------------------------
+    # The pre-hook runs before the model's other pre-hooks and the forward hook is always called
+    # (torch calls it when the forward pass or any hook raises an Exception), so each _on has its
+    # _off. Two cases remain: a global pre-hook that raises before _on (an _off at depth 0, ignored)
+    # and a BaseException (KeyboardInterrupt), after which torch calls no hook at all. For that one
+    # the pass that switched the mode on is known by its frame: once the frame has left the stack,
+    # the mode rounds nothing, the next _on starts afresh, and leaving the block switches it off.
     def _on(self, *_: Any) -> None:
-        if self._depth == 0 and torch.is_grad_enabled():
-            self.end_step()  # a training forward pass begins a step
+        if self._depth > 0 and not self._running():
+            self._switch_off()
         if self._depth == 0:
+            if torch.is_grad_enabled():
+                self.end_step()  # a training forward pass begins a step
+            self._pass = _call_frame()
             self._mode = _GemmMode(self)
             self._mode.__enter__()  # type: ignore[no-untyped-call]
         self._depth += 1
 
     def _off(self, *_: Any) -> None:
+        if self._depth == 0:
+            return  # (a hook before _on raised: this pass never switched the rounding on)
         self._depth -= 1
-        if self._depth == 0 and self._mode is not None:
-            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
-            self._mode = None
+        if self._depth == 0:
+            self._switch_off()
+
+    def _running(self) -> bool:
+        """Whether the forward pass that switched the rounding on still runs (on this thread's
+        stack: a call of the model inside it nests), rather than one a BaseException ended."""
+        if self._pass is None:  # pragma: no cover - a torch whose hooks run outside _call_impl
+            return True
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame is self._pass:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _switch_off(self) -> None:
+        """Take the mode off torch's stack (where it is on top: a mode pushed above it and never
+        popped is someone else's) and reset the count."""
+        mode, self._mode, self._depth, self._pass = self._mode, None, 0, None
+        if mode is not None and torch.overrides._get_current_function_mode() is mode:  # type: ignore[no-untyped-call]
+            mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> Simulation:
         if self._handles:
             raise ValueError("this simulation is already attached: expected one `with` block at a time")
         self._handles = [
-            self.model.register_forward_pre_hook(self._on),
+            self.model.register_forward_pre_hook(self._on, prepend=True),
             self.model.register_forward_hook(self._off, always_call=True),
         ]
         return self
@@ -410,6 +454,7 @@ class Simulation:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._switch_off()
 
     # ---- report ---------------------------------------------------------------------------------
     def report(self) -> str:
