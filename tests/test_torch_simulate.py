@@ -593,3 +593,40 @@ def test_a_raising_hook_of_the_users_leaves_the_rounding_on_for_later_passes(whe
     for y in outs:
         assert torch.equal(y, want)
     assert torch.equal(gemm, x @ x.t())
+
+
+# ---- models simulate refuses -------------------------------------------------------------------------
+def test_a_compiled_model_is_refused_in_one_line() -> None:
+    lin = torch.nn.Linear(2, 2)
+    compiled: Any = torch.compile(lin, backend="eager")  # (compiles nothing until it is called)
+    in_place = torch.nn.Linear(2, 2)
+    in_place.compile(backend="eager")
+    for model in (compiled, torch.nn.Sequential(compiled), in_place):
+        with pytest.raises(ValueError, match="compiled") as e:
+            flt.simulate(model, "bf16")
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"_orig_mod"):
+        flt.simulate(compiled, "bf16")
+    with flt.simulate(compiled._orig_mod, "bf16") as sim:  # the original module is simulated
+        lin(torch.ones(1, 2))
+    assert sim.calls["linear"] == 1
+
+
+@pytest.mark.parametrize("policy", ["bf16", "mixed-bf16", "mixed-fp16", "fp8-tensorwise", "mxfp8"])
+def test_a_half_precision_model_is_refused_where_the_policy_needs_fp32_masters(policy: str) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 4)).half()
+    with pytest.raises(ValueError, match=r"parameter '0\.weight' of dtype torch\.float16") as e:
+        flt.simulate(model, policy)
+    assert "expected fp32 master parameters" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("policy", "dtype"), [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_a_model_stored_in_the_pure_policys_own_format_is_that_policy(policy: str, dtype: Any) -> None:
+    gen = torch.Generator().manual_seed(12)
+    lin = torch.nn.Linear(8, 3).to(dtype)
+    x = _dyadic(gen, (2, 8), 10, 128).to(dtype)
+    with flt.simulate(lin, policy) as sim:
+        y = lin(x)
+    assert torch.equal(y, F.linear(x, lin.weight, lin.bias))  # (nothing left to round)
+    assert sim.calls["linear"] == 1

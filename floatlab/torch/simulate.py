@@ -31,6 +31,12 @@ metric) alone. An exception in the forward pass or in a hook of the user's, a
 ``KeyboardInterrupt`` included, switches the rounding off with the pass, and leaving the
 ``with`` block removes the hooks and the mode whatever ended it: the model is left as it was.
 
+It refuses, at ``simulate(...)``, in one line: a compiled model or one holding a compiled
+module (``torch.compile``: simulate the original, ``model._orig_mod``), and parameters whose
+dtype cannot hold the policy's formats or its fp32 master weights (an fp16 model under
+``"mixed-bf16"`` or ``"mxfp8"``; a model stored in the pure policy's own format, fp16 under
+``"fp16"``, is that policy and is accepted).
+
 What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulation.skipped`:
 
 * layers with parameters that are none of the above (LayerNorm, BatchNorm, GroupNorm,
@@ -142,6 +148,52 @@ def _call_frame() -> FrameType | None:
     while frame is not None and frame.f_code is not _CALL_IMPL:
         frame = frame.f_back
     return frame
+
+
+def _compiled(model: torch.nn.Module) -> str | None:
+    """A one-line reason when ``model`` or a module inside it is compiled (the rounding cannot run
+    inside compiled code: dynamo retraces it at every call, and then fails), else None."""
+    # (torch.compile's wrapper class lives in dynamo: a program that never imported it has none)
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(dynamo, "OptimizedModule", None)
+    for name, m in model.named_modules():
+        where = "model" if not name else f"module {name!r} of the model"
+        if wrapper is not None and isinstance(m, wrapper):
+            orig = "model._orig_mod" if not name else f"the original module, {name}._orig_mod"
+            return (
+                f"the {where} is a compiled module (torch.compile): expected the module itself, pass {orig}"
+            )
+        if getattr(m, "_compiled_call_impl", None) is not None:
+            return (
+                f"the {where} was compiled in place (Module.compile()): expected a module that is not "
+                "compiled (simulate a fresh copy of it)"
+            )
+    return None
+
+
+def _dtype_refusal(model: torch.nn.Module, p: Policy) -> str | None:
+    """A one-line reason when a parameter's dtype cannot hold what the policy stores (it would fail
+    or round twice inside the first forward pass), else None."""
+    masters = f"expected {p.wide.name} master parameters (model.{'double' if p.wide == FP64 else 'float'}())"
+    for name, t in model.named_parameters():
+        if not t.is_floating_point():
+            continue
+        src = _FORMAT_OF_DTYPE.get(t.dtype)
+        needs = [("forward format", p.forward), ("backward format", p.backward)]
+        if p.master_weights:
+            needs.append(("master weights' format", p.wide))
+        for what, fmt in needs:
+            if src is None or not src.contains(fmt):
+                return (
+                    f"parameter {name!r} of dtype {t.dtype} cannot hold the {what} {fmt.name} of "
+                    f"policy {p.name}: {masters}"
+                )
+        if p.recipe is not None and t.dtype != torch.float32:
+            return (
+                f"parameter {name!r} of dtype {t.dtype}: the recipe of policy {p.name} runs its GEMMs "
+                f"on float32 copies of the operands: {masters}"
+            )
+    return None
 
 
 class _Store(torch.autograd.Function):
@@ -265,6 +317,9 @@ class Simulation:
                 f"policy {p.name}: the accumulator {p.accumulate} is simulated in the fp8 recipes' "
                 "GEMMs only (expected a policy with an fp8 recipe, or none)"
             )
+        refused = _compiled(model) or _dtype_refusal(model, p)
+        if refused is not None:
+            raise ValueError(refused)
         gen = as_generator(rng)
         #: the generator of stochastic rounding (seed 0 unless one is given, as the NumPy trainer's)
         self.rng: np.random.Generator = gen if gen is not None else np.random.default_rng(0)
