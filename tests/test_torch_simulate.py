@@ -483,6 +483,152 @@ def test_nvfp4_keeps_the_first_and_last_linear_and_records_the_rest_per_step() -
     )
 
 
+# ---- attention, einsum, baddbmm and addmm -----------------------------------------------------------
+class Calls(torch.nn.Module):
+    """A parameter-free module whose forward calls ``fn`` (a custom module's functional GEMMs)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("op", ["addmm", "Tensor.addmm", "baddbmm", "Tensor.baddbmm", "einsum"])
+def test_addmm_baddbmm_and_einsum_round_like_the_other_gemms(op: str) -> None:
+    # operands of 10 bits (bf16 rounds them), alpha and beta powers of two: every fp32 sum is exact
+    gen = torch.Generator().manual_seed(6)
+    add = _dyadic(gen, (2, 3, 5), 10, 128).requires_grad_()
+    a = _dyadic(gen, (2, 3, 4), 10, 128).requires_grad_()
+    b = _dyadic(gen, (2, 4, 5), 10, 128).requires_grad_()
+    calls: dict[str, Any] = {
+        "addmm": lambda c, x, y: torch.addmm(c[0], x[0], y[0], beta=0.5, alpha=2.0),
+        "Tensor.addmm": lambda c, x, y: c[0].addmm(x[0], y[0], alpha=0.25),
+        "baddbmm": lambda c, x, y: torch.baddbmm(c, x, y, beta=2.0),
+        "Tensor.baddbmm": lambda c, x, y: c.baddbmm(x, y),
+        "einsum": lambda c, x, y: torch.einsum("bij,bjk->bik", x, y),
+    }
+    fn = calls[op]
+    with flt.simulate(Calls(fn), "bf16") as sim:
+        y = sim.model(add, a, b)
+    G = _dyadic(gen, tuple(y.shape), 10, 128)
+    y.backward(G)
+    # the oracle: torch's own function on operands rounded by torch's cast, its autograd, its casts
+    ra, rx, ry = (_bf16(t.detach()).requires_grad_() for t in (add, a, b))
+    ref = fn(ra, rx, ry)
+    ref.backward(_bf16(G))
+    assert torch.equal(y, _bf16(ref.detach()))
+    assert not torch.equal(y, fn(add, a, b).detach())  # (the rounding changed something)
+    for got, want in ((a, rx), (b, ry)):
+        assert torch.equal(_grad(got), _bf16(_grad(want)))
+    if op != "einsum":
+        assert torch.equal(_grad(add), _bf16(_grad(ra)))
+    assert dict(sim.calls) == {op.removeprefix("Tensor."): 1}
+
+
+_SDPA_CASES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "bool mask": {"attn_mask": "bool"},
+    "float mask": {"attn_mask": "float"},
+    "causal": {"is_causal": True},
+    "scale": {"scale": 0.3},
+    "grouped query": {"enable_gqa": True},
+}
+
+
+@pytest.mark.parametrize("case", list(_SDPA_CASES))
+def test_attention_under_fp32_is_torchs_own_sdpa(case: str) -> None:
+    gen = torch.Generator().manual_seed(8)
+    kv_heads = 2 if case == "grouped query" else 4
+    q = torch.randn(2, 4, 5, 8, generator=gen)
+    k, v = (torch.randn(2, kv_heads, 6, 8, generator=gen) for _ in range(2))
+    kwargs = dict(_SDPA_CASES[case])
+    if kwargs.get("attn_mask") == "bool":
+        mask = torch.rand(5, 6, generator=gen) > 0.3
+        mask[2] = False  # a query that sees no key: torch gives zeros there
+        kwargs["attn_mask"] = mask
+    elif kwargs.get("attn_mask") == "float":
+        kwargs["attn_mask"] = torch.randn(2, 1, 5, 6, generator=gen)
+    G = torch.randn(2, 4, 5, 8, generator=gen)
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    theirs = [t.clone().requires_grad_() for t in (q, k, v)]
+    with flt.simulate(Calls(F.scaled_dot_product_attention), "fp32") as sim:
+        y = sim.model(*ours, **kwargs)
+    y.backward(G)
+    ref = F.scaled_dot_product_attention(theirs[0], theirs[1], theirs[2], **kwargs)
+    ref.backward(G)  # type: ignore[no-untyped-call]
+    assert torch.allclose(y, ref, rtol=1e-5, atol=1e-6)
+    for mine, torchs in zip(ours, theirs, strict=True):
+        assert torch.allclose(_grad(mine), _grad(torchs), rtol=1e-4, atol=1e-6)
+    assert dict(sim.calls) == {"scaled_dot_product_attention": 1}
+
+
+class _RoundBf16(torch.autograd.Function):
+    """The oracle's storage point: torch's bf16 cast forward and backward (straight through)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return _bf16(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return _bf16(g)
+
+
+def test_attention_under_bf16_rounds_the_operands_and_outputs_of_its_two_gemms() -> None:
+    # q and k of 10 bits under 1/2 (bf16 rounds them), v of 6 bits, head size 16 (scale 1/4): the
+    # sums of q @ k^T and of p @ v are exact in fp32, so only the bf16 roundings can differ
+    gen = torch.Generator().manual_seed(9)
+    q, k = (_dyadic(gen, (2, 3, 5, 16), 10, 1024).requires_grad_() for _ in range(2))
+    v = _dyadic(gen, (2, 3, 5, 16), 6, 64).requires_grad_()
+    mask = torch.ones(5, 5, dtype=torch.bool).triu()  # (any boolean mask)
+    with flt.simulate(Calls(F.scaled_dot_product_attention), "bf16") as sim:
+        y = sim.model(q, k, v, attn_mask=mask)
+    G = _dyadic(gen, (2, 3, 5, 16), 10, 128)
+    y.backward(G)
+
+    def r(t: Any) -> Any:
+        out: Any = _RoundBf16.apply(t)  # type: ignore[no-untyped-call]
+        return out
+
+    rq, rk, rv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    s = r((r(rq) @ r(rk).transpose(-2, -1)) * 0.25)
+    p = torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
+    want = r(r(p) @ r(rv))
+    want.backward(G)
+    assert torch.equal(y, want)
+    assert not torch.equal(y, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    for got, oracle in ((q, rq), (k, rk), (v, rv)):
+        g = _grad(got)
+        assert torch.equal(g, _bf16(g))  # every gradient sent on is stored in bf16
+        assert torch.allclose(g, _grad(oracle), rtol=2**-7, atol=0)
+    assert sim.calls["scaled_dot_product_attention"] == 1
+
+
+def test_the_report_counts_what_it_rounded_and_names_the_gemms_it_left() -> None:
+    gen = torch.Generator().manual_seed(10)
+    q = torch.randn(1, 2, 3, 4, generator=gen)
+    m, x = torch.randn(3, 4, generator=gen), torch.randn(4, generator=gen)
+
+    def forward(q: Any, m: Any, x: Any) -> Any:
+        a = F.scaled_dot_product_attention(q, q, q)
+        b = torch.einsum("ij,j->i", m, x)
+        return a, b, torch.tensordot(m, x, dims=1), torch.mv(m, x)
+
+    with flt.simulate(Calls(forward), "bf16") as sim:
+        _, b, c, d = sim.model(q, m, x)
+    assert dict(sim.calls) == {"scaled_dot_product_attention": 1, "einsum": 1}
+    assert dict(sim.left) == {"tensordot": 1, "mv": 1}
+    text = sim.report()
+    assert "calls rounded so far: einsum 1, scaled_dot_product_attention 1" in text
+    assert "GEMM calls left in their own precision so far: mv 1, tensordot 1" in text
+    # the ones left are torch's own, unrounded
+    assert torch.equal(c, torch.tensordot(m, x, dims=1))
+    assert torch.equal(d, torch.mv(m, x))
+    assert torch.equal(b, _bf16(_bf16(m) @ _bf16(x)))
+
+
 # ---- leaving the block, whatever happened in it --------------------------------------------------------
 class Interrupted(torch.nn.Module):
     """A linear layer, then (while ``fail`` is set) an exception of that kind in the forward pass;

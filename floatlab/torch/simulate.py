@@ -11,14 +11,18 @@
 
 Inside the ``with`` block every GEMM of the model's forward pass runs as the policy's tensor
 core would: ``nn.Linear`` (``F.linear``), ``nn.Conv1d``/``nn.Conv2d`` (``F.conv1d``,
-``F.conv2d``) and ``torch.matmul``, ``torch.bmm``, ``torch.mm`` and ``@`` (in any module,
-functional calls in a custom ``forward`` included) get their weights, inputs and bias rounded
-into the forward format and their output stored in it; ``nn.Embedding`` (``F.embedding``) reads
-its table rounded into the forward format. Backward, the gradient reaching each of those outputs
-is rounded into the backward format, and so is each gradient they send on (to the input, the
-weight, the bias): a gradient is stored wherever an activation is. Every rounding is
-:func:`floatlab.round_array` with the policy's mode, ``saturate`` and ``subnormals``
-(stochastic rounding draws from a seeded generator).
+``F.conv2d``) and ``torch.matmul``, ``torch.bmm``, ``torch.mm``, ``torch.addmm``,
+``torch.baddbmm``, ``torch.einsum`` (of two operands or more) and ``@`` (in any module,
+functional calls in a custom ``forward`` included) get their weights, inputs and bias (the
+added term) rounded into the forward format and their output stored in it; ``nn.Embedding``
+(``F.embedding``) reads its table rounded into the forward format.
+``F.scaled_dot_product_attention`` runs as its two GEMMs, each treated so: ``q @ k^T * scale``,
+the mask and the softmax in the model's precision, then ``p @ v`` (torch's own math reference;
+a fused kernel keeps the scores in fp32, which this does not). Backward, the gradient reaching
+each of those outputs is rounded into the backward format, and so is each gradient they send on
+(to the input, the weight, the bias): a gradient is stored wherever an activation is. Every
+rounding is :func:`floatlab.round_array` with the policy's mode, ``saturate`` and ``subnormals``
+(stochastic rounding draws from a seeded generator). :attr:`Simulation.calls` counts them.
 
 How: one :class:`torch.overrides.TorchFunctionMode` sees those calls, switched on by a
 forward pre-hook on the model and off by its forward hook, and each rounding is an autograd
@@ -42,6 +46,10 @@ What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulati
 * layers with parameters that are none of the above (LayerNorm, BatchNorm, GroupNorm,
   MultiheadAttention, a custom module holding a parameter, Conv3d, ConvTranspose): they run in
   their own precision, as their parameters are;
+* other products of tensors (``torch.tensordot``, ``mv``, ``dot``, ``inner``, ``outer``,
+  ``addbmm``, ``addmv``, ``addr``, ``linalg.multi_dot``, ``F.bilinear``, ``F.conv3d``, the
+  transposed convolutions, ``F.multi_head_attention_forward``, in-place ``addmm_`` and kin): they
+  run in their own precision, and :attr:`Simulation.left` counts their calls;
 * the elementwise ops and reductions between GEMMs (softmax, layer norm, GELU, residual adds,
   the loss) run in the model's precision, fp32, which is what a policy's fp32-op list asks for;
   a pure ``"bf16"`` policy, which computes them in bf16 in floatlab's NumPy models, is simulated
@@ -76,6 +84,7 @@ What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulati
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -119,8 +128,11 @@ def _gemm_functions() -> dict[Any, str]:
         F.conv1d: "conv1d",
         F.conv2d: "conv2d",
         F.embedding: "embedding",
+        F.scaled_dot_product_attention: "scaled_dot_product_attention",
+        torch.einsum: "einsum",
+        torch.linalg.matmul: "matmul",
     }
-    for name in ("matmul", "bmm", "mm"):
+    for name in ("matmul", "bmm", "mm", "addmm", "baddbmm"):
         ops[getattr(torch, name)] = name
         ops[getattr(torch.Tensor, name)] = name
     ops[torch.Tensor.__matmul__] = "matmul"
@@ -128,15 +140,42 @@ def _gemm_functions() -> dict[Any, str]:
     return ops
 
 
+def _left_functions() -> dict[Any, str]:
+    """The products of tensors the mode sees and leaves in their own precision, each with its name
+    in the report (:attr:`Simulation.left` counts their calls)."""
+    ops: dict[Any, str] = {
+        F.bilinear: "bilinear",
+        F.conv3d: "conv3d",
+        F.conv_transpose1d: "conv_transpose1d",
+        F.conv_transpose2d: "conv_transpose2d",
+        F.conv_transpose3d: "conv_transpose3d",
+        F.multi_head_attention_forward: "multi_head_attention_forward",
+        torch.tensordot: "tensordot",
+        torch.linalg.multi_dot: "multi_dot",
+        torch.linalg.vecdot: "vecdot",
+    }
+    for name in ("mv", "dot", "vdot", "inner", "outer", "ger", "addbmm", "addmv", "addr", "chain_matmul"):
+        for owner in (torch, torch.Tensor):
+            if hasattr(owner, name):
+                ops[getattr(owner, name)] = name
+    for name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):  # (in place: into fp32 storage)
+        ops[getattr(torch.Tensor, name)] = name
+    return ops
+
+
 _GEMMS = _gemm_functions()
+_LEFT = _left_functions()
 #: the positional places and keywords of the operands each function's rounding reaches
 _OPERANDS = {
     "linear": ((0, 1, 2), ("input", "weight", "bias")),
     "conv1d": ((0, 1, 2), ("input", "weight", "bias")),
     "conv2d": ((0, 1, 2), ("input", "weight", "bias")),
     "embedding": ((1,), ("weight",)),  # (the indices are not values)
+    "addmm": ((0, 1, 2), ("input", "mat1", "mat2")),
+    "baddbmm": ((0, 1, 2), ("input", "batch1", "batch2")),
 }
 _TWO = ((0, 1), ("input", "other", "mat2"))
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
 #: the code of torch's ``Module.__call__`` body, which runs a module's hooks and its forward
 _CALL_IMPL = getattr(getattr(torch.nn.Module, "_call_impl", None), "__code__", None)
 
@@ -286,8 +325,12 @@ class _GemmMode(TorchFunctionMode):
     ) -> Any:
         kwargs = dict(kwargs or {})
         op = _GEMMS.get(func)
-        if op is None or not self.sim._running():
-            return func(*args, **kwargs)  # (not a GEMM, or the forward pass has ended)
+        left = _LEFT.get(func) if op is None else None
+        if (op is None and left is None) or not self.sim._running():
+            return func(*args, **kwargs)  # (not a product, or the forward pass has ended)
+        if op is None:
+            self.sim.left[str(left)] += 1
+            return func(*args, **kwargs)
         # (the mode is off while its handler runs: func below is torch's own)
         return self.sim._gemm(op, func, args, kwargs)
 
@@ -297,7 +340,9 @@ class Simulation:
 
     :attr:`simulated` and :attr:`skipped` name the modules (``"name (Type)"``; the model itself
     is ``"<model>"``) that the policy reaches and those left in their own precision;
-    :attr:`calls` counts the rounded calls by function. :meth:`store` is the rounding point
+    :attr:`calls` counts the rounded calls by function, :attr:`left` the calls of other products of
+    tensors (``torch.tensordot``, ``torch.mv``, ``F.conv3d``, ...) that ran in their own precision.
+    :meth:`store` is the rounding point
     itself, for a model's own storage points; :meth:`round` rounds a tensor as the policy does.
 
     >>> import torch
@@ -337,6 +382,8 @@ class Simulation:
             self.scaling = Fp8Scaling(p.recipe)
         self._cast = False  # whether the recipe cast anything since its last step ended
         self.calls: Counter[str] = Counter()
+        #: the calls of products the mode saw and left in their own precision, by function
+        self.left: Counter[str] = Counter()
         self.simulated: list[str] = []
         self.skipped: list[str] = []
         self._survey()
@@ -403,6 +450,10 @@ class Simulation:
 
     def _gemm(self, op: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """func with its operands stored and its output stored (the mode's handler)."""
+        if op == "einsum":
+            return self._einsum(func, args, kwargs)
+        if op == "scaled_dot_product_attention":
+            return self._attention(func, args, kwargs)
         self.calls[op] += 1
         if op == "linear" and self.scaling is not None:
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
@@ -425,6 +476,56 @@ class Simulation:
                 kwargs[k] = self.store(kwargs[k])
         out = func(*a, **kwargs)
         return self.store(out) if isinstance(out, torch.Tensor) else out
+
+    def _einsum(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``torch.einsum(equation, *operands)`` of two operands or more as a GEMM: operands and
+        output stored; of one (a transpose, a trace, a sum) as it is, no product being formed."""
+        operands = list(args[1:])
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):  # (the list form)
+            operands = list(operands[0])
+        if sum(isinstance(t, torch.Tensor) for t in operands) < 2:
+            return func(*args, **kwargs)
+        self.calls["einsum"] += 1
+        stored = [self.store(t) if isinstance(t, torch.Tensor) else t for t in operands]
+        out = func(args[0], *stored, **kwargs)
+        return self.store(out) if isinstance(out, torch.Tensor) else out
+
+    def _attention(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``F.scaled_dot_product_attention`` as its two GEMMs, each treated as the other GEMMs are:
+        ``s = q @ k^T * scale`` (q and k stored, s stored: the scale is the GEMM's epilogue), the
+        mask and the softmax in the model's precision, then ``p @ v`` (p and v stored, the output
+        stored). This is torch's own math reference (the function's documentation), with
+        ``aten._safe_softmax``, as torch's math backend has it: a query that sees no key gets
+        zeros, not NaN. Dropout draws from torch's generator, as the math backend does, but not
+        the same mask as a fused kernel."""
+        a = {**dict(zip(_SDPA_ARGS, args, strict=False)), **kwargs}
+        q, k, v = (a[n] for n in _SDPA_ARGS[:3])
+        if any(t.is_nested for t in (q, k, v)):  # (a ragged batch: no plain GEMMs to write out)
+            self.left["scaled_dot_product_attention"] += 1
+            return func(*args, **kwargs)
+        mask, causal = a.get("attn_mask"), bool(a.get("is_causal", False))
+        if mask is not None and causal:
+            raise ValueError(
+                "scaled_dot_product_attention with attn_mask and is_causal=True: expected one of them"
+            )
+        self.calls["scaled_dot_product_attention"] += 1
+        q, k, v = self.store(q), self.store(k), self.store(v)
+        scale = a.get("scale")
+        factor = 1 / math.sqrt(q.size(-1)) if scale is None else scale
+        if a.get("enable_gqa", False):  # key and value heads shared by groups of query heads
+            k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
+            v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+        s = self.store(torch.matmul(q, k.transpose(-2, -1)) * factor)
+        if causal:
+            seen = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=s.device).tril()
+            s = s.masked_fill(~seen, float("-inf"))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+        p = torch.ops.aten._safe_softmax(s, -1)
+        dropout = float(a.get("dropout_p", 0.0))
+        if dropout > 0:
+            p = torch.dropout(p, dropout, train=True)
+        return self.store(torch.matmul(self.store(p), v))
 
     def end_step(self) -> dict[str, dict[str, float]]:
         """Close the recipe's step (the next training forward pass does it by itself): each GEMM
@@ -538,6 +639,9 @@ class Simulation:
             f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}"
             + (" (a torch.matmul, bmm or @ of theirs is rounded all the same)" if self.skipped else ""),
         ]
+        if self.left:
+            left_calls = ", ".join(f"{k} {v}" for k, v in sorted(self.left.items()))
+            lines.append(f"  GEMM calls left in their own precision so far: {left_calls}")
         left = []
         low_ops = sorted({"softmax", "norm", "sum", "exp", "log", "loss"} - set(p.fp32_ops))
         if p.is_wide or not low_ops:
