@@ -436,3 +436,24 @@ def test_rows_by_hand() -> None:
     assert rep.formats == ("fp16",)
     assert "activation: " not in rep.report()
     assert "(no tensors of this kind)" in rep.report("activation")
+
+
+def test_a_model_on_the_meta_device_is_refused_in_one_line() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("meta")
+    with pytest.raises(ValueError, match="the meta device") as e:
+        inspect(model, mlp_batch(), tiny_loss)
+    assert "'0.weight'" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("kind", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_of_any_kind_in_forward_leaves_the_model_as_it_was(kind: type[BaseException]) -> None:
+    from torch_twins import Raising, model_state, same_state
+
+    model = mlp()
+    model.append(Raising(kind))
+    before = model_state(model)
+    with pytest.raises(kind):
+        inspect(model, mlp_batch(), tiny_loss, steps=2)
+    assert same_state(model_state(model), before)

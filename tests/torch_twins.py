@@ -25,6 +25,17 @@ class StoredSoftmax(torch.autograd.Function):
         return p * (dp - (dp * p).sum(-1, keepdim=True)), None
 
 
+class Raising(torch.nn.Module):
+    """A layer whose forward pass raises an exception of the given kind (KeyboardInterrupt too)."""
+
+    def __init__(self, kind: type[BaseException]) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x: Any) -> Any:
+        raise self.kind("stop")
+
+
 def model_state(model: torch.nn.Module) -> dict[str, Any]:
     """What simulate or inspect could leave behind on a model or in torch: each module's hooks and
     instance attributes, the parameters' and buffers' values and dtypes, and torch's stack of

@@ -500,7 +500,9 @@ def inspect(
     No optimizer step is taken unless ``optimizer`` is given: then ``optimizer.step()`` runs after
     each backward, and the weights of the next pass are the updated ones. Without it every pass
     sees the same weights (more steps then only matter for models with randomness, such as
-    dropout). The model's mode (train or eval) is left as it is; the hooks are removed on return.
+    dropout). The model's mode (train or eval) is left as it is; the hooks are removed on return,
+    and when any exception (a ``KeyboardInterrupt`` included) ends the passes. A model on the meta
+    device has no values to inspect: it is refused before any pass.
     A loss that needs no gradient (every parameter frozen, or the passes run under
     ``torch.no_grad()``) is not differentiated: the report then has weights and activations only.
 
@@ -533,6 +535,12 @@ def inspect(
         GradHistogram().recommend_scale(f, headroom=headroom, rounding=rounding)
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model of type {type(model).__name__}: expected a torch.nn.Module")
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        if t.device.type == "meta":  # (torch's own error would come from inside the first copy)
+            raise ValueError(
+                f"model on the meta device ({name!r} has a shape but no values to inspect): expected "
+                "a model with values, on the CPU or a GPU (model.to_empty(device='cpu'), then its weights)"
+            )
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise ValueError(
             f"batch of type {type(batch).__name__}: expected a pair (inputs, target); target may be None"
