@@ -26,6 +26,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,7 +35,27 @@ from typing import Any
 
 from floatlab.train.config import TrainConfig
 
-__all__ = ["CONFIG_KEYS", "POLICY_KEYS", "Grid", "Task", "load_grid_file", "parse_seeds", "sweep_keys"]
+__all__ = [
+    "CONFIG_KEYS",
+    "MAX_FILE_BYTES",
+    "MAX_FILE_VALUES",
+    "MAX_RUNS",
+    "POLICY_KEYS",
+    "Grid",
+    "Task",
+    "load_grid_file",
+    "parse_seeds",
+    "sweep_keys",
+]
+
+#: the most runs a grid may hold: its size is the product of its axes' lengths, checked before any
+#: configuration (or any list of seeds) is built
+MAX_RUNS = 10_000
+#: the largest sweep file read (bytes)
+MAX_FILE_BYTES = 1 << 20
+#: the most values (scalars, lists and tables, each alias counted as what it stands for) a sweep
+#: file may hold: a few hundred bytes of nested YAML aliases stand for billions
+MAX_FILE_VALUES = 100_000
 
 #: the TrainConfig fields a sweep may vary or fix (``policy`` is filled from :data:`POLICY_KEYS`)
 CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "policy")
@@ -141,7 +162,7 @@ class Grid:
     def __init__(self, axes: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any] | None = None) -> None:
         from floatlab.train.text import check_model_and_data
 
-        self.axes: dict[str, list[Any]] = {}
+        given: dict[str, Sequence[Any]] = {}
         for key, values in axes.items():
             k = _check_key(key)
             vals = (
@@ -149,7 +170,11 @@ class Grid:
             )
             if not len(vals):
                 raise ValueError(f"sweep key {key!r} has no values: expected at least one")
-            self.axes[k] = list(vals)
+            given[k] = vals
+        _check_size({k: len(v) for k, v in given.items()})  # before any axis is listed
+        self.axes: dict[str, list[Any]] = {k: list(v) for k, v in given.items()}
+        if "precision" in self.axes:
+            self.axes["precision"] = _precisions(self.axes["precision"])
         self.fixed: dict[str, Any] = {_check_key(k): v for k, v in (fixed or {}).items()}
         both = sorted(set(self.axes) & set(self.fixed))
         if both:
@@ -177,6 +202,8 @@ class Grid:
                 backend = str(v)
             elif k in POLICY_KEYS:
                 policy[k] = v
+            elif k == "precision" and isinstance(v, str):
+                config[k] = _precision_name(v)
             elif k != "policy":
                 config[k] = tuple(v) if isinstance(v, list) else v
         try:
@@ -197,8 +224,60 @@ def _describe(cfg: TrainConfig) -> str:
     return f"precision={cfg.precision} seed={cfg.seed}"
 
 
+def _check_size(lengths: Mapping[str, int]) -> None:
+    """Refuse a grid of more than :data:`MAX_RUNS` runs, from its axes' lengths alone.
+
+    >>> _check_size({"seed": 5000, "lr": 3})
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep grid of 15000 runs (seed: 5000 x lr: 3): expected at most 10000 runs
+    """
+    runs = math.prod(lengths.values())
+    if runs > MAX_RUNS:
+        shape = " x ".join(f"{k}: {n}" for k, n in lengths.items())
+        raise ValueError(f"sweep grid of {runs} runs ({shape}): expected at most {MAX_RUNS} runs")
+
+
+def _precision_name(name: str) -> str:
+    """The policy lookup's own name for ``name`` (``"FP16"``, ``"half"``: ``"fp16"``), so that one
+    policy is one configuration, whatever it was called; an unknown name is the lookup's one line.
+
+    >>> _precision_name("AMP"), _precision_name("apex_o2")
+    ('mixed-fp16', 'apex-O2')
+    """
+    from floatlab.train.presets import resolve_policy
+
+    return resolve_policy(name).name
+
+
+def _precisions(values: list[Any]) -> list[Any]:
+    """The precision axis under the lookup's names; a policy named twice is refused, naming both.
+
+    >>> _precisions(["fp32", "FP16"])
+    ['fp32', 'fp16']
+    >>> _precisions(["fp16", "half"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep axis precision names the policy fp16 twice ('fp16' and 'half'): expected ...
+    """
+    out: list[Any] = []
+    first: dict[str, Any] = {}
+    for v in values:
+        name = _precision_name(v) if isinstance(v, str) else v  # (TrainConfig refuses a non-string)
+        if isinstance(name, str) and name in first:
+            raise ValueError(
+                f"sweep axis precision names the policy {name} twice ({first[name]!r} and {v!r}): "
+                "expected each policy once"
+            )
+        if isinstance(name, str):
+            first[name] = v
+        out.append(name)
+    return out
+
+
 def parse_seeds(text: str) -> list[int]:
-    """Seeds written as ``0-4``, ``0,2,5`` or both (``0-2,7``).
+    """Seeds written as ``0-4``, ``0,2,5`` or both (``0-2,7``); at most :data:`MAX_RUNS` of them,
+    counted from the ranges' ends before any is listed.
 
     >>> parse_seeds("0-3,7")
     [0, 1, 2, 3, 7]
@@ -206,8 +285,12 @@ def parse_seeds(text: str) -> list[int]:
     Traceback (most recent call last):
     ...
     ValueError: seeds '3-1': expected seeds such as 0-4 or 0,2,5 (a range low-high with low <= high)
+    >>> parse_seeds("0-99999")
+    Traceback (most recent call last):
+    ...
+    ValueError: seeds '0-99999': 100000 seeds, more than a sweep's runs: expected at most 10000
     """
-    out: list[int] = []
+    spans: list[range] = []
     bad = ValueError(
         f"seeds {text!r}: expected seeds such as 0-4 or 0,2,5 (a range low-high with low <= high)"
     )
@@ -223,15 +306,23 @@ def parse_seeds(text: str) -> list[int]:
             raise bad from None
         if a < 0 or b < a:
             raise bad
-        out.extend(range(a, b + 1))
-    if not out:
+        spans.append(range(a, b + 1))
+    if not spans:
         raise bad
-    return list(dict.fromkeys(out))
+    listed = sum(len(r) for r in spans)  # (a repeated seed counts each time it is listed)
+    if listed > MAX_RUNS:
+        raise ValueError(
+            f"seeds {text!r}: {listed} seeds, more than a sweep's runs: expected at most {MAX_RUNS}"
+        )
+    return list(dict.fromkeys(itertools.chain.from_iterable(spans)))
 
 
 def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """The axes and fixed settings of a TOML or YAML sweep file: a table ``grid`` (each key a list of
-    values) and a table ``fixed`` (each key one value); ``seeds`` may be written ``"0-4"``.
+    values) and a table ``fixed`` (each key one value); ``seeds`` may be written ``"0-4"``. The keys
+    come back checked and under their own names (``seeds`` is ``seed``). A file holds at most
+    :data:`MAX_FILE_BYTES` bytes and :data:`MAX_FILE_VALUES` values (an alias counts as what it
+    stands for), checked before anything is built from it.
 
     >>> import tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "s.toml")
@@ -239,7 +330,7 @@ def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], 
     >>> with open(p, "w") as fh:
     ...     _ = fh.write(text)
     >>> load_grid_file(p)
-    ({'precision': ['fp32', 'bf16'], 'seeds': [0, 1, 2]}, {'steps': 3})
+    ({'precision': ['fp32', 'bf16'], 'seed': [0, 1, 2]}, {'steps': 3})
     """
     from floatlab.io import first_bytes
 
@@ -247,7 +338,11 @@ def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], 
     first_bytes(name, "a sweep file (.toml, .yaml)")
     low = name.lower()
     with open(name, "rb") as fh:
-        raw = fh.read()
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(
+            f"sweep file {name!r} is larger than a sweep file may be: expected at most {MAX_FILE_BYTES} bytes"
+        )
     try:
         if low.endswith(".toml"):
             if sys.version_info >= (3, 11):
@@ -265,6 +360,7 @@ def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], 
         raise
     except Exception as e:  # a syntax error of either parser
         raise ValueError(f"sweep file {name!r}: {e}") from None
+    _check_values(doc, name)
     if not isinstance(doc, dict) or not set(doc) <= {"grid", "fixed"}:
         raise ValueError(f"sweep file {name!r}: expected the tables grid and fixed only")
     grid, fixed = doc.get("grid", {}), doc.get("fixed", {})
@@ -272,7 +368,39 @@ def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], 
         raise ValueError(f"sweep file {name!r}: expected grid and fixed to be tables of keys")
     axes: dict[str, list[Any]] = {}
     for k, v in grid.items():
-        if k in ("seed", "seeds") and isinstance(v, str):
+        key = _check_key(str(k))
+        if key == "seed" and isinstance(v, str):
             v = parse_seeds(v)
-        axes[k] = list(v) if isinstance(v, list) else [v]
-    return axes, dict(fixed)
+        axes[key] = list(v) if isinstance(v, list) else [v]
+    return axes, {_check_key(str(k)): v for k, v in fixed.items()}
+
+
+def _check_values(doc: Any, name: str) -> None:
+    """Refuse a document of more than :data:`MAX_FILE_VALUES` values, counting each value every
+    time it is reached (a YAML alias is a reference to one object, which a repr, a JSON dump or a
+    tuple of its parts would write out whole); the walk stops at the limit, so a document that
+    refers to itself ends it too.
+
+    >>> x = [0] * 10
+    >>> _check_values({"grid": {"lr": [x] * 10}}, "s.yaml")
+    >>> _check_values({"grid": {"lr": [[x] * 1000] * 1000}}, "s.yaml")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep file 's.yaml' holds more than 100000 values (counting what each alias stands ...
+    """
+    stack, count = [doc], 1
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            parts: Sequence[Any] = [*v.keys(), *v.values()]
+        elif isinstance(v, (list, tuple)):
+            parts = v
+        else:
+            continue
+        count += len(parts)  # counted as they are reached, so the stack never outgrows the limit
+        if count > MAX_FILE_VALUES:
+            raise ValueError(
+                f"sweep file {name!r} holds more than {MAX_FILE_VALUES} values (counting what each alias "
+                "stands for): expected a smaller grid"
+            )
+        stack.extend(parts)
