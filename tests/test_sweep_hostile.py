@@ -11,10 +11,22 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
+import floatlab.sweeps.run as runner
 from floatlab.cli import main
-from floatlab.sweeps import Grid, load_grid_file, parse_seeds
+from floatlab.sweeps import (
+    Grid,
+    SweepEvent,
+    load_grid_file,
+    parse_seeds,
+    read_table,
+    summarize,
+    sweep,
+    write_table,
+)
+from floatlab.sweeps.table import run_rows, to_frame
 from floatlab.train.policy import get_policy
 
 FIXED: dict[str, Any] = {"data": "underflow", "hidden": (4,), "steps": 2}
@@ -31,6 +43,31 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *named: str) -
     for text in named:
         assert text in err, (text, err)
     return err
+
+
+# ---- 4: CSV and Parquet round-trip the same ------------------------------------------------------
+def _rows() -> list[dict[str, Any]]:
+    g = Grid({"seed": [0, 1]}, {**FIXED, "eval_every": 1, "precision": "fp16"})
+    rows = runner.execute(g.tasks[0])
+    return [*rows, *run_rows(g.tasks[1], error="FloatingPointError: the scale, 0, underflowed")]
+
+
+def test_csv_and_parquet_read_back_what_was_written(tmp_path: Path) -> None:
+    rows = _rows()
+    written = to_frame(rows)
+    for suffix in (".csv", ".parquet"):
+        write_table(rows, tmp_path / f"t{suffix}")
+        pd.testing.assert_frame_equal(read_table(tmp_path / f"t{suffix}"), written)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_extending_a_sweep_keeps_one_summary_row_per_configuration(tmp_path: Path, suffix: str) -> None:
+    out = tmp_path / f"t{suffix}"
+    sweep({"seed": [0, 1, 2]}, FIXED, executor="serial", out=out)
+    extended = sweep({"seed": [0, 1, 2, 3]}, FIXED, executor="serial", out=out)
+    assert summarize(extended)["runs"].tolist() == [4]
+    assert summarize(read_table(out))["runs"].tolist() == [4]
+    pd.testing.assert_frame_equal(extended, sweep({"seed": [0, 1, 2, 3]}, FIXED, executor="serial"))
 
 
 # ---- 8: a grid's size is known, and limited, before anything is built -------------------------
@@ -92,6 +129,26 @@ def test_a_huge_sweep_file_is_refused(tmp_path: Path) -> None:
     path.write_text("[grid]\nlr = [" + "0.1, " * 300_000 + "]\n")
     with pytest.raises(ValueError, match=r"big.toml.*at most 1048576 bytes"):
         load_grid_file(path)
+
+
+# ---- 16: a row cut short is no finished run -----------------------------------------------------
+@pytest.mark.parametrize("cut", ["last field", "mid row", "in the key", "whole row"])
+@pytest.mark.parametrize("retry", [False, True])
+def test_a_run_whose_rows_were_cut_short_runs_again(tmp_path: Path, cut: str, retry: bool) -> None:
+    fixed, axes = {**FIXED, "eval_every": 1}, {"seed": [0, 1]}
+    out = tmp_path / "t.csv"
+    sweep(axes, fixed, executor="serial", out=out)
+    text = out.read_text()
+    head, last = text[: text.rstrip("\n").rfind("\n") + 1], text.rstrip("\n").rsplit("\n", 1)[1]
+    keep = {"last field": len(last) - 2, "mid row": len(last) // 2, "in the key": 5, "whole row": 0}[cut]
+    out.write_text(head + last[:keep])
+    seen: list[SweepEvent] = []
+    resumed = runner.run_grid(Grid(axes, fixed), str(out), executor="serial", retry_failed=retry,
+                              callback=seen.append)  # fmt: skip
+    assert (seen[0].total, seen[0].skipped) == (1, 1)  # the last run, and only it, runs again
+    fresh = sweep(axes, fixed, executor="serial")
+    pd.testing.assert_frame_equal(to_frame(resumed), fresh)
+    pd.testing.assert_frame_equal(read_table(out), fresh)
 
 
 # ---- 21: one policy under two names ----------------------------------------------------------

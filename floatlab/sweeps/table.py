@@ -7,7 +7,8 @@ run's totals (``steps_run``, ``skipped_steps``, ``final_scale``, ``mean_flushed`
 ``mean_swallowed``) and one evaluation's metrics (``eval``, ``step``, ``epoch``, ``train_loss``,
 ``test_loss``, ``test_accuracy``). A run with no evaluation (it failed, or stopped before its
 first) is one row with empty metrics. The table is written whole, atomically, after every run
-(:func:`write_table`), so that a sweep killed midway keeps every run that finished.
+(:func:`write_table`), so that a sweep killed midway keeps every run that finished; a table read
+back holds whole runs only (:func:`read_table`), so that a run whose rows were cut short runs again.
 
 >>> from floatlab.sweeps.grid import Grid
 >>> task = Grid({"seed": [0]}, {"data": "underflow"}).tasks[0]
@@ -18,8 +19,12 @@ first) is one row with empty metrics. The table is written whole, atomically, af
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import math
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from floatlab.io import atomic_output, first_bytes
@@ -47,10 +52,13 @@ RUN_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 #: one evaluation
 EVAL_COLUMNS: tuple[str, ...] = ("eval", "step", "epoch", "train_loss", "test_loss", "test_accuracy")
-#: the columns a CSV table keeps as text
+#: the columns a CSV table keeps as text, besides the configuration's text fields (see _text_columns)
 _TEXT = ("run_id", "model", "data", "precision", "policy", "optimizer", "schedule", "hidden", "activation",
          "channels", "histogram_steps", "backend", "floatlab", "status", "reason")  # fmt: skip
 _FLOATS = ("final_scale", "mean_flushed", "mean_swallowed", "train_loss", "test_loss", "test_accuracy")
+#: what may become of a run
+STATUSES: tuple[str, ...] = ("ok", "stopped", "failed")
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def run_rows(
@@ -142,7 +150,10 @@ def write_table(rows: list[dict[str, Any]], path: str | os.PathLike[str]) -> Any
 
 
 def read_table(path: str | os.PathLike[str]) -> Any:
-    """A table :func:`write_table` wrote, as a DataFrame; a file that is not one is one ValueError.
+    """A table :func:`write_table` wrote, as a DataFrame equal to the one written (a CSV's and a
+    Parquet file's alike); a file that is not one is one ValueError. Only whole runs come back: a
+    run with a row that is cut short (a field missing, a value that is no number, the file ending
+    mid-row) or with its evaluations incomplete has not finished, and none of its rows is kept.
 
     >>> read_table("no/such.parquet")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -154,20 +165,126 @@ def read_table(path: str | os.PathLike[str]) -> Any:
     name = os.fspath(path)
     kind = _suffix(name)
     first_bytes(name, "a sweep table (.parquet or .csv)")
-    try:
-        if kind == ".parquet":
+    if kind == ".parquet":
+        try:
             df = pd.read_parquet(name)
-        else:  # text stays text: a key of digits, sizes such as "8", an empty reason
-            df = pd.read_csv(name, dtype=dict.fromkeys(_TEXT, str), keep_default_na=False, na_values=[""])
-    except Exception as e:  # a truncated or foreign file: pyarrow and pandas raise many kinds
-        raise ValueError(f"sweep table {name!r} cannot be read: {type(e).__name__}: {e}") from None
-    if "run_id" not in df.columns or "status" not in df.columns:
+        except Exception as e:  # a truncated or foreign file: pyarrow raises many kinds
+            raise ValueError(f"sweep table {name!r} cannot be read: {type(e).__name__}: {e}") from None
+        header, rows, cut = [str(c) for c in df.columns], records(df), set[str]()
+    else:
+        header, rows, cut = _read_csv(name)
+    if "run_id" not in header or "status" not in header:
         raise ValueError(f"sweep table {name!r}: expected the columns run_id and status (a floatlab sweep)")
-    if kind == ".csv":
-        for k in _TEXT:
-            if k in df.columns and k not in ("lr", "clip"):
-                df[k] = df[k].astype(object).where(df[k].notna(), "" if k == "reason" else None)
-    return df
+    kept = _whole_runs(rows, cut)
+    if kind == ".parquet":
+        whole = {r["run_id"] for r in kept}
+        return df[df["run_id"].isin(whole)].reset_index(drop=True) if len(kept) < len(rows) else df
+    return to_frame(kept) if kept else pd.DataFrame(columns=header)
+
+
+def _read_csv(name: str) -> tuple[list[str], list[dict[str, Any]], set[str]]:
+    """The header, the whole rows (as :func:`run_rows` gives them: text as text, numbers as numbers,
+    empty as None) and the keys of the runs with a row cut short, of a CSV table.
+
+    The text columns are text whatever they hold (a key of digits, sizes such as ``"8"``, an empty
+    reason); every other value is a number or empty. A file that ends mid-row (no final newline,
+    or inside a quoted field) ends with a row cut short: when its key may be cut too, the run of
+    the row before it is not trusted either."""
+    try:
+        with open(name, "rb") as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"sweep table {name!r} cannot be read: {type(e).__name__}: {e}") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    got: list[list[str]] = []
+    partial: list[str] | None = None
+    try:
+        got.extend(r for r in reader if r)
+        if not text.endswith(("\n", "\r")) and got:
+            partial = got.pop()  # the file ends inside this row: any field may be cut
+    except csv.Error:  # the file ends inside a quoted field: the row is lost with it
+        partial = []
+    if not got:
+        raise ValueError(f"sweep table {name!r} is empty: expected a header row")
+    header, body = got[0], got[1:]
+    key = header.index("run_id") if "run_id" in header else 0
+    cut: set[str] = set()
+    if partial is not None:
+        if len(partial) > key + 1:  # its key ended with its field: that run alone
+            cut.add(partial[key])
+        elif body:
+            cut.add(body[-1][key] if len(body[-1]) > key else "")
+    rows: list[dict[str, Any]] = []
+    text_columns = _text_columns()
+    for fields in body:
+        row = _csv_row(header, fields, text_columns)
+        if row is None:
+            cut.add(fields[key] if len(fields) > key else "")
+        else:
+            rows.append(row)
+    return header, rows, cut
+
+
+def _text_columns() -> frozenset[str]:
+    """The columns that hold text: :data:`_TEXT` and every configuration field written as text (a
+    string, a tuple of sizes, the policy overrides)."""
+    from floatlab.train.config import TrainConfig
+
+    typed = (
+        f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith(("str", "tuple", "dict"))
+    )
+    return frozenset((*_TEXT, *typed))
+
+
+def _csv_row(header: list[str], fields: list[str], text: frozenset[str]) -> dict[str, Any] | None:
+    """One CSV record as a row, or None when it is not whole (a field too few or too many, a value
+    that is neither a number nor True or False)."""
+    if len(fields) != len(header):
+        return None
+    row: dict[str, Any] = {}
+    for k, v in zip(header, fields, strict=True):
+        if k in text:
+            row[k] = v
+        elif not v:
+            row[k] = None
+        elif v in ("True", "False"):
+            row[k] = v == "True"
+        else:
+            try:
+                row[k] = int(v) if _INT.fullmatch(v) else float(v)
+            except ValueError:
+                return None
+    return row
+
+
+def _whole_runs(rows: list[dict[str, Any]], cut: set[str]) -> list[dict[str, Any]]:
+    """``rows`` without the runs that are not whole: those in ``cut``, and those whose rows do not
+    tell a finished run (a known status, one per run; a failed run's one row; an ok or stopped run's
+    evaluations numbered from 0, the last at the step it ended).
+
+    >>> r = {"run_id": "a", "status": "ok", "eval": 0, "step": 2, "steps_run": 2}
+    >>> [x["run_id"] for x in _whole_runs([r, {**r, "run_id": "b", "step": 1}], set())]
+    ['a']
+    """
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        runs.setdefault(str(r.get("run_id") or ""), []).append(r)
+    bad = {k for k, rs in runs.items() if not k or k in cut or not _finished(rs)}
+    return [r for r in rows if str(r.get("run_id") or "") not in bad]
+
+
+def _finished(rows: list[dict[str, Any]]) -> bool:
+    status = {r.get("status") for r in rows}
+    if len(status) != 1 or not status <= set(STATUSES):
+        return False
+    evals = [r.get("eval") for r in rows]
+    if evals == [None]:  # failed, or no evaluation
+        return True
+    if status == {"failed"} or evals != list(range(len(rows))):
+        return False
+    last = rows[-1]
+    # every run that trains evaluates at the step it ends (the trainer's last evaluation)
+    return last.get("step") is not None and last.get("step") == last.get("steps_run")
 
 
 def records(df: Any) -> list[dict[str, Any]]:
