@@ -7,9 +7,14 @@ hand, an uninterrupted sweep, and the policy lookup."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import threading
 import tracemalloc
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import pytest
@@ -131,6 +136,173 @@ def test_a_huge_sweep_file_is_refused(tmp_path: Path) -> None:
         load_grid_file(path)
 
 
+# ---- 9: a worker killed mid-run is a failed run; the sweep goes on -----------------------------
+class _Pid:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.getpid, ())
+
+
+class _Killer:
+    """Data that kills the process that receives it, as the out-of-memory killer would: unpickling
+    it in a pool's worker sends that worker SIGKILL (in this process it is never unpickled)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.kill, (_Pid(), signal.SIGKILL))
+
+
+def _killing_sweep(
+    monkeypatch: pytest.MonkeyPatch, axes: dict[str, Any], killed: set[int], workers: int
+) -> Any:
+    """``axes`` swept on a pool of ``workers`` whose children die on the runs of data seeds ``killed``;
+    this process's share waits for the first failure, so the children surely get runs."""
+    data = runner._shared_data
+    failed = threading.Event()
+
+    def shared(tasks: list[Any]) -> dict[Any, Any]:
+        return {k: _Killer() if k[1] in killed else d for k, d in data(tasks).items()}
+
+    train = runner._train
+
+    def here(task: Any, threads: int, d: Any) -> Any:  # this process's share: a normal run
+        failed.wait(60)
+        return train(task, threads, None if isinstance(d, _Killer) else d)
+
+    def callback(event: SweepEvent) -> None:
+        if event.status == "failed":
+            failed.set()
+
+    monkeypatch.setattr(runner, "_shared_data", shared)
+    monkeypatch.setattr(runner, "_train", here)
+    return sweep(axes, FIXED, executor="process", workers=workers, callback=callback)
+
+
+def _check_killed(df: Any, reference: Any, killed: set[int]) -> None:
+    assert failed_runs(df) >= 1
+    for (ds, seed), rows in df.groupby(["data_seed", "seed"], sort=False):
+        want = reference[(reference["data_seed"] == ds) & (reference["seed"] == seed)]
+        if rows["status"].iloc[0] == "failed":
+            assert ds in killed  # only a run whose worker died, never one beside it
+            assert "worker process died" in rows["reason"].iloc[0]
+        else:
+            assert rows["test_loss"].tolist() == want["test_loss"].tolist()
+
+
+def failed_runs(df: Any) -> int:
+    return int((df.groupby("run_id")["status"].first() == "failed").sum())
+
+
+def test_a_killed_worker_is_a_failed_run_and_the_sweep_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    axes = {"data_seed": [0], "seed": [0, 1, 2]}
+    reference = sweep(axes, FIXED, executor="serial")
+    df = _killing_sweep(monkeypatch, axes, {0}, workers=2)
+    assert df["run_id"].tolist() == reference["run_id"].tolist()
+    _check_killed(df, reference, {0})
+
+
+def test_a_killed_worker_fails_its_own_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    axes = {"data_seed": [0, 1], "seed": [0, 1]}
+    reference = sweep(axes, FIXED, executor="serial")
+    df = _killing_sweep(monkeypatch, axes, {1}, workers=3)
+    assert df["run_id"].tolist() == reference["run_id"].tolist()
+    _check_killed(df, reference, {1})
+
+
+class _FakePool:
+    """A process pool without processes: a run of ``killers`` breaks the pool it is in, ending
+    every run in it. The first pool holds its runs until it is full, so that a killer and another
+    run are in it together; later pools end each run as it is handed in."""
+
+    pools: ClassVar[list[_FakePool]] = []
+    killers: ClassVar[set[str]] = set()
+    first_done: ClassVar[threading.Event] = threading.Event()
+
+    def __init__(self, workers: int, mp_context: Any = None) -> None:
+        self.workers = workers
+        self.held: list[tuple[Any, Future[list[dict[str, Any]]]]] = []
+        self.pools.append(self)
+
+    def submit(self, fn: Any, task: Any, *args: Any) -> Future[list[dict[str, Any]]]:
+        f: Future[list[dict[str, Any]]] = Future()
+        self.held.append((task, f))
+        if len(self.pools) > 1 or len(self.held) == self.workers:
+            broken = any(t.run_id in self.killers for t, _ in self.held)
+            for t, g in self.held:
+                if broken:
+                    g.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+                else:
+                    g.set_result([{"run_id": t.run_id, "status": "ok"}])
+            self.held = []
+            self.first_done.set()
+        return f
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_a_pool_that_breaks_with_several_runs_in_it_runs_each_again_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    k1, innocent, k2 = Grid({"seed": [0, 1, 2]}, FIXED).tasks
+    monkeypatch.setattr(_FakePool, "pools", [])
+    monkeypatch.setattr(_FakePool, "killers", {k1.run_id, k2.run_id})
+    monkeypatch.setattr(_FakePool, "first_done", threading.Event())
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", _FakePool)
+    here: list[str] = []
+
+    def run(task: Any) -> list[dict[str, Any]]:  # this process's share: never killed
+        here.append(task.run_id)
+        assert _FakePool.first_done.wait(60)  # the pool holds the other two runs meanwhile
+        return [{"run_id": task.run_id, "status": "ok"}]
+
+    got: dict[str, list[dict[str, Any]]] = {}
+
+    def finished(task: Any, rows: list[dict[str, Any]]) -> None:
+        assert task.run_id not in got  # each run ends once
+        got[task.run_id] = rows
+
+    runner._run_pool([k1, innocent, k2], 3, run, lambda t: (), finished, None)
+    assert len(here) == 1
+    assert len(_FakePool.pools) >= 3  # the first broke with two runs in it; one alone broke another
+    for t in (k1, innocent, k2):
+        (row,) = got[t.run_id]
+        if t.run_id in _FakePool.killers and t.run_id not in here:
+            assert row["status"] == "failed"
+            assert "worker process died" in row["reason"]
+        else:
+            assert row["status"] == "ok"  # the innocent run beside a killer is not blamed
+
+
+# ---- 12: a table of another shape is refused, nothing written -----------------------------------
+def test_an_output_table_with_other_columns_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("run_id,status\nabc,ok\n")
+    before = csv.read_bytes()
+    _refused(capsys, [*TINY, "--out", str(csv)], str(csv), "missing", "precision")
+    assert csv.read_bytes() == before
+    parquet = tmp_path / "t.parquet"
+    rows = [{**r, "extra": 1} for r in _rows()]
+    write_table(rows, parquet)
+    before = parquet.read_bytes()
+    _refused(capsys, [*TINY, "--out", str(parquet)], str(parquet), "extra")
+    assert parquet.read_bytes() == before
+
+
+# ---- 12, 21: a timeout that is no positive number of seconds is refused -------------------------
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    out = tmp_path / "t.csv"
+    argv = ["--data", "underflow", "--steps", "1", "-q", "--out", str(out)]
+    _refused(capsys, [*argv, "--scheduler", "tcp://127.0.0.1:9", "--timeout", value], value,
+             "positive number of seconds")  # fmt: skip
+    assert not out.exists()
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        runner.run_grid(Grid({"seed": [0]}, FIXED), scheduler="tcp://127.0.0.1:9", timeout=float(value))
+
+
 # ---- 16: a row cut short is no finished run -----------------------------------------------------
 @pytest.mark.parametrize("cut", ["last field", "mid row", "in the key", "whole row"])
 @pytest.mark.parametrize("retry", [False, True])
@@ -168,3 +340,15 @@ def test_a_precision_is_kept_under_the_lookup_s_name() -> None:
     want = [get_policy("FP16").name, get_policy("amp").name, "apex-O2"]
     assert [t.config.precision for t in g] == want
     assert g.tasks[0].run_id == Grid({"precision": ["fp16"]}, FIXED).tasks[0].run_id
+
+
+# ---- 21: fewer than one worker is refused ----------------------------------------------------
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_fewer_than_one_worker_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    out = tmp_path / "t.csv"
+    _refused(capsys, [*TINY[:-2], "-q", "--out", str(out), "--workers", value], value, ">= 1")
+    assert not out.exists()
+    with pytest.raises(ValueError, match=r"workers=-3: expected .*>= 1"):
+        runner.run_grid(Grid({"seed": [0]}, FIXED), workers=-3)

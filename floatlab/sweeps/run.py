@@ -5,7 +5,9 @@ runner writes the whole table after each run that finishes, in the grid's order 
 table does not depend on which worker finished first), and skips the runs whose key is in the
 table already. Every run limits BLAS and numba to ``threads`` threads (1 by default) wherever it
 runs, so that serial, pool and cluster give the same numbers bit for bit and the workers do not
-fight over cores. A run that raises is recorded as failed with its reason; the others go on.
+fight over cores. A run that raises is recorded as failed with its reason; the others go on. So is
+a run whose worker process dies under it (killed by the out-of-memory killer, say): the pool is
+started again for the runs left.
 
 Each data set the runs train on is read once per sweep, here, and sent with the tasks: a worker
 never imports the data set's reader (scikit-learn, for the digits, costs a fresh process over a
@@ -24,6 +26,8 @@ runs tasks, so no core waits for the pool to start.
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
 import queue
 import threading
@@ -31,6 +35,8 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_all
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,7 +123,9 @@ class _Table:
         self.order = {t.run_id: t.index for t in grid.tasks}
         self.rows: list[dict[str, Any]] = []
         if path is not None and os.path.exists(path):
-            old = records(read_table(path))
+            df = read_table(path)
+            _check_columns(path, [str(c) for c in df.columns], list(run_rows(grid.tasks[0], error="-")[0]))
+            old = records(df)
             if retry_failed:
                 old = [r for r in old if r["status"] != "failed"]
             self.rows = old
@@ -133,6 +141,29 @@ class _Table:
         )
         if self.path is not None:
             write_table(self.rows, self.path)
+
+
+def _check_columns(path: str, have: list[str], want: list[str]) -> None:
+    """Refuse a table whose columns are not the ones this sweep writes: its rows and the new ones
+    could not share one table.
+
+    >>> _check_columns("t.csv", ["run_id", "status"], ["run_id", "status", "eval"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep table 't.csv' has other columns than this sweep writes (missing: eval): expected ...
+    """
+    missing = [c for c in want if c not in have]
+    extra = [c for c in have if c not in want]
+    if missing or extra:
+        what = "; ".join(
+            f"{label}: {', '.join(cols[:8])}{', ...' if len(cols) > 8 else ''}"
+            for label, cols in (("missing", missing), ("extra", extra))
+            if cols
+        )
+        raise ValueError(
+            f"sweep table {path!r} has other columns than this sweep writes ({what}): expected a table "
+            "of this sweep, or another file"
+        )
 
 
 #: a data set larger than this (bytes) is read by each run itself rather than sent with its task
@@ -184,6 +215,10 @@ def _start_method() -> Any:
     return ctx
 
 
+#: why a run whose worker process died is failed
+_DIED = "its worker process died (killed, as by the out-of-memory killer, or crashed)"
+
+
 def _run_pool(
     todo: list[Task],
     workers: int,
@@ -196,7 +231,13 @@ def _run_pool(
     (:func:`execute` with ``args``, started by ``context``), each taking the next task from one
     queue as it gets free; the results reach ``finished`` here, in this thread, as they come. At
     most one task is handed to the pool per child, so a free worker never waits behind a busy one.
-    Warnings are ignored meanwhile, in this thread too (see :func:`_train`)."""
+    Warnings are ignored meanwhile, in this thread too (see :func:`_train`).
+
+    A child that dies (SIGKILL from the out-of-memory killer, a crash) breaks the pool: every run
+    in it then ends with BrokenProcessPool, and which of them killed its worker is unknown. A new
+    pool takes over; when one run was in the pool, it is failed with the reason; when several were,
+    each runs again alone in the pool (the others' results are the same: runs are seeded), and one
+    that kills its worker alone is failed."""
     tasks = deque(todo)
     results: queue.Queue[tuple[Task, Any]] = queue.Queue()
     lock = threading.Lock()
@@ -215,14 +256,45 @@ def _run_pool(
                 return
             results.put((task, rows))
 
-    pool = ProcessPoolExecutor(workers - 1, mp_context=context)
+    def new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(workers - 1, mp_context=context)
+
+    pool = new_pool()
     in_pool: dict[Future[list[dict[str, Any]]], Task] = {}
+    suspects: deque[Task] = deque()  # runs of a pool that broke with several in it: each runs alone
 
     def feed() -> None:
-        while len(in_pool) < workers - 1 and (task := take()) is not None:
-            f = pool.submit(execute, task, *args(task))
+        nonlocal pool
+        while not stop.is_set():
+            alone = bool(suspects)
+            if alone:
+                if in_pool:
+                    return
+                task: Task | None = suspects.popleft()
+            elif len(in_pool) < workers - 1:
+                task = take()
+            else:
+                return
+            if task is None:
+                return
+            try:
+                f = pool.submit(execute, task, *args(task))
+            except BrokenProcessPool:  # a child died idle, or just now (its runs will report it)
+                if alone:
+                    suspects.appendleft(task)
+                else:
+                    with lock:
+                        tasks.appendleft(task)
+                if in_pool:
+                    return
+                pool.shutdown(wait=True)
+                pool = new_pool()
+                continue
             in_pool[f] = task
-            f.add_done_callback(lambda f: results.put((in_pool[f], f)))
+            f.add_done_callback(functools.partial(report, task))
+
+    def report(task: Task, f: Future[list[dict[str, Any]]]) -> None:
+        results.put((task, f))  # (bound to its task: a broken pool's runs leave in_pool first)
 
     helper = threading.Thread(target=here, name="floatlab-sweep-run", daemon=True)
     with warnings.catch_warnings():
@@ -232,22 +304,53 @@ def _run_pool(
         try:
             helper.start()  # first: handing the pool its first task waits for the fork server to start
             feed()
-            for _ in range(len(todo)):
+            left = len(todo)
+            while left:
                 task, got = results.get()
                 if isinstance(got, BaseException):
                     raise got
-                if isinstance(got, Future):
+                if not isinstance(got, Future):
+                    finished(task, got)
+                    left -= 1
+                    continue
+                if got not in in_pool:
+                    continue  # a broken pool's run, dealt with below when the first of them came
+                if not isinstance(got.exception(), BrokenProcessPool):
                     del in_pool[got]
-                    rows = got.result()
+                    finished(task, _result(task, got))
+                    left -= 1
                     feed()
+                    continue
+                wait_all(in_pool)  # a broken pool ends every run in it
+                died = [t for f, t in in_pool.items() if isinstance(f.exception(), BrokenProcessPool)]
+                for f, t in list(in_pool.items()):
+                    if not isinstance(f.exception(), BrokenProcessPool):
+                        finished(t, _result(t, f))
+                        left -= 1
+                in_pool.clear()
+                if len(died) == 1:
+                    reason = f"{_DIED}: {type(got.exception()).__name__}"
+                    finished(died[0], run_rows(died[0], error=reason))
+                    left -= 1
                 else:
-                    rows = got
-                finished(task, rows)
+                    suspects.extend(died)
+                pool.shutdown(wait=True)
+                pool = new_pool()
+                feed()
         finally:  # interrupted: the runs not started are dropped, the running ones end
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
             if helper.is_alive():
                 helper.join()
+
+
+def _result(task: Task, future: Future[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of a run done in the pool; a run whose task or rows could not travel between the
+    processes is failed with the reason (execute itself never raises)."""
+    e = future.exception()
+    if e is None:
+        return future.result()
+    return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split()))
 
 
 def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: float) -> Any:
@@ -287,7 +390,8 @@ def run_grid(
     core), "dask": a ``LocalCluster`` of
     ``workers`` workers, processes or threads, or the cluster at ``scheduler``); write the table
     after each run; return its rows. Failed runs in the table are run again with ``retry_failed``.
-    ``timeout``: seconds to reach a Dask scheduler.
+    ``timeout``: seconds to reach a Dask scheduler (a positive number). An existing table whose
+    columns are not this sweep's is refused, before any run.
 
     >>> g = Grid({"seed": [0, 1]}, {"data": "underflow", "hidden": (4,), "steps": 2})
     >>> rows = run_grid(g, executor="serial")
@@ -300,6 +404,10 @@ def run_grid(
         executor = "dask"
     if threads < 1:
         raise ValueError(f"threads={threads!r}: expected at least 1 thread per run")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers={workers!r}: expected a number of workers >= 1 (None: every core)")
+    if not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
     table = _Table(grid, out, retry_failed)
     todo = [t for t in grid.tasks if t.run_id not in table.have]
     event = SweepEvent(total=len(todo), skipped=len(grid.tasks) - len(todo))
@@ -345,7 +453,7 @@ def run_grid(
         return table.rows
     client = _dask_client(scheduler, n, processes, timeout)
     try:
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
         # each data set goes to every worker once, not with every task (to one worker only, it
         # would draw every task there: the scheduler runs a task where its data is)
@@ -355,7 +463,11 @@ def run_grid(
         futures = {client.submit(execute, t, threads, sent[_data_key(t)], pure=False): t for t in todo}
         event.running = min(n, len(futures))
         for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
-            finished(futures[f], f.result())
+            try:
+                rows = f.result()
+            except KilledWorker as e:  # the run killed every worker it was given (out of memory, say)
+                rows = run_rows(futures[f], error=f"{_DIED}: {type(e).__name__}")
+            finished(futures[f], rows)
             event.running = min(n, len(todo) - event.done)
     finally:
         cluster = client.cluster if scheduler is None else None
