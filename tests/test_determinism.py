@@ -182,3 +182,75 @@ def test_stochastic_rounding_ignores_threads_and_layout() -> None:
     np.testing.assert_array_equal(
         fl.encode_array(x.reshape(-1), "bf16", "stochastic", rng=21), ref.reshape(-1)
     )
+
+
+# ---- BLAS: the thread count never matters; with deterministic=True, nor does the kernel -----------
+def _weights(tr: Trainer) -> str:
+    h = hashlib.sha256()
+    for k in sorted(tr.params):
+        h.update(np.ascontiguousarray(tr.params[k]).tobytes())
+    return h.hexdigest()
+
+
+def test_evaluations_leave_the_training_random_bits_alone(tmp_path: Path) -> None:
+    # stochastic rounding in the forward pass: an evaluation must not draw from the training stream
+    cfg = CONFIGS["bf16-stochastic"]
+    data = _data()
+    plain = _fit(cfg, data)
+    evaluated = _fit(dataclasses.replace(cfg, eval_every=1), data)
+    assert _weights(evaluated) == _weights(plain)
+    # and a run resumed from a checkpoint follows the uninterrupted one, evaluations and all
+    cfg2 = dataclasses.replace(cfg, eval_every=2)
+    straight = _fit(cfg2, data)
+    first = _fit(cfg2, data, stop_after=3)
+    resumed = Trainer.resume(first.save(tmp_path / "ck.npz"), data)
+    resumed.fit(cfg2.epochs)
+    assert digest(resumed) == digest(straight)
+
+
+_README_RUN = r"""
+import hashlib, sys
+import numpy as np
+from floatlab.train import TrainConfig, Trainer
+cfg = TrainConfig(
+    model="transformer", data="text", layers=1, d_model=64, batch_size=32, steps=3, eval_every=3,
+    optimizer="adamw", lr=3e-3, precision=sys.argv[1], deterministic=sys.argv[2] == "exact",
+)
+tr = Trainer.from_config(cfg)
+tr.run()
+h = hashlib.sha256()
+for k in sorted(tr.params):
+    h.update(np.ascontiguousarray(tr.params[k]).tobytes())
+h.update(repr(tr.history.evals["test_loss"]).encode())
+print(h.hexdigest())
+"""
+
+
+def _readme_run(precision: str, mode: str, **env: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", _README_RUN, precision, mode],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed-bf16"])
+def test_the_blas_thread_count_does_not_change_a_run(precision: str) -> None:
+    # the README's transformer: OpenBLAS blocks its GEMMs (2048 x 64 x 64 and up) by its thread
+    # count, so each GEMM runs on one BLAS thread, in row blocks fixed by its shape
+    one = _readme_run(precision, "blas", OPENBLAS_NUM_THREADS="1")
+    assert _readme_run(precision, "blas", OPENBLAS_NUM_THREADS="2") == one
+
+
+def test_a_deterministic_run_is_the_same_under_another_blas_kernel() -> None:
+    from test_exact_matmul import other_blas_kernel
+
+    haswell = _readme_run("mixed-bf16", "exact", OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1")
+    other = _readme_run(
+        "mixed-bf16", "exact", OPENBLAS_CORETYPE=other_blas_kernel(), OPENBLAS_NUM_THREADS="2"
+    )
+    assert other == haswell

@@ -180,6 +180,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--tf32", action="store_true", help="with --backend cupy: run the fp32 GEMMs on TF32 tensor cores"
     )
+    run.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="sum every GEMM exactly and round once: the same bits on any CPU and BLAS build (about "
+        "2x to 3x the step time; without it the bits depend on the BLAS kernel the CPU selects, "
+        "never on the thread count)",
+    )
 
 
 def _switch_options(p: argparse.ArgumentParser) -> None:
@@ -318,7 +325,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 # the run options (see _run_options) that TrainConfig takes under the same names
 _RUN_SETTINGS = (
     "model", "data", "epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "clip",
-    "schedule", "warmup", "seed", "hidden", "activation", "d_model", "steps", "eval_every",
+    "schedule", "warmup", "seed", "hidden", "activation", "d_model", "steps", "eval_every", "deterministic",
 )  # fmt: skip
 # ... and those whose absence (None) means TrainConfig's default
 _MODEL_SETTINGS = ("layers", "heads", "context", "channels")

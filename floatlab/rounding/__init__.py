@@ -35,6 +35,7 @@ Modes (IEEE 754 names in brackets):
 from __future__ import annotations
 
 from floatlab.rounding import arrays, flushed, options, params, scaled, spec
+from floatlab.rounding.exact_matmul import exact_matmul
 from floatlab.rounding.arrays import *  # noqa: F403
 from floatlab.rounding.flushed import *  # noqa: F403
 from floatlab.rounding.options import *  # noqa: F403
@@ -44,5 +45,6 @@ from floatlab.rounding.spec import *  # noqa: F403
 
 # every public name of the layers, each listed once, in its own module
 __all__ = [
-    *spec.__all__, *options.__all__, *params.__all__, *arrays.__all__, *flushed.__all__, *scaled.__all__
+    *spec.__all__, *options.__all__, *params.__all__, *arrays.__all__, *flushed.__all__, *scaled.__all__,
+    "exact_matmul",
 ]  # fmt: skip

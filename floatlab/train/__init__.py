@@ -15,6 +15,7 @@ products and sums in fp32).
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
 from floatlab.train.history import History, compare
+from floatlab.train.hostgemm import deterministic, host_matmul
 from floatlab.train.matmul import gemm
 from floatlab.train.memory import Ledger, ledger, ledger_for
 from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
@@ -54,7 +55,9 @@ __all__ = [
     "Trainer",
     "clip_grad_norm",
     "compare",
+    "deterministic",
     "gemm",
+    "host_matmul",
     "get_data",
     "get_model",
     "get_policy",

@@ -13,6 +13,7 @@ from typing import Any
 
 from floatlab.train._checks import (
     shown,
+    want_bool,
     want_dict,
     want_int,
     want_ints,
@@ -66,6 +67,9 @@ class TrainConfig:
     steps: int | None = None
     eval_every: int | None = None
     histogram_steps: tuple[int, ...] = ()
+    #: every GEMM summed exactly and rounded once: the same bits on any CPU and BLAS build
+    #: (see :mod:`floatlab.train.hostgemm`); off, the bits depend on the BLAS kernel
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -90,6 +94,7 @@ class TrainConfig:
             raise ValueError(f"clip={shown(self.clip)}: expected a number > 0 or None")
         set_(self, "hidden", want_ints("hidden", self.hidden, 1))
         set_(self, "histogram_steps", want_ints("histogram_steps", self.histogram_steps, 0))
+        set_(self, "deterministic", want_bool("deterministic", self.deterministic))
 
     def model_options(self) -> dict[str, Any]:
         """The settings of :attr:`model` that :func:`~floatlab.train.model.get_model` takes.

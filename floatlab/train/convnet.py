@@ -61,6 +61,7 @@ from floatlab.train.model import (
     relu_backward,
     relu_forward,
 )
+from floatlab.train.hostgemm import host_matmul
 from floatlab.train.precision import Array, Precision, Rounder
 
 __all__ = [
@@ -312,7 +313,9 @@ def _channel_sum(r: Rounder, x2: Array) -> Array:
     # is some 20 times slower), a low-precision one as the rounder's tree of rounded sums
     if not r.fp32_acc:
         return r.sum(x2, 0)
-    s: Array = get_xp(x2).ones(x2.shape[0], dtype=x2.dtype) @ x2
+    xp = get_xp(x2)
+    ones = xp.ones(x2.shape[0], dtype=x2.dtype)
+    s: Array = host_matmul(ones, x2) if xp is np else ones @ x2
     return s if r.fp32 else r.P.cast(s, r.fmt)
 
 

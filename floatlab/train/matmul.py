@@ -32,6 +32,7 @@ from floatlab.backend import Backend, get_backend
 from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_format
 from floatlab.rounding import round_array
 from floatlab.train.accumulate import accumulate_matmul, accumulator_format, check_promote_every
+from floatlab.train.hostgemm import host_matmul
 
 __all__ = [
     "GEMM_FORMATS",
@@ -107,7 +108,7 @@ def matmul(a: Any, b: Any, compute: FloatFormat | str = "fp32", backend: Backend
         out64: np.ndarray = np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
         return out64
     a32, b32 = _round_inputs(np.asarray(a), f), _round_inputs(np.asarray(b), f)
-    out: np.ndarray = np.matmul(a32, b32)
+    out: np.ndarray = host_matmul(a32, b32)
     return out
 
 
@@ -323,7 +324,7 @@ def gemm(
     a32 = round_array(np.asarray(a), cf, rounding, rng=sr).astype(np.float32, copy=False)
     b32 = round_array(np.asarray(b), cf, rounding, rng=sr).astype(np.float32, copy=False)
     if acc_f is None:
-        acc = np.matmul(a32, b32)
+        acc = host_matmul(a32, b32)
     else:
         acc = accumulate_matmul(a32, b32, accumulate=acc_f, promote_every=every)
     if alpha is not None:

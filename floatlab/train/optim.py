@@ -308,7 +308,9 @@ def make_optimizer(name: str, lr: float, **kwargs: Any) -> Optimizer:
 
 
 def global_norm(grads: Mapping[str, Array]) -> float:
-    """The 2-norm of all gradients together, accumulated in float64.
+    """The 2-norm of all gradients together, accumulated in float64 (the squares of float32
+    values are exact there, and NumPy's pairwise sum adds them in one order on every CPU, unlike
+    BLAS's dot product, whose order is its kernel's).
 
     >>> global_norm({"a": np.array([3.0], np.float32), "b": np.array([4.0], np.float32)})
     5.0
@@ -316,7 +318,7 @@ def global_norm(grads: Mapping[str, Array]) -> float:
     total = 0.0
     for g in grads.values():
         flat = g.reshape(-1).astype(np.float64, copy=False)
-        total += float(np.dot(flat, flat))
+        total += float(get_xp(flat).square(flat).sum())
     return math.sqrt(total)
 
 

@@ -29,6 +29,7 @@ from floatlab.backend import Backend, get_backend, get_xp, host_ints, is_cupy
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import fma_sum, fma_sum_flushed, pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
+from floatlab.train.hostgemm import host_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
@@ -229,7 +230,7 @@ class Precision:
         # NumPy multiplies the stored values in float32 (exact products); a GPU or a TF32 run
         # enters them in the GEMM format (exact conversion) and accumulates in fp32
         gpu = self.backend.is_gpu or self.gemm_compute == "tf32"
-        acc = matmul(a, b, self.gemm_compute, self.backend) if gpu else np.matmul(a, b)
+        acc = matmul(a, b, self.gemm_compute, self.backend) if gpu else host_matmul(a, b)
         if alpha is not None:
             acc *= acc.dtype.type(alpha)
         if bias is not None:

@@ -41,6 +41,7 @@ from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data import Dataset, get_data
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
+from floatlab.train.hostgemm import deterministic
 from floatlab.train.model import (
     Model,
     Params,
@@ -135,8 +136,12 @@ class Trainer:
         config: TrainConfig | None = None,
         label: str | None = None,
         backend: Backend | str | None = None,
+        deterministic: bool = False,
     ) -> None:
         self.model = model
+        #: every host GEMM summed exactly and rounded once (:mod:`floatlab.train.hostgemm`): the
+        #: same bits on any CPU and BLAS build, at about twice the GEMMs' cost
+        self.deterministic = bool(deterministic)
         self.data = data
         self.policy = get_policy(policy)
         #: called with the name of each phase of a step as it ends (:data:`STEP_PHASES`), where
@@ -291,6 +296,7 @@ class Trainer:
             histogram_steps=cfg.histogram_steps,
             config=cfg,
             backend=backend,
+            deterministic=cfg.deterministic,
         )
 
     # ---- one step -----------------------------------------------------------------------------------
@@ -306,7 +312,7 @@ class Trainer:
         """
         x, y = self.backend.asarray(x), self.backend.asarray(y)
         # overflow to inf, and the NaNs that follow, are what the formats do: no warnings
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), deterministic(self.deterministic):
             return self._step(x, y)
 
     def _all_finite(self, grads: Params) -> bool:
@@ -454,8 +460,20 @@ class Trainer:
         >>> 0.0 <= acc <= 1.0 and loss > 0
         True
         """
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.P.inference():
-            return self._evaluate(x, y, batch_size)
+        # an evaluation is a measurement: its stochastic roundings draw from a stream of their own
+        # (seeded by the step), so that evaluating changes no training step's random bits
+        rng = self.P.rng.bit_generator
+        training_state = rng.state
+        rng.state = np.random.default_rng([self.seed, 3, self.step]).bit_generator.state
+        try:
+            with (
+                np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+                self.P.inference(),
+                deterministic(self.deterministic),
+            ):
+                return self._evaluate(x, y, batch_size)
+        finally:
+            rng.state = training_state
 
     def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
         w = self.P.weights(self.params, self.model.norm_params)

@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from floatlab.formats import FloatFormat
 from floatlab.rounding import ScaledRound, fma, fma_sum, round_current_tiles
 from floatlab.train.accumulate import accumulate_matmul
+from floatlab.train.hostgemm import host_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast
 from floatlab.train.recipes._fp8_kernels import tile_amax
 from floatlab.train.recipes.scales import AMAX_EPS, E4M3, current_scale, saturating_cast
@@ -295,21 +296,21 @@ def blockwise_matmul(
         if nt == 1:
             # one slice: the GEMM itself, then its scales applied in the product's own memory (the
             # same bits as through the partials buffer, one pass over it fewer)
-            one = np.matmul(a, b)[None]
+            one = host_matmul(a, b)[None]
             return finish(one, a_inv, b_inv, True) if finish else fma_sum(one, a_inv, b_inv, overwrite=True)
         if a.flags.c_contiguous:
             slices = a.reshape(m, nt, block).transpose(1, 0, 2)
         else:
             slices = a.T.reshape(nt, block, m).transpose(0, 2, 1)
         partials = _scratch(nt * m * n).reshape(nt, m, n)
-        np.matmul(slices, b.reshape(nt, block, n), out=partials)
+        host_matmul(slices, b.reshape(nt, block, n), out=partials)
         # (fma_sum makes the scales C-contiguous)
         return finish(partials, a_inv, b_inv, False) if finish else fma_sum(partials, a_inv, b_inv)
     acc: NDArray[np.float32] | None = None
     for t in range(_ceil_div(k, block)):
         lo, hi = t * block, min((t + 1) * block, k)
         if accumulate is None:
-            partial = np.matmul(a[:, lo:hi], b[lo:hi])  # the tensor core's slice: fp32 sums
+            partial = host_matmul(a[:, lo:hi], b[lo:hi])  # the tensor core's slice: fp32 sums
         else:
             partial = accumulate_matmul(a[:, lo:hi], b[lo:hi], accumulate=accumulate)
         s = a_inv[:, t : t + 1] * b_inv[t : t + 1, :]  # DeepGEMM's scale_a * scale_b, in fp32

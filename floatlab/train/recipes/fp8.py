@@ -45,6 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
 from floatlab.train.accumulate import accumulate_matmul
+from floatlab.train.hostgemm import host_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
 from floatlab.train.recipes._fp8_kernels import transposed_copy
 from floatlab.train.recipes.blockwise import Finish, block_cast, blockwise_matmul, expand_scales, tile_cast
@@ -445,7 +446,7 @@ def scaled_matmul(
         if a.layout == "tensor" and b.layout == "tensor":
             inv = a.inv_scale * b.inv_scale  # one fp32 factor for the epilogue
             if accumulate is None:
-                out: NDArray[np.float32] = np.matmul(av, bv)
+                out: NDArray[np.float32] = host_matmul(av, bv)
             else:
                 out = accumulate_matmul(av, bv, accumulate=accumulate, promote_every=promote_every)
             out *= inv  # (in place: the epilogue, one float32 multiply)

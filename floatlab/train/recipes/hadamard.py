@@ -35,6 +35,8 @@ from functools import cache
 import numpy as np
 from numpy.typing import NDArray
 
+from floatlab.train.hostgemm import host_matmul
+
 __all__ = ["RHT_SIZE", "WGRAD_SIGNS", "hadamard_matrix", "rht", "rht_matrix"]
 
 #: the size of NVFP4's random Hadamard transform
@@ -114,8 +116,8 @@ def rht(x: NDArray[np.float32], axis: int, *, transpose: bool = False) -> NDArra
         x = np.pad(x, pad)
     if axis == 1:
         rows = x.shape[0]
-        out: NDArray[np.float32] = np.matmul(x.reshape(rows, padded // RHT_SIZE, RHT_SIZE), m)
+        out: NDArray[np.float32] = host_matmul(x.reshape(rows, padded // RHT_SIZE, RHT_SIZE), m)
         return out.reshape(rows, padded)
     cols = x.shape[1]
-    out = np.matmul(m.T, x.reshape(padded // RHT_SIZE, RHT_SIZE, cols))
+    out = host_matmul(m.T, x.reshape(padded // RHT_SIZE, RHT_SIZE, cols))
     return out.reshape(padded, cols)

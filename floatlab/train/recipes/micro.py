@@ -71,6 +71,7 @@ from floatlab.blocks import E8M0_BIAS, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.rounding import encode_blocks, nvfp4_tensor_scale, round_blocks_split
 from floatlab.train._checks import shown, want_bool, want_dict, want_int, want_str
+from floatlab.train.hostgemm import host_matmul
 from floatlab.train.recipes.fp8 import STATS, OperandStats
 from floatlab.train.recipes.hadamard import rht
 from floatlab.train.recipes.recipe import ROLES, one_of
@@ -452,7 +453,7 @@ class MicroScaling:
         if a32.ndim < 2 or b32.ndim != 2 or a32.shape[-1] != b32.shape[0]:
             raise ValueError(f"matmul of shapes {a32.shape} and {b32.shape}: expected (..., M, K) and (K, N)")
         if self.keeps(site):  # a layer left out of the recipe: its operands as given
-            kept: NDArray[np.float32] = np.matmul(a32, b32)
+            kept: NDArray[np.float32] = host_matmul(a32, b32)
             return kept
         lead = a32.shape[:-1]
         a2 = a32.reshape(-1, a32.shape[-1]) if a32.ndim > 2 else a32
@@ -461,7 +462,7 @@ class MicroScaling:
         with np.errstate(over="ignore", invalid="ignore"):
             qa = self._quantize(site, a2, a_role, 1, record)
             qb = self._quantize(site, b32, b_role, 0, record)
-            out: NDArray[np.float32] = np.matmul(qa.values, qb.values)
+            out: NDArray[np.float32] = host_matmul(qa.values, qb.values)
             alpha = np.float32(qa.tensor_scale) * np.float32(qb.tensor_scale)
             if alpha != 1:
                 out *= alpha  # the epilogue's alpha: one float32 multiply
