@@ -205,7 +205,7 @@ def _compiled(model: torch.nn.Module) -> str | None:
         if getattr(m, "_compiled_call_impl", None) is not None:
             return (
                 f"the {where} was compiled in place (Module.compile()): expected a module that is not "
-                "compiled (simulate a fresh copy of it)"
+                "compiled (build it again without .compile() and simulate that)"
             )
     return None
 
