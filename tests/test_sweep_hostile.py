@@ -32,6 +32,7 @@ from floatlab.sweeps import (
     write_table,
 )
 from floatlab.sweeps.table import run_rows, to_frame
+from floatlab.train import TrainConfig, Trainer
 from floatlab.train.policy import get_policy
 
 FIXED: dict[str, Any] = {"data": "underflow", "hidden": (4,), "steps": 2}
@@ -48,6 +49,77 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *named: str) -
     for text in named:
         assert text in err, (text, err)
     return err
+
+
+# ---- 1: a config file's fixed settings stand unless the command line gives one ------------------
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[grid]\nlr = [0.05]\n[fixed]\nprecision = "bf16"\nseed = 5\ndata = "underflow"\nsteps = 2\n'
+        "hidden = [4]\n"
+    )
+    return path
+
+
+def test_the_command_line_keeps_a_config_file_s_fixed_precision_and_seed(tmp_path: Path) -> None:
+    path, out = _config(tmp_path), tmp_path / "t.parquet"
+    assert main(["sweep", "--config", str(path), "--serial", "-q", "--out", str(out)]) == 0
+    t = read_table(out)
+    assert t[["precision", "seed"]].drop_duplicates().values.tolist() == [["bf16", 5]]
+    # the Python sweep of the same file is the oracle
+    pd.testing.assert_frame_equal(t, sweep(path, executor="serial"))
+    h = Trainer.from_config(TrainConfig(precision="bf16", seed=5, lr=0.05, data="underflow", steps=2,
+                                        hidden=(4,))).run()  # fmt: skip
+    assert t["test_loss"].tolist() == h.evals["test_loss"]
+
+
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [
+        (["--seed", "0"], [["bf16", 0]]),  # given, though it is the default: it overrides
+        (["--precision", "fp32"], [["fp32", 5]]),
+        (["--seeds", "1-2"], [["bf16", 1], ["bf16", 2]]),
+    ],
+)
+def test_an_option_given_on_the_command_line_overrides_the_file(
+    tmp_path: Path, given: list[str], want: list[list[Any]]
+) -> None:
+    path, out = _config(tmp_path), tmp_path / "t.parquet"
+    assert main(["sweep", "--config", str(path), "--serial", "-q", "--out", str(out), *given]) == 0
+    assert read_table(out)[["precision", "seed"]].drop_duplicates().values.tolist() == want
+
+
+def test_an_option_given_replaces_the_file_s_axis(tmp_path: Path) -> None:
+    path, out = _config(tmp_path), tmp_path / "t.parquet"
+    assert main(["sweep", "--config", str(path), "--serial", "-q", "--out", str(out), "--lr", "0.5"]) == 0
+    assert read_table(out)[["precision", "seed", "lr"]].values.tolist() == [["bf16", 5, 0.5]]
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (["--grid", "precision=fp32,bf16"], [["fp32", 0], ["bf16", 0]]),
+        (["--grid", "seed=1,2", "--precision", "fp32"], [["fp32", 1], ["fp32", 2]]),
+    ],
+)
+def test_grid_axes_of_the_command_line_take_no_default_values(
+    tmp_path: Path, argv: list[str], want: list[list[Any]]
+) -> None:
+    out = tmp_path / "t.parquet"
+    assert main(["sweep", *TINY, "--out", str(out), *argv]) == 0
+    assert read_table(out)[["precision", "seed"]].values.tolist() == want
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["--seed", "3", "--seeds", "0-1"], "--seed"), (["--lr", "0.1", "--grid", "lr=0.1,0.2"], "--lr")],
+)
+def test_an_option_and_an_axis_of_the_same_key_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    out = tmp_path / "t.csv"
+    _refused(capsys, [*TINY, "--out", str(out), *argv], named, "expected one of them")
+    assert not out.exists()
 
 
 # ---- 4: CSV and Parquet round-trip the same ------------------------------------------------------
@@ -321,6 +393,20 @@ def test_a_run_whose_rows_were_cut_short_runs_again(tmp_path: Path, cut: str, re
     fresh = sweep(axes, fixed, executor="serial")
     pd.testing.assert_frame_equal(to_frame(resumed), fresh)
     pd.testing.assert_frame_equal(read_table(out), fresh)
+
+
+# ---- 17: the curves' metric is checked before any run ------------------------------------------
+def test_an_unknown_metric_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[Any] = []
+    monkeypatch.setattr(Trainer, "run", lambda self, *a, **k: ran.append(self))
+    out, plot = tmp_path / "t.csv", tmp_path / "c.png"
+    _refused(capsys, [*TINY, "--out", str(out), "--plot", str(plot), "--metric", "tset_loss"], "'tset_loss'",
+             "test_loss")  # fmt: skip
+    assert ran == []
+    assert not out.exists()
+    assert not plot.exists()
 
 
 # ---- 21: one policy under two names ----------------------------------------------------------

@@ -3,9 +3,10 @@ a 95% confidence interval over the seeds.
 
 The axes come from ``--precision``/``--preset`` (repeat them), ``--seeds 0-4``, ``--loss-scale``
 (repeat it: static loss scaling at each scale), ``--grid KEY=V1,V2`` (any trainer or policy
-option) and ``--config FILE`` (TOML or YAML, tables ``grid`` and ``fixed``); every other option
-is the ``train`` command's, shared by every run. Runs go to a local process pool on every core,
-to a Dask ``LocalCluster`` (``--dask``) or to a running Dask cluster (``--scheduler ADDRESS``).
+option) and ``--config FILE`` (TOML or YAML, tables ``grid`` and ``fixed``, whose settings only
+an option given on the command line overrides); every other option is the ``train`` command's,
+shared by every run. Runs go to a local process pool on every core, to a Dask ``LocalCluster``
+(``--dask``) or to a running Dask cluster (``--scheduler ADDRESS``).
 ``--out`` keeps the tidy table (Parquet or CSV), written after each run; running the same sweep
 again skips the runs in it. Every grid key and value is checked before the first run.
 
@@ -22,6 +23,7 @@ again skips the runs in it. Every grid key and value is checked before the first
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -96,52 +98,78 @@ def parse_grid_option(text: str) -> tuple[str, list[Any]]:
     return key, [_value(key, v) for v in values.split(",") if v.strip()]
 
 
-def _explicit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> set[str]:
-    """The trainer options the command line gave a value other than its default."""
-    return {k for k, v in vars(args).items() if v is not None and v != parser.get_default(k)}
+def _trainer_defaults() -> dict[str, Any]:
+    """The trainer options (``train``'s) and their defaults. The sweep command's own defaults for
+    them are None, so that an option given on the command line, even at its default value, can be
+    told from one left out (see :func:`build_grid`).
+
+    >>> d = _trainer_defaults(); d["seed"], d["epochs"], d["rounding"]
+    (0, 20, None)
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    _run_options(parser)
+    _switch_options(parser)
+    return vars(parser.parse_args([]))
 
 
 def build_grid(args: argparse.Namespace) -> Grid:
     """The sweep the options describe: axes from --precision, --preset, --seeds, --loss-scale,
-    --grid and --config; fixed settings from the other options (with --config, only those given on
-    the command line override the file's)."""
+    --grid and --config; fixed settings from the other options.
+
+    With --config FILE, the file's settings stand unless an option is given on the command line
+    (even at its default value): --seeds or --seed replaces the file's seeds, --precision,
+    --preset and --grid add values to its axes (and replace a fixed setting of the same key), any
+    other option replaces the file's setting, fixed or axis. An option left out never overrides
+    the file: its default applies only where the file says nothing. An option given for a key that
+    another option of the command line makes an axis is refused (one of them would be dropped)."""
     from floatlab.sweeps import Grid, load_grid_file, parse_seeds
 
     axes: dict[str, list[Any]] = {}
     fixed: dict[str, Any] = {}
     if args.config is not None:
-        axes, fixed = load_grid_file(args.config)
-        axes = {k.replace("-", "_"): v for k, v in axes.items()}
-        axes = {
-            ("seed" if k == "seeds" else "precision" if k == "policies" else k): v for k, v in axes.items()
-        }
+        axes, fixed = load_grid_file(args.config)  # (keys under their own names: seeds is seed)
+    defaults = _trainer_defaults()
+    given = {k for k in defaults if getattr(args, k, None) is not None}
+    filled = argparse.Namespace(**{**vars(args), **{k: v for k, v in defaults.items() if k not in given}})
+    made: set[str] = set()  # the axes the command line makes (the rest come from the file)
     names = [*args.precision, *args.preset]
     if names:
         axes["precision"] = [*axes.get("precision", []), *names]
+        made.add("precision")
     if args.seeds is not None:
         axes["seed"] = parse_seeds(args.seeds)
+        made.add("seed")
     if args.loss_scale:
         axes["static_scale"] = [float(parse_scale(s, "--loss-scale")) for s in args.loss_scale]
+        made.add("static_scale")
         if "loss_scaling" not in axes:
             fixed.setdefault("loss_scaling", "static")
     for item in args.grid:
         key, values = parse_grid_option(item)
         axes[key] = [*axes.get(key, []), *values] if key in axes else values
-    axes.setdefault("precision", ["mixed-fp16"])
-    axes.setdefault("seed", [args.seed])
-    cfg = config_from_args(args, "fp32")  # the trainer options, parsed as `train` parses them
-    given = _explicit(args, args.parser) if args.config is not None else None
-    cli = {k: v for k, v in cfg.to_dict().items() if k not in ("precision", "seed", "policy")}
+        made.add(key)
+    cfg = config_from_args(filled, "fp32")  # the trainer options, parsed as `train` parses them
+    cli = {k: v for k, v in cfg.to_dict().items() if k not in ("precision", "policy")}
     cli.update(cfg.policy)  # (only the switches given)
-    if args.backend != "numpy":
-        cli["backend"] = args.backend
+    if filled.backend != "numpy" or "backend" in given:
+        cli["backend"] = filled.backend
     for k, v in cli.items():
-        if given is not None and k not in given and k not in cfg.policy:
-            continue  # the file's setting (or the default) stands
-        fixed[k] = v
+        if k in given or k in cfg.policy:  # an option given on the command line
+            if k in made:
+                flag = "--seed" if k == "seed" else f"--{k.replace('_', '-')}"
+                raise ValueError(
+                    f"{flag} and the sweep's axis {k} (from --seeds, --loss-scale, --precision or "
+                    "--grid): expected one of them"
+                )
+            axes.pop(k, None)  # it replaces the file's axis
+            fixed[k] = v
+        elif args.config is None and k not in axes:
+            fixed[k] = v  # a default (with --config, the file's setting or the trainer's stands)
+    if "precision" not in axes and "precision" not in fixed:
+        axes["precision"] = ["mixed-fp16"]
     for k in list(fixed):
-        if k in axes or k.replace("-", "_") in axes:
-            del fixed[k]  # an axis wins over a shared setting
+        if k in axes:
+            del fixed[k]  # an axis replaces a fixed setting of the file's
     return Grid(axes, fixed)
 
 
@@ -180,8 +208,10 @@ def sweep_view(summary: Any, *, failures: list[str], out: str | None, color: boo
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Check the grid, run it, print the summary (see the module docstring)."""
-    from floatlab.sweeps import TABLE_SUFFIXES, plot_curves, run_grid, summarize, to_frame
+    from floatlab.sweeps import METRICS, TABLE_SUFFIXES, plot_curves, run_grid, summarize, to_frame
 
+    if args.metric not in METRICS:  # (checked before any run, though only --plot draws it)
+        raise ValueError(f"--metric {args.metric!r}: expected one of {', '.join(METRICS)}")
     grid = build_grid(args)  # every key and value checked: before any run
     plot = None if args.plot is None else figure_name(args.plot)
     json_file = args.json if isinstance(getattr(args, "json", None), str) else None
@@ -257,7 +287,14 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="any trainer or policy option as an axis: lr=0.01,0.05, hidden=32x32,64x64, "
         "rounding=rne,stochastic (repeat for several axes)",
     )
-    grid.add_argument("--config", metavar="FILE", help="a TOML or YAML file with the tables grid and fixed")
+    grid.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML or YAML file with the tables grid and fixed. Its settings stand unless an option is "
+        "given on the command line: --seeds or --seed replaces its seeds, --precision, --preset and --grid "
+        "add values to its axes, any other option replaces its setting (fixed or axis); an option left "
+        "out never overrides the file (its default applies only where the file says nothing)",
+    )
     where = p.add_argument_group("where the runs go (default: a process pool on every core)")
     how = where.add_mutually_exclusive_group()
     how.add_argument("--serial", action="store_true", help="one run after another, in this process")
@@ -266,24 +303,66 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--scheduler", metavar="ADDRESS", help="on the Dask cluster at ADDRESS (tcp://host:8786)"
     )
     where.add_argument(
-        "--workers", type=int, metavar="N", help="processes or Dask workers (default: every core)"
+        "--workers", type=_workers, metavar="N", help="processes or Dask workers, >= 1 (default: every core)"
     )
     where.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="S",
-        help="seconds to reach the scheduler (default: 30)",
+        help="seconds to reach the scheduler, a positive number (default: 30)",
     )
     files = p.add_argument_group("files")
     files.add_argument("--out", metavar="FILE", help="the table, .parquet or .csv, written as runs finish")
     files.add_argument("--retry-failed", action="store_true", help="run the failed runs of --out again")
     files.add_argument("--plot", metavar="FILE.png", help="curves with their 95%% confidence bands")
     files.add_argument(
-        "--metric", default="test_loss", metavar="NAME", help="the curves' metric: test_loss, test_accuracy"
+        "--metric",
+        default="test_loss",
+        metavar="NAME",
+        help="the curves' metric: test_loss (default), test_accuracy or train_loss",
     )
     _run_options(p)
     _switch_options(p)
     _output_options(p)
-    p.set_defaults(run=run, parser=p)
+    # None: left out (see build_grid: with --config only the options given override the file's)
+    p.set_defaults(**dict.fromkeys(_trainer_defaults(), None), run=run, parser=p)
     return p
+
+
+def _workers(text: str) -> int:
+    """``--workers N``: a whole number >= 1.
+
+    >>> _workers("4")
+    4
+    >>> _workers("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0': expected a number of workers >= 1
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of workers >= 1")
+    return n
+
+
+def _seconds(text: str) -> float:
+    """``--timeout S``: a positive number of seconds.
+
+    >>> _seconds("2.5")
+    2.5
+    >>> _seconds("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '-1': expected a positive number of seconds
+    """
+    try:
+        s = float(text)
+    except ValueError:
+        s = math.nan
+    if not 0 < s < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return s
