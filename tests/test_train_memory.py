@@ -7,24 +7,29 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
 
 from floatlab.cli import main
-from floatlab.formats import FP16, get_format
+from floatlab.formats import FP16, FloatFormat, get_format
 from floatlab.train.config import TrainConfig
 from floatlab.train.convnet import ConvNet
 from floatlab.train.data import make_underflow_task
 from floatlab.train.memory import (
     LAYOUTS,
     Ledger,
-    _saved_at,
     _saved_counts,
+    buffer_shapes,
     layout_of,
     ledger,
     ledger_for,
+    mib_text,
+    param_shapes,
     storage_bits,
 )
 from floatlab.train.model import MLP, AttentionNet, Model, cross_entropy_backward, cross_entropy_forward
@@ -192,12 +197,176 @@ def test_packed_small_formats() -> None:
         ]
 
 
-# ---- measured at two batch sizes, extended to any --------------------------------------------------
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
-@pytest.mark.parametrize("policy", ["fp32", "mixed-fp16", "apex-O3"])
-def test_activation_count_at_a_batch_matches_a_direct_count(model: Model, policy: str) -> None:
+# ---- the oracle: a real forward pass, its cache counted array by array ------------------------------
+def _example_batch(model: Model, n: int, rng: np.random.Generator) -> tuple[Any, Any]:
+    """A batch of ``n`` the model reads: token ids and next-token labels for a language model,
+    else rows of ``n_in`` features in [0, 1) and one label each."""
+    vocab, context = getattr(model, "vocab", None), getattr(model, "context", None)
+    if vocab is not None and context is not None:
+        return rng.integers(0, vocab, (n, context)), rng.integers(0, vocab, (n, context))
+    return rng.random((n, model.n_in), dtype=np.float32), rng.integers(0, model.n_out, n)  # type: ignore[attr-defined]
+
+
+def _arrays(tree: Any) -> Iterator[Any]:
+    if isinstance(tree, np.ndarray):
+        yield tree
+    elif isinstance(tree, Mapping):
+        for v in tree.values():
+            yield from _arrays(v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _arrays(v)
+
+
+def _root(a: Any) -> Any:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _stored_format(a: Any, P: Precision) -> FloatFormat:
+    """The forward format when every value of ``a`` is one of its values, else the holding format."""
+    if P.is_wide(P.fwd):
+        return P.wide
+    return P.fwd if np.array_equal(P.cast(a, P.fwd), a, equal_nan=True) else P.wide
+
+
+def measured_saved(model: Model, policy: Policy, n: int) -> dict[tuple[str, str, int], int]:
+    """What one training forward pass (and the loss) on a batch of ``n`` keeps, by (what, format,
+    bits): every array of the caches, views of one buffer once, the weights left out; a float
+    array in the forward format when its values are all values of it."""
+    rng = np.random.default_rng(0)
+    P = Precision(policy, rng=np.random.default_rng(1), layers=model.linear_sites)
+    norm = model.norm_params
+    params = {
+        k: P.cast(np.asarray(v, P.dtype), policy.param_format(k in norm)) for k, v in model.init(rng).items()
+    }
+    w = P.weights(params, norm)
+    buffers = {k: np.asarray(v, P.dtype) for k, v in model.init_buffers().items()}
+    x, y = _example_batch(model, n, rng)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        logits, cache = model.forward(w, x.astype(P.dtype) if x.dtype.kind == "f" else x, P, buffers=buffers)
+        _, loss_cache = cross_entropy_forward(logits, y, P)
+    seen = {id(_root(a)) for a in (*params.values(), *w.values())}
+    out: dict[tuple[str, str, int], int] = {}
+    for what, tree in (("activations", [cache, logits]), ("loss", loss_cache)):
+        groups: dict[int, tuple[Any, dict[int, Any]]] = {}
+        for a in _arrays(tree):
+            r = _root(a)
+            if id(r) not in seen:
+                groups.setdefault(id(r), (r, {}))[1][id(a)] = a
+        for key, (root, members) in groups.items():
+            seen.add(key)
+            views = list(members.values())
+            count = min(root.nbytes, sum(v.nbytes for v in views)) // views[0].itemsize
+            if views[0].dtype.kind in "iub":
+                k = ("indices", views[0].dtype.name, 8 * views[0].itemsize)
+            else:
+                fmt = max((_stored_format(v, P) for v in views), key=storage_bits)
+                k = (what, fmt.name, storage_bits(fmt))
+            out[k] = out.get(k, 0) + count
+    return {k: v for k, v in out.items() if v}
+
+
+SHAPES: list[Model] = [
+    *MODELS,
+    MLP(10, (7,), 3, activation="gelu"),
+    MLP(5, (), 2),
+    AttentionNet(64, 10, tokens=4, d_model=8),
+    ConvNet(16, 3, channels=(2,)),
+    ConvNet(64, 5, channels=(2, 3, 4)),
+    TransformerLM(5, 7, layers=1, d_model=6, heads=1),
+]
+POLICIES = ["fp32", "fp64", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "apex-O3", "torch-amp", "fp8-delayed"]
+
+
+@pytest.mark.parametrize("model", SHAPES, ids=lambda m: m.describe())
+@pytest.mark.parametrize("policy", POLICIES)
+def test_activation_count_is_a_real_forward_pass_count(model: Model, policy: str) -> None:
     p = resolve_policy(policy)
-    assert _saved_counts(model, p, 7) == {k: v for k, v in _saved_at(model, p, 7).items() if v}
+    for n in (1, 7):
+        assert _saved_counts(model, p, n) == measured_saved(model, p, n)
+
+
+@pytest.mark.parametrize("model", SHAPES, ids=lambda m: m.describe())
+def test_parameter_and_buffer_shapes_are_the_models_own(model: Model) -> None:
+    params = model.init(np.random.default_rng(0))
+    assert param_shapes(model) == {k: v.shape for k, v in params.items()}
+    assert list(param_shapes(model)) == list(params)  # in the order of init
+    assert buffer_shapes(model) == {k: v.shape for k, v in model.init_buffers().items()}
+
+
+def test_a_model_of_billions_of_weights_is_counted_without_allocating() -> None:
+    n, sizes = 64, (64, 40000, 40000, 10)
+    model = MLP(sizes[0], sizes[1:-1], sizes[-1])
+    ledger(MLP(4, (3,), 2), "mixed-fp16", batch_size=2, optimizer="adamw")  # (imports done)
+    tracemalloc.start()
+    try:
+        led = ledger(model, "mixed-fp16", batch_size=n, optimizer="adamw")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # building the weights alone would take 6.4 GB
+    params = 64 * 40000 + 40000 + 40000 * 40000 + 40000 + 40000 * 10 + 10
+    assert params == model.n_params == 1_603_040_010
+    assert [(e.what, e.format, e.elements, e.bytes) for e in led.entries] == [
+        ("weights", "fp16", params, 2 * params),
+        ("master weights", "fp32", params, 4 * params),
+        ("gradients", "fp16", params, 2 * params),
+        ("master gradients", "fp32", params, 4 * params),
+        ("optimizer state", "fp32", 2 * params, 8 * params),
+        # the layers' inputs (64, 40000, 40000) and outputs (40000, 40000, 10), in fp16
+        ("activations", "fp16", n * 160074, 2 * n * 160074),
+        ("loss", "fp32", n * 10, 4 * n * 10),
+        ("indices", "int64", n, 8 * n),
+    ]
+    # the same arithmetic at a small size equals a real model's parameters and forward pass
+    small = MLP(64, (40, 40), 10)
+    p = resolve_policy("mixed-fp16")
+    assert _saved_counts(small, p, n) == measured_saved(small, p, n)
+
+
+def test_the_memory_command_of_a_huge_model_allocates_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "--hidden", "40,40", "--json"]) == 0  # (the data set's shapes are cached)
+    capsys.readouterr()
+    tracemalloc.start()
+    try:
+        assert main(["memory", "--hidden", "40000,40000", "--json"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+    data = json.loads(capsys.readouterr().out)
+    assert data["entries"][0] == {
+        "what": "weights",
+        "format": "fp16",
+        "elements": 1_603_040_010,
+        "bytes": 3_206_080_020,
+    }
+
+
+def test_byte_counts_at_a_batch_of_10_to_the_20_are_exact(capsys: pytest.CaptureFixture[str]) -> None:
+    n = 10**20
+    assert main(["memory", *SMALL, "--batch-size", str(n), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {(e["what"], e["format"]): e["bytes"] for e in data["entries"]}
+    assert rows["activations", "fp16"] == 2 * n * (64 + 8 + 8 + 10)  # exact, not a float's 17 digits
+    assert rows["loss", "fp32"] == 4 * n * 10
+    assert rows["indices", "int64"] == 8 * n
+    assert data["total_bytes"] == sum(rows.values())
+    assert main(["memory", *SMALL, "--batch-size", str(n)]) == 0
+    total = sum(rows.values())
+    whole = round(Fraction(total, 2**20))  # 100 MiB and more: no decimals
+    assert f"  {whole:,} MiB," in capsys.readouterr().out
+    assert mib_text(2**70 + 2**19) == f"{2**50:,} MiB"  # 2^50 + 1/2, to even: a float has no 1/2 there
+
+
+def test_only_the_registered_models_have_known_shapes() -> None:
+    class Custom(Model):
+        name = "custom"
+
+    with pytest.raises(ValueError, match="counts the shapes of mlp, attention, transformer and convnet"):
+        ledger(Custom(), "fp32", batch_size=1)
 
 
 # ---- against the trainer ----------------------------------------------------------------------------
@@ -316,6 +485,8 @@ def test_memory_command_of_the_transformer(capsys: pytest.CaptureFixture[str]) -
         (["--model", "mlp", "--data", "text"], "needs a language model"),
         (["--model", "resnet"], "unknown model 'resnet'"),
         (["--batch-size", "0"], "batch_size=0"),
+        (["--batch-size", "1e20"], "argument --batch-size: invalid int value: '1e20'"),
+        (["--batch-size", "2.5"], "argument --batch-size: invalid int value: '2.5'"),
         (["--optimizer", "lamb"], "optimizer 'lamb'"),
         (["--model", "transformer", "--heads", "3"], "not divisible by heads=3"),
         (["--hidden", "0"], "positive layer sizes"),

@@ -11,12 +11,17 @@ real system would store instead: each tensor of the step at the width of its for
   AdamW's two moments; fp32, the default of every framework.
 * **running statistics**: BatchNorm's running mean and variance.
 * **activations**, **loss** and **indices**: what the forward pass keeps for the backward pass at
-  a batch size, counted by running the model once: every array of its cache (the logits too), and
-  the loss's saved probabilities; integer arrays (token ids, labels, max-pooling positions) at
-  their dtype's size. A float array is counted in the forward format when every one of its values
-  is a value of that format (what :meth:`~floatlab.train.precision.Precision.act` and the GEMMs
-  store), else in fp32 (the intermediates of ops kept in fp32, such as a LayerNorm's normalised
-  values under the "norm" fp32 op). Views of one buffer count once.
+  a batch size: every array of the model's cache (the logits too), and the loss's saved
+  probabilities; integer arrays (token ids, labels, max-pooling positions) at their dtype's size.
+  A float array is counted in the format its op stores it in: the forward format for what
+  :meth:`~floatlab.train.precision.Precision.act` and the GEMMs store, fp32 for the
+  intermediates of ops kept in fp32 (such as a LayerNorm's normalised values under the "norm"
+  fp32 op). Views of one buffer count once.
+
+Every line is arithmetic on the model's shapes (:func:`param_shapes`, :func:`buffer_shapes` and
+the shapes its forward pass gives its cache), in Python integers: no weight is allocated and no
+forward pass runs, so a model of billions of weights at a batch of 10^20 is counted at once and
+exactly. The tests hold the counts to a real model's parameters and a real forward pass's cache.
 
 Where master weights live is a framework's choice, the *layout* (:data:`LAYOUTS`):
 
@@ -42,9 +47,11 @@ wider one takes the next power of two of bits (fp16, bf16: 2; tf32, fp32: 4; fp6
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -53,7 +60,6 @@ from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_int, want_real
 from floatlab.train.model import Model, model_class
 from floatlab.train.policy import Policy, get_policy
-from floatlab.train.precision import Array, Precision
 
 if TYPE_CHECKING:
     from floatlab.train.config import TrainConfig
@@ -65,10 +71,12 @@ __all__ = [
     "OPTIMIZER_BUFFERS",
     "Entry",
     "Ledger",
+    "buffer_shapes",
     "layout_of",
     "ledger",
     "ledger_for",
     "mib_text",
+    "param_shapes",
     "storage_bits",
 ]
 
@@ -131,9 +139,19 @@ def mib_text(n_bytes: int) -> str:
     >>> mib_text(57_480_192), mib_text(53_248), mib_text(3 << 30)
     ('54.8 MiB', '0.0508 MiB', '3,072 MiB')
     """
-    x = n_bytes / 2**20
-    digits = max(0, 2 - math.floor(math.log10(x))) if x > 0 else 0
-    return f"{x:,.{digits}f} MiB"
+    q = Fraction(n_bytes, 2**20)  # exact: a float would misprint the low digits of 10^22 bytes
+    if q <= 0:
+        return "0 MiB"
+    # the decimal exponent of q, floor(log10 q), exactly
+    power = len(str(math.floor(q))) - 1
+    if q < 1:
+        power = -1
+        while q * 10**-power < 1:
+            power -= 1
+    digits = max(0, 2 - power)
+    scaled = round(q * 10**digits)  # (half to even, on the exact value)
+    whole, frac = divmod(scaled, 10**digits)
+    return f"{whole:,}" + (f".{frac:0{digits}d}" if digits else "") + " MiB"
 
 
 class Entry(NamedTuple):
@@ -317,8 +335,8 @@ def _entries(model: Model, policy: Policy, layout: str, buffers: int, batch_size
 
     wide, bn32 = policy.wide, policy.batchnorm_fp32
     total = 0
-    for k, v in model.init(np.random.default_rng(0)).items():
-        n, norm = int(v.size), k in model.norm_params
+    for k, shape in param_shapes(model).items():
+        n, norm = math.prod(shape), k in model.norm_params
         total += n
         stored = policy.param_format(norm)  # what the optimizer updates
         compute = wide if norm and bn32 else policy.forward  # what the forward pass reads (P.weights)
@@ -335,115 +353,152 @@ def _entries(model: Model, policy: Policy, layout: str, buffers: int, batch_size
                 add("master gradients", stored, n)
     if buffers:
         add("optimizer state", wide, buffers * total)
-    for v in model.init_buffers().values():
-        add("running statistics", policy.param_format(True), int(v.size))
+    for shape in buffer_shapes(model).values():
+        add("running statistics", policy.param_format(True), math.prod(shape))
     for (what, name, width), n in _saved_counts(model, policy, batch_size).items():
         counts[what, name] = counts.get((what, name), 0) + n
         bits[name] = width
     order = {w: i for i, w in enumerate(_WHAT)}
     keys = sorted(counts, key=lambda wf: (order[wf[0]], -bits[wf[1]]))
-    return tuple(Entry(w, f, counts[w, f], math.ceil(counts[w, f] * bits[f] / 8)) for w, f in keys)
+    # (integer arithmetic: a count of 10^21 elements is exact, as a float's product would not be)
+    return tuple(Entry(w, f, counts[w, f], -(-counts[w, f] * bits[f] // 8)) for w, f in keys)
+
+
+_UNKNOWN_MODEL = "the memory ledger counts the shapes of mlp, attention, transformer and convnet"
+
+
+def param_shapes(model: Model) -> dict[str, tuple[int, ...]]:
+    """The shape of each parameter of ``model``, by name, in the order of its ``init``, from its
+    configuration alone: nothing is allocated, so a model of billions of weights costs nothing.
+
+    >>> from floatlab.train.model import MLP
+    >>> param_shapes(MLP(4, (3,), 2))
+    {'W0': (4, 3), 'b0': (3,), 'W1': (3, 2), 'b1': (2,)}
+    """
+    from floatlab.train.convnet import ConvNet
+    from floatlab.train.model import MLP, AttentionNet
+    from floatlab.train.seq_layers import block_shapes
+    from floatlab.train.transformer import TransformerLM
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    if isinstance(model, MLP):
+        for i, (a, b) in enumerate(itertools.pairwise(model.sizes)):
+            shapes[f"W{i}"], shapes[f"b{i}"] = (a, b), (b,)
+    elif isinstance(model, AttentionNet):
+        f, d, t, c = model.n_in // model.tokens, model.d_model, model.tokens, model.n_out
+        shapes = {
+            "We": (f, d), "be": (d,), "pos": (t, d), "ln1_g": (d,), "ln1_b": (d,), "Wqkv": (d, 3 * d),
+            "Wo": (d, d), "bo": (d,), "ln2_g": (d,), "ln2_b": (d,), "Wc": (d, c), "bc": (c,),
+        }  # fmt: skip
+    elif isinstance(model, TransformerLM):
+        d = model.d_model
+        shapes = {"tok": (model.vocab, d), "pos": (model.context, d)}
+        for i in range(model.layers):
+            shapes.update({f"h{i}.{k}": shape for k, shape in block_shapes(d).items()})
+        shapes["lnf_g"], shapes["lnf_b"] = (d,), (d,)
+    elif isinstance(model, ConvNet):
+        c_in = 1
+        for i, c in enumerate(model.channels):
+            shapes[f"conv{i}_W"], shapes[f"bn{i}_g"], shapes[f"bn{i}_b"] = (3, 3, c_in, c), (c,), (c,)
+            c_in = c
+        shapes["Wc"], shapes["bc"] = (model.n_features, model.n_out), (model.n_out,)
+    else:
+        raise ValueError(f"model {model.describe()!r}: {_UNKNOWN_MODEL}")
+    return shapes
+
+
+def buffer_shapes(model: Model) -> dict[str, tuple[int, ...]]:
+    """The shape of each buffer (state that is not trained: BatchNorm's running mean and
+    variance) of ``model``, as its ``init_buffers`` makes them, from its configuration alone.
+
+    >>> from floatlab.train.convnet import ConvNet
+    >>> buffer_shapes(ConvNet(channels=(4,)))
+    {'bn0_mean': (4,), 'bn0_var': (4,)}
+    """
+    from floatlab.train.convnet import ConvNet
+
+    param_shapes(model)  # (an unknown model is refused here too)
+    if not isinstance(model, ConvNet):
+        return {}
+    return {f"bn{i}_{s}": (c,) for i, c in enumerate(model.channels) for s in ("mean", "var")}
 
 
 def _saved_counts(model: Model, policy: Policy, batch_size: int) -> dict[tuple[str, str, int], int]:
-    """The elements the forward pass keeps at ``batch_size``, by (what, format, bits). Every array
-    of these models has the batch as its leading axis, so the count is affine in the batch size:
-    it is measured at batches of 1 and 2 and extended (the tests check it against a direct count)."""
-    one = _saved_at(model, policy, 1)
-    if batch_size == 1:
-        return one
-    two = _saved_at(model, policy, 2)
-    return {k: one.get(k, 0) + (batch_size - 1) * (two.get(k, 0) - one.get(k, 0)) for k in {*one, *two}}
+    """The elements a training forward pass of ``model`` keeps for the backward pass at
+    ``batch_size``, by (what, format, bits): every array of the model's cache (the logits too) and
+    the loss's, counted from the shapes the model's code gives them. A view counts with the buffer
+    it looks into (q, k and v of a fused projection; the flattened features of the last pooling).
 
+    The format of each is the one its op stores it in: the forward format for what
+    :meth:`~floatlab.train.precision.Precision.act`, the GEMMs, softmax's output, ReLU, GELU and
+    max pooling keep (fp32, the holding format, when the forward format is fp32); the holding
+    format for the intermediates of an op the policy keeps in fp32 (LayerNorm's normalised values
+    and statistics under "norm", BatchNorm's under ``batchnorm_fp32``, the loss's probabilities
+    under its loss op); integer arrays (labels, token ids, max-pooling positions) at their dtype.
 
-def _saved_at(model: Model, policy: Policy, n: int) -> dict[tuple[str, str, int], int]:
-    """Run one training forward pass (and the loss) on a batch of ``n`` and count what it keeps."""
-    from floatlab.train.model import cross_entropy_forward
+    >>> from floatlab.train.model import MLP
+    >>> _saved_counts(MLP(4, (3,), 2), get_policy("mixed-fp16"), 5)
+    {('activations', 'fp16', 16): 60, ('loss', 'fp32', 32): 10, ('indices', 'int64', 64): 5}
+    """
+    from floatlab.train.convnet import ConvNet
+    from floatlab.train.model import MLP, AttentionNet
+    from floatlab.train.transformer import TransformerLM
 
-    rng = np.random.default_rng(0)
-    P = Precision(policy, rng=np.random.default_rng(1), layers=model.linear_sites)
-    norm = model.norm_params
-    params = {
-        k: P.cast(np.asarray(v, P.dtype), policy.param_format(k in norm)) for k, v in model.init(rng).items()
-    }
-    w = P.weights(params, model.norm_params)
-    buffers = {k: np.asarray(v, P.dtype) for k, v in model.init_buffers().items()}
-    x, y = _example_batch(model, n, rng)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        logits, cache = model.forward(w, x.astype(P.dtype) if x.dtype.kind == "f" else x, P, buffers=buffers)
-        _, loss_cache = cross_entropy_forward(logits, y, P)
-    seen = {id(_root(a)) for a in (*params.values(), *w.values())}  # weights are counted as weights
+    held = policy.wide
+    fwd = held if policy.forward == held else policy.forward  # what a store in the forward format keeps
+
+    def kept_by(op: str) -> FloatFormat:  # an op's intermediates: fp32 when the policy keeps it there
+        return held if op in policy.fp32_ops else fwd
+
+    n = batch_size
     out: dict[tuple[str, str, int], int] = {}
-    for what, tree in (("activations", [cache, logits]), ("loss", loss_cache)):
-        for (kind, name, width), count in _count_arrays(tree, P, seen).items():
-            key = ("indices" if kind == "int" else what, name, width)
-            out[key] = out.get(key, 0) + count
-    return out
 
-
-def _example_batch(model: Model, n: int, rng: np.random.Generator) -> tuple[Array, Array]:
-    """A batch of ``n`` the model reads: token ids and next-token labels for a language model
-    (``vocab`` and ``context``), else rows of ``n_in`` features in [0, 1) and one label each."""
-    vocab, context = getattr(model, "vocab", None), getattr(model, "context", None)
-    if vocab is not None and context is not None:
-        return rng.integers(0, vocab, (n, context)), rng.integers(0, vocab, (n, context))
-    n_in, n_out = getattr(model, "n_in", None), getattr(model, "n_out", None)
-    if n_in is None or n_out is None:
-        raise ValueError(
-            f"model {model.describe()!r}: expected n_in and n_out (or context and vocab) to size a batch"
-        )
-    return rng.random((n, n_in), dtype=np.float32), rng.integers(0, n_out, n)
-
-
-def _arrays(tree: Any) -> Iterator[Array]:
-    """The arrays in a cache: nested dicts, lists and tuples (other values are not stored tensors)."""
-    if isinstance(tree, np.ndarray):
-        yield tree
-    elif isinstance(tree, Mapping):
-        for v in tree.values():
-            yield from _arrays(v)
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            yield from _arrays(v)
-
-
-def _root(a: Array) -> Array:
-    """The array that owns ``a``'s memory (``a`` itself unless it is a view)."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
-def _count_arrays(tree: Any, P: Precision, seen: set[int]) -> dict[tuple[str, str, int], int]:
-    """Elements by (kind, format, bits) of the arrays in ``tree`` whose memory is not in ``seen``
-    (which grows): views of one buffer count once, at most the buffer's size."""
-    groups: dict[int, tuple[Array, dict[int, Array]]] = {}
-    for a in _arrays(tree):
-        r = _root(a)
-        if id(r) in seen:
-            continue
-        groups.setdefault(id(r), (r, {}))[1][id(a)] = a
-    out: dict[tuple[str, str, int], int] = {}
-    for key, (root, members) in groups.items():
-        seen.add(key)
-        views = list(members.values())
-        nbytes = min(root.nbytes, sum(v.nbytes for v in views))
-        itemsize = views[0].itemsize
-        if views[0].dtype.kind in "iub":
-            k = ("int", views[0].dtype.name, 8 * itemsize)
+    def add(what: str, fmt: FloatFormat | str, count: int) -> None:
+        if isinstance(fmt, str):  # an integer dtype
+            key = (what, fmt, 8 * np.dtype(fmt).itemsize)
         else:
-            fmt = max((_stored_format(v, P) for v in views), key=storage_bits)
-            k = ("float", fmt.name, storage_bits(fmt))
-        out[k] = out.get(k, 0) + nbytes // itemsize
-    return out
+            key = (what, fmt.name, storage_bits(fmt))
+        out[key] = out.get(key, 0) + count
 
-
-def _stored_format(a: Array, P: Precision) -> FloatFormat:
-    """The forward format when every value of ``a`` is one of its values (what the forward pass
-    stored there), else the holding format (an fp32 op's intermediate)."""
-    if P.is_wide(P.fwd):
-        return P.wide
-    return P.fwd if np.array_equal(P.cast(a, P.fwd), a, equal_nan=True) else P.wide
+    norm = kept_by("norm")
+    if isinstance(model, MLP):
+        s = model.sizes
+        # each layer's input (the data, then the ReLU or GELU outputs) and its output (the last: the logits)
+        add("activations", fwd, n * (sum(s[:-1]) + sum(s[1:])))
+        classes, labels = s[-1], n
+    elif isinstance(model, AttentionNet):
+        t, d, c = model.tokens, model.d_model, model.n_out
+        # the tokens' features, LN1's output, the fused q, k and v, the attention weights, the joined
+        # heads, the pooled features and the logits; two LayerNorms' normalised values and statistics
+        add("activations", fwd, n * (model.n_in + t * d + 3 * t * d + t * t + t * d + d + c))
+        add("activations", norm, 2 * n * t * (d + 1))
+        classes, labels = c, n
+    elif isinstance(model, TransformerLM):
+        tokens, d, V = n * model.context, model.d_model, model.vocab
+        # per block: LN1's output, q k v, the attention weights (heads x t per token), the joined
+        # heads, LN2's output, the MLP's pre-activation and GELU output (4 d each); then the final
+        # LayerNorm's output and the logits; LayerNorms' normalised values and statistics apart
+        block = d + 3 * d + model.heads * model.context + d + d + 4 * d + 4 * d
+        add("activations", fwd, tokens * (model.layers * block + d + V))
+        add("activations", norm, tokens * (model.layers * 2 * (d + 1) + d + 1))
+        add("indices", "int64", tokens)  # the token ids
+        classes, labels = V, tokens
+    elif isinstance(model, ConvNet):
+        bn = held if policy.batchnorm_fp32 else norm
+        side, c_in = model.side, 1
+        for c in model.channels:
+            pooled = n * (side // 2) ** 2 * c
+            add("activations", fwd, n * side * side * 9 * c_in + pooled)  # im2col's rows, the pooled output
+            add("activations", bn, n * side * side * c + c)  # BatchNorm's normalised values, 1/std
+            add("indices", "uint8", pooled)  # where each maximum was
+            side, c_in = side // 2, c
+        add("activations", fwd, n * model.n_out)  # the logits
+        classes, labels = model.n_out, n
+    else:
+        raise ValueError(f"model {model.describe()!r}: {_UNKNOWN_MODEL}")
+    add("loss", kept_by(policy.loss_op), labels * classes)  # the probabilities
+    add("indices", "int64", labels)
+    return {k: v for k, v in out.items() if v}
 
 
 def _model_from_config(config: Mapping[str, Any]) -> Model:
