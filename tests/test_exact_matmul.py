@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from floatlab.rounding import exact_matmul
-from floatlab.train.hostgemm import _blocks, deterministic, host_matmul, is_deterministic
+from floatlab.train.hostmath import _blocks, deterministic, host_matmul, is_deterministic
 
 
 def f32(x: Any) -> np.ndarray:
@@ -215,7 +215,7 @@ SHAPES = """
     + repr(SHAPES)
     + r"""
 import numpy as np
-from floatlab.train.hostgemm import deterministic, host_matmul
+from floatlab.train.hostmath import deterministic, host_matmul
 rng = np.random.default_rng(11)
 h = hashlib.sha256()
 with deterministic(sys.argv[1] == "exact"):

@@ -35,8 +35,8 @@ Modes (IEEE 754 names in brackets):
 from __future__ import annotations
 
 from floatlab.rounding import arrays, flushed, options, params, scaled, spec
-from floatlab.rounding.exact_matmul import exact_matmul
 from floatlab.rounding.arrays import *  # noqa: F403
+from floatlab.rounding.exact_matmul import exact_matmul
 from floatlab.rounding.flushed import *  # noqa: F403
 from floatlab.rounding.options import *  # noqa: F403
 from floatlab.rounding.params import *  # noqa: F403

@@ -15,7 +15,7 @@ products and sums in fp32).
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
 from floatlab.train.history import History, compare
-from floatlab.train.hostgemm import deterministic, host_matmul
+from floatlab.train.hostmath import deterministic, host_matmul
 from floatlab.train.matmul import gemm
 from floatlab.train.memory import Ledger, ledger, ledger_for
 from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
@@ -57,12 +57,12 @@ __all__ = [
     "compare",
     "deterministic",
     "gemm",
-    "host_matmul",
     "get_data",
     "get_model",
     "get_policy",
     "get_preset",
     "global_norm",
+    "host_matmul",
     "late_phase",
     "ledger",
     "ledger_for",

@@ -67,8 +67,9 @@ class TrainConfig:
     steps: int | None = None
     eval_every: int | None = None
     histogram_steps: tuple[int, ...] = ()
-    #: every GEMM summed exactly and rounded once: the same bits on any CPU and BLAS build
-    #: (see :mod:`floatlab.train.hostgemm`); off, the bits depend on the BLAS kernel
+    #: every GEMM summed exactly and rounded once, exp, log and tanh correctly rounded: the same bits
+    #: on any CPU and BLAS build
+    #: (see :mod:`floatlab.train.hostmath`); off, they depend on the BLAS kernel and NumPy's dispatch
     deterministic: bool = False
 
     def __post_init__(self) -> None:

@@ -52,6 +52,7 @@ import numpy as np
 
 from floatlab.backend import get_xp
 from floatlab.formats import FloatFormat
+from floatlab.train.hostmath import host_matmul
 from floatlab.train.model import (
     Model,
     Params,
@@ -61,7 +62,6 @@ from floatlab.train.model import (
     relu_backward,
     relu_forward,
 )
-from floatlab.train.hostgemm import host_matmul
 from floatlab.train.precision import Array, Precision, Rounder
 
 __all__ = [

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from floatlab.train.hostmath import host_exp, host_tanh
 from floatlab.train.precision import Array
 
 __all__ = [
@@ -262,7 +263,7 @@ def gelu(x: Array) -> Array:
     c0, c1, one, half = t(GELU_C), t(GELU_C * 0.044715), t(1.0), t(0.5)
 
     k["gelu_arg"](flat, th, c0, c1)
-    np.tanh(th, out=th)  # NumPy's vector tanh: the C library's is several times slower
+    host_tanh(th, out=th)  # NumPy's vector tanh: the C library's is several times slower
     k["gelu"](flat, th, one, half)
     return th.reshape(x.shape)
 
@@ -280,7 +281,7 @@ def gelu_grad(dy: Array, x: Array) -> Array:
     c0, c1, c3, one, half = t(GELU_C), t(GELU_C * 0.044715), t(3 * GELU_C * 0.044715), t(1.0), t(0.5)
 
     k["gelu_arg"](flat, th, c0, c1)
-    np.tanh(th, out=th)
+    host_tanh(th, out=th)
     k["gelu_grad"](dflat, flat, th, c0, c3, one, half)
     return th.reshape(x.shape)
 
@@ -334,7 +335,7 @@ def softmax(s: Array) -> Array:
     s2, p2 = s.reshape(-1, d), p.reshape(-1, d)
 
     k["softmax_shift"](s2, p2)
-    np.exp(p2, out=p2)  # NumPy's vector exp: the C library's is slower
+    host_exp(p2, out=p2)  # NumPy's vector exp: the C library's is slower
     k["softmax"](p2)
     return p
 

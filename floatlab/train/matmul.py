@@ -32,7 +32,7 @@ from floatlab.backend import Backend, get_backend
 from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_format
 from floatlab.rounding import round_array
 from floatlab.train.accumulate import accumulate_matmul, accumulator_format, check_promote_every
-from floatlab.train.hostgemm import host_matmul
+from floatlab.train.hostmath import host_matmul
 
 __all__ = [
     "GEMM_FORMATS",

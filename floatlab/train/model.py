@@ -32,6 +32,7 @@ import numpy as np
 
 from floatlab.backend import get_xp
 from floatlab.train import fused
+from floatlab.train.hostmath import host_exp, host_log, host_tanh
 from floatlab.train.precision import Array, Precision
 
 __all__ = [
@@ -148,7 +149,7 @@ def gelu_forward(x: Array, P: Precision) -> Array:
     y *= t(_GELU_C * 0.044715)
     y += t(_GELU_C)
     y *= x
-    np.tanh(y, out=y)
+    host_tanh(y, out=y)
     y += t(1.0)
     y *= x
     y *= t(0.5)
@@ -170,7 +171,7 @@ def gelu_backward(dy: Array, x: Array, P: Precision) -> Array:
     th = x2 * t(_GELU_C * 0.044715)
     th += t(_GELU_C)
     th *= x
-    np.tanh(th, out=th)
+    host_tanh(th, out=th)
     x2 *= t(3 * _GELU_C * 0.044715)
     x2 += t(_GELU_C)
     x2 *= x
@@ -195,7 +196,7 @@ def softmax_forward(s: Array, P: Precision) -> Array:
     if r.fp32 and fused.fusable(s):
         return r.out(fused.softmax(s))
     zs = r(s - s.max(axis=-1, keepdims=True))
-    e = r(np.exp(zs), "exp")
+    e = r(host_exp(zs), "exp")
     return r.out(e / r.sum(e, -1, keepdims=True))
 
 
@@ -239,9 +240,9 @@ def cross_entropy_forward(
     n = logits.shape[0]
     r = P.rounder(P.fwd, P.policy.loss_op)
     zs = r(logits - logits.max(axis=1, keepdims=True))
-    e = r(np.exp(zs), "exp")
+    e = r(host_exp(zs), "exp")
     s = r.sum(e, 1, keepdims=True)
-    logp = r(zs - r(np.log(s), "log"))
+    logp = r(zs - r(host_log(s), "log"))
     p = r(e / s)
     nll = -logp[get_xp(logp).arange(n), y]
     rs = P.rounder(P.fwd, "sum")

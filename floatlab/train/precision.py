@@ -29,7 +29,7 @@ from floatlab.backend import Backend, get_backend, get_xp, host_ints, is_cupy
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import fma_sum, fma_sum_flushed, pairwise_sums, round_array, round_flushed, round_owned
 from floatlab.train.accumulate import accumulate_matmul
-from floatlab.train.hostgemm import host_matmul
+from floatlab.train.hostmath import host_matmul
 from floatlab.train.matmul import gemm, gemm_format, matmul
 from floatlab.train.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling

@@ -41,7 +41,7 @@ from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data import Dataset, get_data
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
-from floatlab.train.hostgemm import deterministic
+from floatlab.train.hostmath import deterministic
 from floatlab.train.model import (
     Model,
     Params,
@@ -139,7 +139,7 @@ class Trainer:
         deterministic: bool = False,
     ) -> None:
         self.model = model
-        #: every host GEMM summed exactly and rounded once (:mod:`floatlab.train.hostgemm`): the
+        #: every host GEMM summed exactly and rounded once (:mod:`floatlab.train.hostmath`): the
         #: same bits on any CPU and BLAS build, at about twice the GEMMs' cost
         self.deterministic = bool(deterministic)
         self.data = data

@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
 from floatlab.train.accumulate import accumulate_matmul
-from floatlab.train.hostgemm import host_matmul
+from floatlab.train.hostmath import host_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
 from floatlab.train.recipes._fp8_kernels import transposed_copy
 from floatlab.train.recipes.blockwise import Finish, block_cast, blockwise_matmul, expand_scales, tile_cast

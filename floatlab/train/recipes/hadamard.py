@@ -35,7 +35,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.train.hostgemm import host_matmul
+from floatlab.train.hostmath import host_matmul
 
 __all__ = ["RHT_SIZE", "WGRAD_SIGNS", "hadamard_matrix", "rht", "rht_matrix"]
 

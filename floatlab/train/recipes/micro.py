@@ -71,7 +71,7 @@ from floatlab.blocks import E8M0_BIAS, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.rounding import encode_blocks, nvfp4_tensor_scale, round_blocks_split
 from floatlab.train._checks import shown, want_bool, want_dict, want_int, want_str
-from floatlab.train.hostgemm import host_matmul
+from floatlab.train.hostmath import host_matmul
 from floatlab.train.recipes.fp8 import STATS, OperandStats
 from floatlab.train.recipes.hadamard import rht
 from floatlab.train.recipes.recipe import ROLES, one_of

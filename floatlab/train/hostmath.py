@@ -1,8 +1,9 @@
-"""The NumPy trainer's fp32 GEMMs, with bits that do not depend on the thread count.
+"""The NumPy trainer's host arithmetic whose bits could depend on the machine: GEMMs, exp, log, tanh.
 
 Every float32 GEMM of a training step on the host (the layers' GEMMs, the fp8 and microscaling
 recipes' scaled GEMMs, the Hadamard transform, BatchNorm's channel sums) goes through
-:func:`host_matmul`, in one of two modes:
+:func:`host_matmul`, and every exp, log and tanh through :func:`host_exp`, :func:`host_log` and
+:func:`host_tanh`, in one of two modes:
 
 * **default**: BLAS's sgemm (NumPy's OpenBLAS), each call on one BLAS thread. A large GEMM is cut
   into row blocks that depend on its shape alone, run side by side on a small pool of threads.
@@ -10,11 +11,14 @@ recipes' scaled GEMMs, the Hadamard transform, BatchNorm's channel sums) goes th
   two threads than on one (every shape from 2048 x 64 x 64 up, measured with OpenBLAS 0.3.31);
   here the thread count changes only the speed. The bits still depend on the BLAS kernel that
   the CPU selects (Haswell, SkylakeX, ...), which adds the products in its own order.
+  exp, log and tanh are NumPy's vector code, which NumPy picks for the CPU (AVX-512, AVX2 or
+  its baseline), each with its own last bits.
 * **deterministic** (``with deterministic():``, ``TrainConfig(deterministic=True)``, ``--deterministic``):
   :func:`floatlab.rounding.exact_matmul.exact_matmul`, the exact sum of the exact products
-  rounded once to nearest even. No order is involved, so the bits are the same on any CPU, BLAS
-  build and thread count, at the cost of a float64 GEMM (about 2x an sgemm) and a pass over
-  the output.
+  rounded once to nearest even, and :func:`floatlab.rounding.elementary.exact_f32`, the
+  correctly rounded exp, log and tanh. Nothing is left to the machine's choice of order or code,
+  so the bits are the same on any CPU, BLAS build and thread count, at the cost of a float64
+  GEMM (about 2x an sgemm), float64 elementary functions and a pass over each output.
 
 >>> import numpy as np
 >>> a = np.float32([[1.0, 2.0**-24, 2.0**-24]]); b = np.ones((3, 1), np.float32)
@@ -39,9 +43,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from floatlab.backend import get_xp
+from floatlab.rounding.elementary import exact_f32
 from floatlab.rounding.exact_matmul import exact_matmul
 
-__all__ = ["deterministic", "host_matmul", "is_deterministic"]
+__all__ = ["deterministic", "host_exp", "host_log", "host_matmul", "host_tanh", "is_deterministic"]
 
 Array = NDArray[Any]
 
@@ -129,6 +135,41 @@ def _into(x: Array, out: Array | None) -> Array:
 
 def _exact_into(a: Array, b: Array, out: Array) -> Array:
     return _into(exact_matmul(a, b), out)
+
+
+def host_exp(x: Array, out: Array | None = None) -> Array:
+    """``np.exp(x, out=out)``; correctly rounded for float32 inside :func:`deterministic`.
+
+    >>> with deterministic():
+    ...     host_exp(np.float32([1.0])).tolist()
+    [2.7182817459106445]
+    """
+    return _elementary("exp", x, out)
+
+
+def host_log(x: Array, out: Array | None = None) -> Array:
+    """``np.log(x, out=out)``; correctly rounded for float32 inside :func:`deterministic`.
+
+    >>> host_log(np.float32([1.0])).tolist()
+    [0.0]
+    """
+    return _elementary("log", x, out)
+
+
+def host_tanh(x: Array, out: Array | None = None) -> Array:
+    """``np.tanh(x, out=out)``; correctly rounded for float32 inside :func:`deterministic`.
+
+    >>> host_tanh(np.float32([0.0])).tolist()
+    [0.0]
+    """
+    return _elementary("tanh", x, out)
+
+
+def _elementary(name: str, x: Array, out: Array | None) -> Array:
+    if _EXACT.get() and isinstance(x, np.ndarray) and x.dtype == np.float32:
+        return exact_f32(name, x, out)
+    result: Array = getattr(get_xp(x), name)(x, out=out)
+    return result
 
 
 def _blocks(length: int, work: int, align: int) -> list[tuple[int, int]]:
