@@ -13,7 +13,7 @@ from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_bool, want_dict, want_int
 from floatlab.train.recipes.scales import E4M3, E5M2
 
-__all__ = ["AMAX_ALGOS", "FP8_FORMATS", "RECIPES", "ROLES", "Fp8Recipe"]
+__all__ = ["AMAX_ALGOS", "FP8_FORMATS", "MAX_AMAX_HISTORY", "RECIPES", "ROLES", "Fp8Recipe"]
 
 #: the recipes: per-tensor current scaling, delayed scaling, block scaling
 RECIPES: tuple[str, ...] = ("tensorwise", "delayed", "blockwise")
@@ -23,6 +23,10 @@ FP8_FORMATS: tuple[str, ...] = ("hybrid", "e4m3")
 ROLES: tuple[str, ...] = ("input", "weight", "grad")
 #: Transformer Engine's ``amax_compute_algo``: the largest amax of the history, or the last one
 AMAX_ALGOS: tuple[str, ...] = ("max", "most_recent")
+#: the longest amax history of delayed scaling: four times Transformer Engine's default of 1024
+#: (its recipes use 16 to 1024); each operand of each layer keeps one float32 per step of it, so
+#: 10^8 steps were 400 MB per operand, and a history longer than the run changes no scale
+MAX_AMAX_HISTORY = 4096
 
 # the knobs each recipe reads, with their defaults: any other knob must keep its default
 _ONLY_FOR = {
@@ -52,8 +56,8 @@ class Fp8Recipe:
     knobs of that scaling. A knob that the recipe does not read must keep its default.
 
     * ``amax_history``, ``amax_compute_algo``, ``margin`` (delayed only): Transformer Engine's
-      ``DelayedScaling`` fields and defaults (history 1024, ``"max"``, margin 0), with
-      ``scale = fp8_max / 2^margin / amax``;
+      ``DelayedScaling`` fields and defaults (history 1024, at most :data:`MAX_AMAX_HISTORY`,
+      ``"max"``, margin 0), with ``scale = fp8_max / 2^margin / amax``;
     * ``pow2_scale`` (tensorwise and blockwise): scales rounded down to a power of two, as
       torchao's ``round_scales_to_power_of_2``;
     * ``block`` (blockwise): the tile size, 128 in DeepSeek-V3.
@@ -82,7 +86,13 @@ class Fp8Recipe:
     def __post_init__(self) -> None:
         one_of("kind", self.kind, RECIPES)
         one_of("fp8_format", self.fp8_format, FP8_FORMATS)
-        object.__setattr__(self, "amax_history", want_int("amax_history", self.amax_history, 1))
+        history = want_int("amax_history", self.amax_history, 1)
+        if history > MAX_AMAX_HISTORY:
+            raise ValueError(
+                f"amax_history={shown(history)}: expected an integer from 1 to {MAX_AMAX_HISTORY:,} "
+                "(Transformer Engine's default is 1,024)"
+            )
+        object.__setattr__(self, "amax_history", history)
         one_of("amax_compute_algo", self.amax_compute_algo, AMAX_ALGOS)
         object.__setattr__(self, "margin", want_int("margin", self.margin, 0))
         object.__setattr__(self, "pow2_scale", want_bool("pow2_scale", self.pow2_scale))
