@@ -35,13 +35,43 @@ examples:
 
 
 def _chars(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of characters >= 0")
+    """``--chars``: a count from 0 to :data:`~floatlab.train.sampling.MAX_CHARS`, checked before
+    the checkpoint is read.
+
+    >>> _chars("400")
+    400
+    """
+    from floatlab.train.sampling import MAX_CHARS
+
+    n = _whole(text)
+    if n is None or not 0 <= n <= MAX_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: expected a number of characters from 0 to {MAX_CHARS:,}"
+        )
     return n
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer >= 0 (numpy's generators take no negative seed).
+
+    >>> _seed("7")
+    7
+    """
+    n = _whole(text)
+    if n is None or n < 0:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected an integer >= 0")
+    return n
+
+
+def _whole(text: str) -> int | None:
+    """The decimal integer ``text`` (at most 1,000 digits), else None."""
+    body = text.strip()
+    if len(body) > 1000:
+        return None
+    try:
+        return int(body)
+    except ValueError:
+        return None
 
 
 def _temperature(text: str) -> float:
@@ -79,7 +109,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--prompt", default="", metavar="TEXT", help="the text to continue (default: none, a new line)"
     )
     p.add_argument(
-        "--chars", type=_chars, default=200, metavar="N", help="characters to write (default: 200)"
+        "--chars",
+        type=_chars,
+        default=200,
+        metavar="N",
+        help="characters to write, at most 100,000 (default: 200)",
     )
     p.add_argument(
         "--temperature",
@@ -89,7 +123,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="1 draws from the model's probabilities, below 1 sharpens them, 0 always takes the "
         "likeliest character (default: 1)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the draws, >= 0 (default: 0)")
     add_max_bytes_option(p)
     add_common_options(p)
     return p

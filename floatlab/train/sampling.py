@@ -30,7 +30,11 @@ from floatlab.train.text import decode, encode
 if TYPE_CHECKING:
     from floatlab.train.trainer import Trainer
 
-__all__ = ["sample"]
+__all__ = ["MAX_CHARS", "sample"]
+
+#: the most characters :func:`sample` writes in one call: a forward pass of the model each (about
+#: a millisecond for the default transformer, so up to a few minutes), about thirty pages of text
+MAX_CHARS = 100_000
 
 
 def sample(
@@ -39,7 +43,8 @@ def sample(
     """``n_chars`` characters that the trainer's model writes after ``prompt`` (the prompt itself
     is not part of the result). ``temperature`` divides the logits: 1 draws from the model's own
     probabilities, below 1 sharpens them, 0 always takes the likeliest character (deterministic);
-    ``seed`` fixes the draws. An empty prompt starts the text at a line's beginning (after a
+    ``seed`` (an integer >= 0) fixes the draws; at most :data:`MAX_CHARS` characters are written,
+    more are refused before the first. An empty prompt starts the text at a line's beginning (after a
     newline, when the vocabulary has one). The trainer is left as it was (its random generators
     included).
 
@@ -59,8 +64,14 @@ def sample(
             f"the model was trained on {trainer.data.name!r}, not on text: sampling needs a character "
             "model (trained with data 'text')"
         )
-    if isinstance(n_chars, bool) or not isinstance(n_chars, (int, np.integer)) or n_chars < 0:
-        raise ValueError(f"n_chars={n_chars!r}: expected an integer >= 0")
+    if (
+        isinstance(n_chars, bool)
+        or not isinstance(n_chars, (int, np.integer))
+        or not 0 <= n_chars <= MAX_CHARS
+    ):
+        raise ValueError(f"n_chars={str(n_chars)[:40]}: expected an integer from 0 to {MAX_CHARS:,}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={str(seed)[:40]}: expected an integer >= 0")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)):
         raise ValueError(f"temperature={temperature!r}: expected a number >= 0")
     if not (0.0 <= float(temperature) < math.inf):
