@@ -222,6 +222,20 @@ def test_long_input_is_cut_in_messages() -> None:
         (["bench", "gemm", "--min-seconds", "-1"], "expected a number of seconds from 0 to 3600"),
         (["bench", "train", "--batch-size", "0"], "expected a positive integer"),
         (["bench", "train", "--steps", "0"], "expected a positive integer"),
+        # refused before the checkpoint is read (it does not exist)
+        (
+            ["sample", "missing.npz", "--chars", "99999999999999999999"],
+            "argument --chars: '99999999999999999999': expected a number of characters from 0 to 100,000",
+        ),
+        (["sample", "missing.npz", "--chars", "100001"], "from 0 to 100,000"),
+        (["sample", "missing.npz", "--seed", "-1"], "argument --seed: '-1': expected an integer >= 0"),
+        (
+            [
+                *("train", "--data", "underflow", "--hidden", "4", "-q", "--precision", "fp8-delayed"),
+                *("--amax-history", "100000000"),
+            ],
+            "amax_history=100000000: expected an integer from 1 to 4,096",
+        ),
     ],
 )
 def test_limits_give_one_floatlab_line(
@@ -414,3 +428,37 @@ def test_a_checkpoint_whose_array_header_claims_more_than_it_holds_is_refused_un
     assert main(["train", "--resume", str(path), "--epochs", "1", "--quiet"]) == 2
     err = _one_error(capsys.readouterr().err)
     assert "claims shape (10000000000,)" in err
+
+
+def test_the_amax_history_is_bounded_in_the_recipe_itself() -> None:
+    from floatlab.train.policy import get_policy
+    from floatlab.train.recipes.recipe import MAX_AMAX_HISTORY, Fp8Recipe
+
+    assert MAX_AMAX_HISTORY == 4096
+    assert Fp8Recipe("delayed", amax_history=MAX_AMAX_HISTORY).amax_history == 4096
+    for bad in (MAX_AMAX_HISTORY + 1, 10**8, 10**30):
+        with pytest.raises(ValueError, match=r"amax_history=\d+: expected an integer from 1 to 4,096"):
+            Fp8Recipe("delayed", amax_history=bad)
+        with pytest.raises(ValueError, match="expected an integer from 1 to 4,096"):
+            get_policy("fp8-delayed").replace(amax_history=bad)
+
+
+def test_sampling_refuses_too_many_characters_and_negative_seeds_before_the_first() -> None:
+    from floatlab.cli.sample_cmd import register
+    from floatlab.train.model import MLP
+    from floatlab.train.sampling import MAX_CHARS, sample
+    from floatlab.train.text import load_text
+    from floatlab.train.trainer import Trainer
+
+    data = load_text(context=4)
+    tr = Trainer(MLP(4, (8,), data.n_classes), data, "fp32")  # (not a language model: never run)
+    with pytest.raises(ValueError, match=f"n_chars={MAX_CHARS + 1}: expected an integer from 0 to 100,000"):
+        sample(tr, "In", MAX_CHARS + 1)
+    with pytest.raises(ValueError, match="n_chars=99999999999999999999: expected"):
+        sample(tr, "In", 99999999999999999999)
+    with pytest.raises(ValueError, match="seed=-1: expected an integer >= 0"):
+        sample(tr, "In", 10, seed=-1)
+    import argparse
+
+    help_text = register(argparse.ArgumentParser().add_subparsers()).format_help()
+    assert f"at most {MAX_CHARS:,}" in " ".join(help_text.split())
