@@ -114,6 +114,10 @@ def test_float16_input_and_stochastic_rounding(capsys: pytest.CaptureFixture[str
         (["blockquant", "{g}", "--block-size", "0"], "--block-size 0: expected a number of values from 1"),
         (["blockquant", "{g}", "--block-size", str(10**30)], f"--block-size {10**30}: expected"),
         (["blockquant", "{g}", "--block-size", str(2**31 + 1)], "from 1 to 2,147,483,648"),
+        (
+            ["blockquant", "{g}", "--rounding", "stochastic", "--seed", "-1"],
+            "--seed -1: expected an integer >= 0",
+        ),
         (["blockquant", "{txt}"], "expected a .npy file"),
     ],
 )

@@ -263,6 +263,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             f"--block-size {str(args.block_size)[:40]}: expected a number of values from 1 to "
             f"{MAX_BLOCK_SIZE:,} (2^31)"
         )
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: expected an integer >= 0")
     fmts = _names(args.format, "format name") or None
     modes = _names(args.scale_mode, "scale mode") or None
     for m in modes or []:
