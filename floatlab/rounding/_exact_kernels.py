@@ -158,7 +158,16 @@ def settle(c: Any, na: Any, nb: Any, xa: Any, xb: Any, g: float, out: Any, unsur
     nbatch, m, n = c.shape
     left = 0
     for bi in range(nbatch):
+        xb_max, cols_finite = 0.0, True
+        for j in range(n):
+            xb_max = max(xb_max, xb[bi, j])
+            cols_finite = cols_finite and np.isfinite(nb[bi, j])
         for i in range(m):
+            if cols_finite and np.isfinite(na[bi, i]) and xa[bi, i] * xb_max < 1.0:
+                # the whole row is the exact case below (+ 0.0 makes an exact zero sum +0)
+                for j in range(n):
+                    out[bi, i, j] = f32(c[bi, i, j] + 0.0)
+                continue
             for j in range(n):
                 v = c[bi, i, j]
                 if not np.isfinite(v):
@@ -171,7 +180,7 @@ def settle(c: Any, na: Any, nb: Any, xa: Any, xb: Any, g: float, out: Any, unsur
                     # every product is a multiple of 2^(ga + gb), and their magnitudes add up to
                     # less than 2^53 of those: each partial sum, in any order, is exact in
                     # float64, so v is the exact sum (the case of most low-precision operands)
-                    out[bi, i, j] = f32(v) if v != 0.0 else f32(0.0)
+                    out[bi, i, j] = f32(v + 0.0)
                 else:
                     e = g * norms
                     lo, hi = f32(v - e), f32(v + e)
@@ -190,3 +199,22 @@ def resolve(a: Any, b: Any, bi: Any, ii: Any, jj: Any, out: Any) -> None:
     for t in range(bi.shape[0]):
         k = bi[t]
         out[k, ii[t], jj[t]] = exact_dot(a[k, ii[t], :], b[k, :, jj[t]], buf, scratch)
+
+
+@numba.njit(cache=True, nogil=True)
+def round_settled(y: Any, out: Any, slack: float) -> int:
+    # y (flat float64): a function's values, each within `slack` float64 ulps of the exact one;
+    # out (flat float32): their float32 rounding where no rounding boundary is that close (the
+    # rounding of y - t and of y + t agree), NaN where one is (returned: how many). A zero, an
+    # infinity and a NaN are exact (tanh(-0) is -0, log(1) is 0)
+    left = 0
+    for i in range(y.shape[0]):
+        v = y[i]
+        t = slack * abs(v) * 2.0**-52  # (at least `slack` ulps of v; 0 for 0, inf for inf)
+        lo, hi = f32(v - t), f32(v + t)
+        if v == 0.0 or not np.isfinite(v) or (lo == hi and math.copysign(1.0, lo) == math.copysign(1.0, hi)):
+            out[i] = f32(v)
+        else:
+            out[i] = np.nan
+            left += 1
+    return left

@@ -7,8 +7,8 @@ than without. :func:`exact_f32` returns the float32 nearest (ties to even) to th
 instead, which every machine agrees on:
 
 1. the function is evaluated in float64 (any implementation within a few float64 ulps will do);
-2. where that value lies more than 16 float64 ulps from every float32 rounding boundary, its
-   float32 rounding is the correct one (the error cannot carry it across a boundary);
+2. where the float64 values 16 ulps below and above it round to the same float32 value, that is
+   the correct rounding (the error cannot carry the exact value across a boundary);
 3. the rare value closer than that (about 1 in 30 million) is evaluated again with mpmath at
    200 bits and rounded exactly (``round_rational``). exp, log and tanh of a non-zero rational are
    irrational, so that value is never on the boundary itself.
@@ -55,34 +55,19 @@ def exact_f32(name: str, x: Any, out: NDArray[np.float32] | None = None) -> NDAr
     x32 = np.asarray(x)
     if x32.dtype != np.float32:
         raise ValueError(f"exact_f32 of dtype {x32.dtype}: expected float32 values")
+    from floatlab.rounding import _exact_kernels as kern  # (numba: on first use only)
+
     with np.errstate(all="ignore"):
         y: NDArray[np.float64] = getattr(np, name)(x32.astype(np.float64))
-        r: NDArray[np.float32] = y.astype(np.float32)
-        unsure = _near_a_boundary(y, r)
-    if unsure.any():
-        idx = np.flatnonzero(unsure)
-        flat_x, flat_r = x32.reshape(-1), r.reshape(-1)
-        for i in idx:
+    r = np.empty(x32.shape, np.float32)
+    if kern.round_settled(y.reshape(-1), r.reshape(-1), _SLACK):
+        flat_x, flat_r, flat_y = x32.reshape(-1), r.reshape(-1), y.reshape(-1)
+        for i in np.flatnonzero(np.isnan(flat_r) & ~np.isnan(flat_y)):
             flat_r[i] = _by_mpmath(name, float(flat_x[i]))
     if out is None:
         return r
     out[...] = r
     return out
-
-
-def _near_a_boundary(y: NDArray[np.float64], r: NDArray[np.float32]) -> NDArray[np.bool_]:
-    """Where ``y`` (finite) lies within ``_SLACK`` float64 ulps of a midpoint between ``r`` (its
-    float32 rounding) and a neighbour of ``r``."""
-    big = np.float64(2.0**128)  # (an infinite neighbour stands for 2^128: the overflow midpoint)
-    r64 = np.where(np.isinf(r), np.copysign(big, r), r.astype(np.float64))
-    up = np.nextafter(r, np.float32(np.inf)).astype(np.float64)
-    down = np.nextafter(r, np.float32(-np.inf)).astype(np.float64)
-    up = np.where(np.isinf(up), big, up)
-    down = np.where(np.isinf(down), -big, down)
-    tol = _SLACK * np.spacing(np.abs(y))
-    near = (np.abs(y - 0.5 * (r64 + up)) <= tol) | (np.abs(y - 0.5 * (r64 + down)) <= tol)
-    result: NDArray[np.bool_] = near & np.isfinite(y)
-    return result
 
 
 def _by_mpmath(name: str, x: float) -> float:

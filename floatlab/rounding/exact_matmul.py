@@ -96,8 +96,8 @@ def _exact_3d(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.floa
     from floatlab.rounding import _exact_kernels as kern  # (numba: on first use only)
 
     k = a.shape[2]
-    a64 = np.ascontiguousarray(a, np.float64)
-    b64 = np.ascontiguousarray(b, np.float64)
+    a64 = a.astype(np.float64)  # (in the layout a has: BLAS reads a transposed operand as it lies)
+    b64 = b.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):  # (infinite and NaN inputs: see above)
         c = np.ascontiguousarray(np.matmul(a64, b64))
     na = np.sqrt(np.einsum("bmk,bmk->bm", a64, a64))
@@ -120,6 +120,6 @@ def _exact_3d(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.floa
 
 
 def _bits(x: NDArray[np.float32]) -> NDArray[np.uint32]:
-    """The bit patterns of ``x`` (a view where its layout allows one)."""
-    bits: NDArray[np.uint32] = (x if x.strides[-1] == 4 else np.ascontiguousarray(x)).view(np.uint32)
+    """The bit patterns of ``x``, a view (any strides: the item size stays 4 bytes)."""
+    bits: NDArray[np.uint32] = x.view(np.uint32)
     return bits
