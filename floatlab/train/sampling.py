@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from floatlab.backend import to_numpy
+from floatlab.train.hostmath import deterministic
 from floatlab.train.text import decode, encode
 
 if TYPE_CHECKING:
@@ -88,7 +89,12 @@ def sample(
     saved = P.rng.bit_generator.state
     out: list[int] = []
     try:
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), P.inference():
+        # (a deterministic run's checkpoint samples as it trained: the same bits on any machine)
+        with (
+            np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+            P.inference(),
+            deterministic(trainer.deterministic),
+        ):
             w = P.weights(trainer.params, model.norm_params)
             for _ in range(int(n_chars)):
                 x = np.array([ids[-context:]], dtype=np.int64)
