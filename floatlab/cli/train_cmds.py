@@ -222,7 +222,10 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
         help="hybrid: E4M3 forward, E5M2 gradients (default); e4m3: everywhere",
     )
     fp8.add_argument(
-        "--amax-history", type=int, metavar="H", help="delayed scaling: amax history length (default: 1024)"
+        "--amax-history",
+        type=int,
+        metavar="H",
+        help="delayed scaling: amax history length, 1 to 4096 (default: 1024)",
     )
     fp8.add_argument(
         "--amax-compute-algo",
