@@ -595,6 +595,11 @@ def _distinct_views(path: str, found: list[tuple[str, Any]]) -> dict[str, Any]:
     views: list[Any] = []
     spans: dict[int, list[tuple[int, int, str]]] = {}
     for name, t in found:
+        if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+            raise ValueError(
+                f"{_name(path)}: tensor {name[:80]!r} is {str(t.layout).removeprefix('torch.')}, not "
+                "dense: expected dense tensors (save t.to_dense())"
+            )
         if t.numel() == 0:
             key: tuple[Any, ...] = ("empty", len(views))
         else:

@@ -369,6 +369,7 @@ def test_a_tensor_under_many_names_is_counted_once(tmp_path: Path) -> None:
         (lambda torch: {"a": torch.zeros(4, 4).as_strided((4, 4), (1, 1))}, "refers to some stored"),
         (lambda torch: (lambda t: {"a": t, "b": t[2:5]})(torch.ones(8)), "'a' and 'b' share stored"),
         (lambda torch: (lambda t: {"a": t, "t": t.T})(torch.ones(3, 3)), "'a' and 't' share stored"),
+        (lambda torch: {"s": torch.eye(3).to_sparse()}, "tensor 's' is sparse_coo, not dense"),
     ],
 )
 def test_views_that_share_stored_values_are_refused(tmp_path: Path, make: Any, message: str) -> None:
