@@ -344,8 +344,9 @@ def accumulate(
 
     ``method``: ``"sequential"`` (a running sum, left to right), ``"pairwise"`` (a balanced tree:
     (x0 + x1) + (x2 + x3), ...) or ``"kahan"`` (compensated summation, every operation in the
-    accumulator). Terms are stored and the result converted with round to nearest even; the
-    additions use ``rounding``. Stochastic rounding draws from ``rng`` with ``random_bits`` bits
+    accumulator). Terms are stored and the result converted with round to nearest even (an
+    integer term once, by :func:`round_integers`, whatever its width); the additions use
+    ``rounding``. Stochastic rounding draws from ``rng`` with ``random_bits`` bits
     (default: min(32, 52 - p) for an accumulator of precision p, which keeps each step exact).
 
     The sequential and Kahan sums are serial by nature: one compiled loop rounds each step with
