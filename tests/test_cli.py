@@ -432,6 +432,16 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("floatlab ")
 
 
+def test_the_names_in_the_help_are_the_registries() -> None:
+    # `floatlab train --help` names the policies and models without importing the trainer
+    from floatlab.cli.train_cmds import MODEL_NAMES, POLICY_NAMES
+    from floatlab.train.model import MODELS
+    from floatlab.train.policy import policy_names
+
+    assert list(POLICY_NAMES) == policy_names()
+    assert list(MODEL_NAMES) == list(MODELS)
+
+
 # ---- errors -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("argv", "words"),

@@ -17,7 +17,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from floatlab.cli._common import UI, View, add_command, bold, dim, table
-from floatlab.cli.train_cmds import _shape_options, _switch_options
+from floatlab.cli.train_cmds import MODEL_NAMES, _shape_options, _switch_options
 from floatlab.text import percent
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ NAME = "memory"
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``memory`` command to ``subparsers``."""
-    from floatlab.train.model import MODELS
-
     p = add_command(
         subparsers,
         NAME,
@@ -54,7 +52,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         output_options=True,
     )
     step = p.add_argument_group("the step")
-    step.add_argument("--model", default="mlp", metavar="MODEL", help=f"{', '.join(MODELS)} (default: mlp)")
+    step.add_argument(
+        "--model", default="mlp", metavar="MODEL", help=f"{', '.join(MODEL_NAMES)} (default: mlp)"
+    )
     step.add_argument(
         "--data",
         metavar="DATA",

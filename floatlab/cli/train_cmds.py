@@ -66,6 +66,15 @@ __all__ = [
 NAMES: tuple[str, ...] = ("train", "compare")
 # this module registers several commands; the command list prints their names together
 NAME = ", ".join(NAMES)
+
+# the policies and models the help texts name, written out so that `--help` needs no trainer (the
+# registries live in floatlab.train, whose import costs more than the rest of the command line); a
+# test holds them equal to floatlab.train.policy.policy_names() and floatlab.train.model.MODELS
+POLICY_NAMES: tuple[str, ...] = (
+    "fp32", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "mixed-fp8", "fp8-tensorwise", "fp8-delayed",
+    "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "fp64",
+)  # fmt: skip
+MODEL_NAMES: tuple[str, ...] = ("mlp", "attention", "transformer", "convnet")
 # how the progress bar looks (tqdm's options): it goes away when the run is done
 #: what ``--history`` writes (see floatlab.train.History.save)
 HISTORY_SUFFIXES: tuple[str, ...] = (".json", ".npz", ".csv")
@@ -130,14 +139,12 @@ def _shape_options(group: Any) -> None:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    from floatlab.train.model import MODELS
-
     run = p.add_argument_group("run")
     run.add_argument(
         "--model",
         default="mlp",
         metavar="MODEL",
-        help=f"{', '.join(MODELS)} (default: mlp); --data text needs the transformer",
+        help=f"{', '.join(MODEL_NAMES)} (default: mlp); --data text needs the transformer",
     )
     run.add_argument(
         "--data",
@@ -563,9 +570,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     >>> register(parser.add_subparsers()).prog.split()[-1]
     'compare'
     """
-    from floatlab.train.policy import policy_names
-
-    names = ", ".join(policy_names())
+    names = ", ".join(POLICY_NAMES)
     p = add_command(
         subparsers,
         "train",
