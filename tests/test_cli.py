@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from oracles import ORACLE_TYPES
 
-from floatlab.cli import COMMANDS, EXIT_BROKEN_PIPE, main
+from floatlab.cli import COMMANDS, EXIT_BROKEN_PIPE, Command, build_parser, main
 from floatlab.cli import demo as demo_cmd
 from floatlab.cli._common import UI, View, parse_code, sci, want_color
 from floatlab.codec import decode
@@ -430,6 +431,39 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--rounding" in capsys.readouterr().out
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("floatlab ")
+
+
+def _listing(parser: argparse.ArgumentParser) -> list[tuple[str, str | None]]:
+    """The (name, one-line help) pairs of the commands, as ``floatlab --help`` lists them."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [(a.dest, a.help) for a in sub._choices_actions]
+
+
+def test_the_command_list_matches_what_the_modules_register() -> None:
+    # COMMANDS names each command's module and help without importing it; the modules' register
+    # functions give the same names, in the same order, with the same help
+    full = build_parser()
+    assert _listing(full) == [(c.NAME, c.help) for c in COMMANDS if isinstance(c, Command)]
+    assert build_parser(()).format_help() == full.format_help()
+    for command in COMMANDS:
+        assert isinstance(command, Command)
+        assert command.NAME in getattr(command.load(), "NAMES", (command.NAME,))
+
+
+def test_a_command_module_listed_again_is_registered_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import floatlab.cli as cli
+
+    monkeypatch.setattr(cli, "COMMANDS", (*COMMANDS, demo_cmd))
+    for names in (None, ["decode"], ["demo"]):
+        assert [n for n, _ in _listing(cli.build_parser(names))] == [c.NAME for c in COMMANDS]
+
+
+@pytest.mark.parametrize("name", [c.NAME for c in COMMANDS])
+def test_every_command_has_its_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([name, "--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: floatlab {name} ")
+    assert main(["--no-color", name, "--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: floatlab {name} ")
 
 
 def test_the_names_in_the_help_are_the_registries() -> None:

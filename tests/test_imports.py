@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -36,17 +37,56 @@ def test_public_api_is_exported() -> None:
     )
 
 
-def test_the_decode_path_loads_neither_the_simulators_nor_numpy_random() -> None:
-    # `floatlab decode 0x7bff` is the first thing a learner runs: keep its start-up light
-    probe = (
-        "import sys\nfrom floatlab.cli import main\n"
-        "try:\n    main(['decode', '0x7bff'])\nexcept SystemExit:\n    pass\n"
-        "print([m for m in sys.modules if m.startswith(('numpy.random', 'floatlab.simulate', "
-        "'floatlab.gradhist'))], file=sys.stderr)"
+def _modules_after(code: str) -> tuple[list[str], str]:
+    """The names in sys.modules after running ``code`` in a fresh interpreter, and its stdout."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stderr.strip().splitlines()[-1] == "[]"
-    assert "65504" in out.stdout
+    modules: list[str] = json.loads(out.stderr.strip().splitlines()[-1])
+    return modules, out.stdout
+
+
+# what `floatlab decode` must never load: the trainer (its import alone costs more than the rest
+# of the command), the simulators, the histograms, the bridges and the compiler
+NOT_FOR_DECODE = (
+    "floatlab.train", "floatlab.simulate", "floatlab.gradhist", "floatlab.sweeps", "floatlab.torch",
+    "numba", "llvmlite", "numpy.random",
+)  # fmt: skip
+
+
+def test_decode_loads_its_own_command_and_no_trainer() -> None:
+    # `floatlab decode 0x7bff` is the first thing a learner runs: keep its start-up light
+    modules, out = _modules_after("from floatlab.cli import main\nmain(['decode', '0x7bff'])")
+    assert [m for m in modules if m.startswith(NOT_FOR_DECODE)] == []
+    commands = [m for m in modules if m.startswith("floatlab.cli.") and m != "floatlab.cli._common"]
+    assert commands == ["floatlab.cli.decode"]
+    assert "65504" in out
+
+
+def test_help_lists_every_command_without_loading_one() -> None:
+    from floatlab.cli import COMMANDS
+
+    modules, out = _modules_after("from floatlab.cli import main\nmain(['--help'])")
+    assert [m for m in modules if m.startswith("floatlab.cli.") and m != "floatlab.cli._common"] == []
+    listed = re.findall(r"^    (\S+)", out, re.MULTILINE)  # the command column of the help
+    assert listed == [c.NAME for c in COMMANDS]
+
+
+def test_no_command_help_loads_the_trainer() -> None:
+    # the policy and model names in `train --help` come from a list beside the command, not from
+    # the trainer's registries
+    from floatlab.cli import COMMANDS
+
+    names = [c.NAME for c in COMMANDS]
+    code = (
+        "import contextlib, io\nfrom floatlab.cli import main\n"
+        f"for name in {names!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        assert main([name, '--help']) == 0, name\n"
+    )
+    modules, _ = _modules_after(code)
+    assert [m for m in modules if m.startswith(NOT_FOR_DECODE)] == []
 
 
 def test_the_sweep_command_line_and_floatlab_sweep_load_their_extras_only_when_used() -> None:

@@ -1,10 +1,13 @@
 """The ``floatlab`` command line.
 
-Each command lives in its own module with ``NAME``, ``register(subparsers)`` (adds its parser and
-sets ``run`` as its default) and ``run(args, ui) -> int``. A new command is one module and one
-entry in :data:`COMMANDS`. Command modules import only light things at module level; anything
-heavy (numba kernels, matplotlib, sympy) is imported inside the ``run`` that needs it, so that
-``floatlab decode`` starts fast.
+Each command lives in a module with ``NAME``, ``register(subparsers)`` (adds its parser and sets
+``run`` as its default) and ``run(args, ui) -> int``; a module may hold several commands. A new
+command is one module and one :class:`Command` in :data:`COMMANDS`: its name, its module and its
+one-line help. The list names modules without importing them: ``floatlab --help`` shows every
+command from the list alone, and :func:`main` imports only the module of the command it runs (or
+whose ``--help`` it prints), so that ``floatlab decode`` never loads the trainer. Command modules
+import only light things at module level; anything heavy (numba kernels, matplotlib, sympy) is
+imported inside the ``run`` that needs it.
 
 Bad input never gives a traceback: the message goes to stderr as one line starting
 ``floatlab: error:`` and the exit status is 2. An unexpected exception (a bug) is reported in
@@ -21,29 +24,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import NoReturn, TextIO
 
-from floatlab.cli import (
-    bench_cmd,
-    blockquant_cmd,
-    decode,
-    demo,
-    encode,
-    formats,
-    histogram_cmd,
-    lessons_cmd,
-    memory_cmd,
-    presets_cmd,
-    sample_cmd,
-    simulate_cmds,
-    sweep_cmd,
-    train_cmds,
-)
 from floatlab.cli._common import UI, add_common_options, want_color
 from floatlab.text import safe
 
@@ -52,27 +41,106 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_INTERNAL",
     "EXIT_USAGE",
+    "Command",
     "UsageError",
     "build_parser",
     "main",
 ]
 
-# the commands, in the order `floatlab --help` lists them
-COMMANDS: tuple[ModuleType, ...] = (
-    decode,
-    encode,
-    formats,
-    simulate_cmds,
-    histogram_cmd,
-    blockquant_cmd,
-    train_cmds,
-    sweep_cmd,
-    sample_cmd,
-    presets_cmd,
-    memory_cmd,
-    bench_cmd,
-    demo,
-    lessons_cmd,
+
+@dataclass(frozen=True)
+class Command:
+    """One command of :data:`COMMANDS`, known without importing its module: its ``NAME``, the
+    ``module`` whose ``register`` adds it (with its options) and its one-line ``help`` for
+    ``floatlab --help`` (the same text ``register`` gives; a test holds them equal).
+
+    >>> cmd = Command("decode", "floatlab.cli.decode", "show what one or more codes (bit patterns) mean")
+    >>> cmd.load().NAME
+    'decode'
+    """
+
+    NAME: str
+    module: str
+    help: str
+
+    def load(self) -> ModuleType:
+        """The command's module, imported on first use."""
+        return importlib.import_module(self.module)
+
+
+# the commands, in the order `floatlab --help` lists them (a module's commands in its own order)
+COMMANDS: tuple[Command | ModuleType, ...] = (
+    Command("decode", "floatlab.cli.decode", "show what one or more codes (bit patterns) mean"),
+    Command("encode", "floatlab.cli.encode", "show how a value is stored in one or more formats"),
+    Command("formats", "floatlab.cli.formats", "list the formats side by side, or show one in detail"),
+    Command(
+        "add",
+        "floatlab.cli.simulate_cmds",
+        "explain a + b in a format: stored operands, exact sum, what rounding kept",
+    ),
+    Command("round", "floatlab.cli.simulate_cmds", "round a value, or a .npy array, into a format"),
+    Command(
+        "underflow",
+        "floatlab.cli.simulate_cmds",
+        "count the values of a .npy array that flush, turn subnormal or overflow in a format",
+    ),
+    Command(
+        "accumulate",
+        "floatlab.cli.simulate_cmds",
+        "sum N copies of a value (or a .npy array) in a format: stagnation and overflow",
+    ),
+    Command(
+        "histogram",
+        "floatlab.cli.histogram_cmd",
+        "count gradients by exponent: what flushes, turns subnormal or overflows in a format",
+    ),
+    Command(
+        "blockquant",
+        "floatlab.cli.blockquant_cmd",
+        "quantize a .npy array into block formats (MX, NVFP4): what flushes, saturates, the error",
+    ),
+    Command(
+        "train",
+        "floatlab.cli.train_cmds",
+        "train a model in a precision policy and report what the format did",
+    ),
+    Command(
+        "compare",
+        "floatlab.cli.train_cmds",
+        "train several precision policies with the same seed and compare them",
+    ),
+    Command(
+        "sweep",
+        "floatlab.cli.sweep_cmd",
+        "train a grid of runs (policies x seeds x options) and give 95%% confidence intervals",
+    ),
+    Command(
+        "sample",
+        "floatlab.cli.sample_cmd",
+        "write text with a character model trained by 'floatlab train --data text'",
+    ),
+    Command(
+        "presets",
+        "floatlab.cli.presets_cmd",
+        "list the frameworks' mixed-precision recipes (presets), or show one",
+    ),
+    Command(
+        "memory",
+        "floatlab.cli.memory_cmd",
+        "the bytes of a training step (weights, master weights, gradients, optimizer state, "
+        "activations) in a policy's formats",
+    ),
+    Command(
+        "bench",
+        "floatlab.cli.bench_cmd",
+        "measure GEMM TFLOP/s per format and trainer step times, on numpy or a CUDA GPU",
+    ),
+    Command("demo", "floatlab.cli.demo", "a short tour of floatlab"),
+    Command(
+        "lessons",
+        "floatlab.cli.lessons_cmd",
+        "copy the Jupyter lessons into a folder and start JupyterLab there",
+    ),
 )
 
 EXIT_USAGE = 2
@@ -102,11 +170,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.prog)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser with every command of :data:`COMMANDS`.
+
+    With ``commands`` (names), only the modules of those commands are imported and their
+    commands given their options; every other command is listed by name and one-line help, enough
+    for ``floatlab --help``, and takes no arguments. Without, every command is complete (what the
+    CLI reference walks).
 
     >>> build_parser().parse_args(["formats", "fp16"]).fmt
     'fp16'
+    >>> build_parser(["decode"]).parse_args(["decode", "0x3C00"]).codes
+    ['0x3C00']
     """
     from floatlab import __version__
 
@@ -118,9 +193,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"floatlab {__version__}")
     add_common_options(parser)
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    complete = {
+        _module_name(c)
+        for c in COMMANDS
+        if commands is None or not isinstance(c, Command) or c.NAME in commands
+    }
+    # a module registers all its commands at once, so a module comes in whole or by names alone;
+    # one listed twice (a test may append a command module itself) comes in once
+    added: set[str] = set()
     for command in COMMANDS:
-        command.register(sub)
+        module = _module_name(command)
+        if isinstance(command, Command) and module not in complete:
+            sub.add_parser(command.NAME, help=command.help)
+        elif module not in added:
+            (command.load() if isinstance(command, Command) else command).register(sub)
+        added.add(module)
     return parser
+
+
+def _module_name(command: Command | ModuleType) -> str:
+    return command.module if isinstance(command, Command) else command.__name__
+
+
+def _command_asked(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs: its first word that is not an option, since floatlab's own
+    options (``--json``, ``--color``, ``--version``, ``--help``) take no values. A word that is no
+    command is still refused by the parser, with the list of commands.
+
+    >>> _command_asked(["--json", "decode", "0x7bff"]), _command_asked(["--help"])
+    ('decode', None)
+    """
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 #: the longest error line (a 130 kB input echoed whole would flood the terminal)
@@ -197,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     2
     """
     try:
-        parser = build_parser()
+        words = sys.argv[1:] if argv is None else argv
+        asked = _command_asked(words)
+        parser = build_parser(() if asked is None else (asked,))
         try:
-            args = parser.parse_args(argv)
+            args = parser.parse_args(words)
         except SystemExit as exit_:  # --help and --version print and exit 0
             return exit_.code if isinstance(exit_.code, int) else 0
         if getattr(args, "run", None) is None:
