@@ -24,10 +24,10 @@ from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy
 from floatlab.train.precision import Precision
 from floatlab.train.presets import Preset, get_preset, preset_overrides
 from floatlab.train.sampling import sample
-from floatlab.train.scaler import SCALER_PRESETS, LossScaler
+from floatlab.train.scaler import SCALER_PRESETS, LossScaler, make_scaler
 from floatlab.train.seeds import late_phase, paired_gap, run_seeds
 from floatlab.train.text import load_text
-from floatlab.train.trainer import StepStats, TrainConfig, Trainer, make_scaler, train
+from floatlab.train.trainer import StepStats, TrainConfig, Trainer, train
 
 __all__ = [
     "DATASETS",

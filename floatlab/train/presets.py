@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from floatlab.formats import FP16, FP32
 from floatlab.train._checks import shown
 from floatlab.train.policy import FP32_OPS, LossScaling, Policy
-from floatlab.train.scaler import LossScaler
+from floatlab.train.scaler import LossScaler, make_scaler
 
 __all__ = ["Preset", "PresetScaler", "get_preset", "preset_names", "preset_overrides", "presets"]
 
@@ -86,8 +86,7 @@ class Preset:
         >>> s.scale, s.is_dynamic, s.skips_nonfinite
         (128.0, False, False)
         """
-        p = self.policy
-        return LossScaler.for_policy(p.loss_scaling, p.scaler, p.static_scale)
+        return make_scaler(self.policy)
 
     @property
     def scaler(self) -> PresetScaler:

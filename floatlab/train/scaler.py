@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from floatlab.train._checks import (
     want_str,
 )
 
+if TYPE_CHECKING:
+    from floatlab.train.policy import Policy
+
 __all__ = [
     "FP32_SCALE_LIMIT",
     "LIMIT_RULES",
@@ -45,6 +48,7 @@ __all__ = [
     "ScalerEvent",
     "ScalerRules",
     "ScalerSettings",
+    "make_scaler",
 ]
 
 #: the largest power of two in fp32: a scale that would grow past it stays where it is
@@ -541,3 +545,19 @@ class LossScaler:
             f"backoff_factor={self.backoff_factor:g}, growth_interval={self.growth_interval}, "
             f"name={self.name!r})"
         )
+
+
+def make_scaler(policy: Policy) -> LossScaler:
+    """A fresh loss scaler with the rules ``policy`` asks for through its ``loss_scaling``,
+    ``scaler`` and ``static_scale`` (:meth:`LossScaler.for_policy`): what the trainer starts with,
+    and what a framework preset's :meth:`~floatlab.train.presets.Preset.make_scaler` gives.
+
+    >>> from floatlab.train.policy import get_policy
+    >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
+    (65536.0, False)
+    >>> from floatlab.train.presets import get_preset
+    >>> s = make_scaler(get_preset("tf1-static-128").make_policy())
+    >>> s.scale, s.is_dynamic, s.skips_nonfinite
+    (128.0, False, False)
+    """
+    return LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)

@@ -52,11 +52,11 @@ from floatlab.train.model import (
 from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optimizer
 from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Array, Precision
-from floatlab.train.scaler import LossScaler
+from floatlab.train.scaler import LossScaler, make_scaler
 from floatlab.train.state import STATE_FORMAT, check_state
 from floatlab.train.update import apply_updates
 
-__all__ = ["STEP_PHASES", "StepStats", "TrainConfig", "Trainer", "make_scaler", "train"]
+__all__ = ["STEP_PHASES", "StepStats", "TrainConfig", "Trainer", "train"]
 
 
 @dataclass(frozen=True)
@@ -91,15 +91,6 @@ def _no_tick(phase: str) -> None:
 def _input_faults(x: Array, loss: float) -> tuple[tuple[str, bool], ...]:
     """The faults a batch and its loss can carry: an inf or NaN in the batch, a non-finite loss."""
     return (("nonfinite_batch", not bool(np.isfinite(x).all())), ("nonfinite_loss", not math.isfinite(loss)))
-
-
-def make_scaler(policy: Policy) -> LossScaler:
-    """The loss scaler a policy asks for.
-
-    >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
-    (65536.0, False)
-    """
-    return LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
 
 
 def _as_params(params: Params, dtype: np.dtype[Any]) -> Params:
