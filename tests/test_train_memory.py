@@ -33,9 +33,9 @@ from floatlab.train.memory import (
     storage_bits,
 )
 from floatlab.train.model import MLP, AttentionNet, Model, cross_entropy_backward, cross_entropy_forward
-from floatlab.train.policy import Policy
+from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Precision
-from floatlab.train.presets import preset_names, resolve_policy
+from floatlab.train.presets import preset_names
 from floatlab.train.trainer import Trainer
 from floatlab.train.transformer import TransformerLM
 
@@ -283,7 +283,7 @@ POLICIES = ["fp32", "fp64", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "apex-O3
 @pytest.mark.parametrize("model", SHAPES, ids=lambda m: m.describe())
 @pytest.mark.parametrize("policy", POLICIES)
 def test_activation_count_is_a_real_forward_pass_count(model: Model, policy: str) -> None:
-    p = resolve_policy(policy)
+    p = get_policy(policy)
     for n in (1, 7):
         assert _saved_counts(model, p, n) == measured_saved(model, p, n)
 
@@ -322,7 +322,7 @@ def test_a_model_of_billions_of_weights_is_counted_without_allocating() -> None:
     ]
     # the same arithmetic at a small size equals a real model's parameters and forward pass
     small = MLP(64, (40, 40), 10)
-    p = resolve_policy("mixed-fp16")
+    p = get_policy("mixed-fp16")
     assert _saved_counts(small, p, n) == measured_saved(small, p, n)
 
 
@@ -373,7 +373,7 @@ def test_only_the_registered_models_have_known_shapes() -> None:
 def test_gradient_formats_and_optimizer_state_match_a_real_step() -> None:
     data = make_underflow_task(n_train=32, n_test=8)
     model = ConvNet(64, 10, channels=(4, 8))
-    o2 = resolve_policy("apex-O2")
+    o2 = get_policy("apex-O2")
     tr = Trainer(model, data, o2, batch_size=16)
     led = ledger_for(tr)
     assert (led.layout, led.optimizer) == ("apex-o2", "sgd momentum 0.9")
@@ -422,9 +422,9 @@ def test_layouts_differ_in_gradients_only() -> None:
     assert auto.bytes_of("gradients") == 4 * n
     assert o2.bytes_of("gradients") + o2.bytes_of("master gradients") == 6 * n
     assert o2.total - auto.total == 2 * n
-    assert {layout_of(resolve_policy(name)) for name in preset_names()} == set(LAYOUTS)
-    assert layout_of(resolve_policy("torch-amp")) == layout_of("mindspore-O2*") == "autocast"
-    assert layout_of(resolve_policy("fastai")) == "apex-o2"
+    assert {layout_of(get_policy(name)) for name in preset_names()} == set(LAYOUTS)
+    assert layout_of(get_policy("torch-amp")) == layout_of("mindspore-O2*") == "autocast"
+    assert layout_of(get_policy("fastai")) == "apex-o2"
     # a preset without master weights keeps one copy whatever its layout
     o3 = ledger(m, "apex-O3", batch_size=2)
     assert o3.bytes_of("master weights") == o3.bytes_of("weight casts") == 0

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from floatlab.formats import BF16, FP16, FP32, get_format
+from floatlab.train.config import TrainConfig
 from floatlab.train.policy import FP32_OPS, Policy, get_policy, parse_fp32_ops, policy_names
 from floatlab.train.precision import Precision, gemm
+from floatlab.train.presets import preset_names
+from floatlab.train.recipes import Fp8Recipe, MicroRecipe
 
 Arr = np.ndarray[Any, Any]
 ML = {
@@ -250,9 +253,118 @@ def test_named_policies() -> None:
         assert Policy.from_dict(get_policy(name).to_dict()) == get_policy(name)
 
 
+# ---- the one lookup ------------------------------------------------------------------------------
+# Policy.to_dict() of a policy with every switch at its default, written out
+DEFAULTS: dict[str, Any] = {
+    "forward": "fp32",
+    "backward": "fp32",
+    "master_weights": True,
+    "loss_scaling": "none",
+    "scaler": "torch",
+    "static_scale": 1024.0,
+    "fp32_reductions": True,
+    "fp32_ops": ["exp", "log", "loss", "norm", "softmax", "sum"],
+    "batchnorm_fp32": True,
+    "rounding": "rne",
+    "update_rounding": "rne",
+    "saturate": False,
+    "subnormals": True,
+    "update_compensation": False,
+    "recipe": None,
+    "accumulate": "",
+    "promote_every": 0,
+}
+F16, B16 = {"forward": "fp16", "backward": "fp16"}, {"forward": "bf16", "backward": "bf16"}
+PURE = {"master_weights": False, "fp32_reductions": False, "fp32_ops": [], "batchnorm_fp32": False}
+NORM_LOSS, LOSS = {"fp32_ops": ["loss", "norm"]}, {"fp32_ops": ["loss"]}
+DYN = {"loss_scaling": "dynamic"}
+STATIC_128 = {"loss_scaling": "static", "static_scale": 128.0}
+# What TrainConfig(precision=name).make_policy().to_dict() gave for every name while the presets had a
+# lookup of their own (policy.get_policy knew only the named policies), as changes of DEFAULTS.
+WAS: dict[str, dict[str, Any]] = {
+    "fp32": {},
+    "fp16": {**F16, **PURE},
+    "bf16": {**B16, **PURE},
+    "mixed-fp16": {**F16, **DYN},
+    "mixed-bf16": B16,
+    "mixed-fp8": {"forward": "float8_e4m3fn", "backward": "float8_e5m2", **DYN},
+    **{f"fp8-{k}": {**B16, "recipe": Fp8Recipe(k).to_dict()} for k in ("tensorwise", "delayed", "blockwise")},
+    **{k: {**B16, "recipe": MicroRecipe(k).to_dict()} for k in ("mxfp8", "mxfp6", "mxfp4", "nvfp4")},
+    "fp64": {"forward": "fp64", "backward": "fp64"},
+    "torch-amp": {**F16, **DYN},
+    "keras": {**F16, **DYN, "scaler": "keras", **NORM_LOSS},
+    "tf2-keras": {**F16, **DYN, "scaler": "tf2", **NORM_LOSS},
+    "tf1-static-128": {**F16, **STATIC_128, "scaler": "tf1-static"},
+    "apex-O0": {"master_weights": False},
+    "apex-O1": {**F16, **DYN, "scaler": "apex"},
+    "apex-O2": {**F16, **DYN, "scaler": "apex", **LOSS},
+    "apex-O3": {**F16, "master_weights": False, **LOSS, "batchnorm_fp32": False},
+    "fastai": {**F16, **DYN, "scaler": "fastai", **LOSS},
+    "mindspore-O0": {"master_weights": False},
+    "mindspore-O1": {**F16},
+    "mindspore-O2": {**F16, **DYN, "scaler": "mindspore", **NORM_LOSS},
+    "mindspore-O3": {**F16, **LOSS, "batchnorm_fp32": False},
+    "mindspore-fixed-128": {**F16, **STATIC_128, "scaler": "mindspore-fixed", **NORM_LOSS},
+    "mindspore-fixed-128-nodrop": {
+        **F16,
+        **STATIC_128,
+        "scaler": "mindspore-fixed-nodrop",
+        **NORM_LOSS,
+    },
+}
+
+
+def test_every_name_is_known_once() -> None:
+    assert [*policy_names(), *preset_names()] == list(WAS)
+
+
+@pytest.mark.parametrize("name", list(WAS))
+def test_one_lookup_gives_every_policy_and_preset_as_it_was(name: str) -> None:
+    want = {"name": name, **DEFAULTS, **WAS[name]}
+    got = get_policy(name)
+    assert got.to_dict() == want
+    assert list(got.to_dict()) == list(want)  # (no field left out of DEFAULTS)
+    # every door takes the name through the same lookup, and gives the same object
+    assert TrainConfig(precision=name).make_policy() is got
+    assert Precision(name).policy is got
+    assert get_policy(f" {name.upper().replace('-', '_')} ") is got  # case, spaces, _ for -
+    assert get_policy(got) is got
+
+
+def test_aliases_name_the_policies() -> None:
+    assert get_policy("amp") is get_policy("mixed") is get_policy("mixed-fp16")
+    assert get_policy("HALF") is get_policy("float16") is get_policy("fp16")
+    assert get_policy("Mixed_BFloat16") is get_policy("mixed-bf16")
+    assert get_policy("float64").name == "fp64"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("apex-O9", "did you mean apex-O3? "),  # a preset's name, in its own case
+        ("mixd-fp16", "did you mean mixed-fp16? "),
+        ("mixed-float61", "did you mean mixed-fp16? "),  # an alias's policy, not the alias
+        ("caffe", ""),
+    ],
+)
+def test_an_unknown_name_is_one_line_naming_every_known_one(name: str, hint: str) -> None:
+    with pytest.raises(ValueError, match="unknown precision policy or preset") as e:
+        get_policy(name)
+    msg = str(e.value)
+    assert msg.startswith(f"unknown precision policy or preset {name!r}: {hint}(policies: fp32, fp16,")
+    assert "\n" not in msg
+    assert all(n in msg for n in WAS)
+    with pytest.raises(
+        ValueError, match="unknown precision policy or preset 'apex-O9': did you mean apex-O3"
+    ):
+        TrainConfig(precision="apex-O9").make_policy()
+
+
 def test_policy_errors() -> None:
-    with pytest.raises(ValueError, match="unknown precision policy 'fp61'"):
+    with pytest.raises(ValueError, match="unknown precision policy or preset 'fp61'"):
         get_policy("fp61")
+    with pytest.raises(ValueError, match="precision policy 3: expected a policy or preset name"):
+        get_policy(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="loss_scaling='sometimes'"):
         Policy("x", loss_scaling="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"fp32_ops \['gemm'\]"):

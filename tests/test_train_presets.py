@@ -1,6 +1,6 @@
-"""The framework presets: each one's policy and loss scaler against what its source says, a preset as
-a policy the trainer takes, overrides reported in words, the Python API's errors, and the
-``floatlab presets`` command (table, detail, JSON)."""
+"""The framework presets: each one's policy and loss scaler against what its source says, a preset's
+name as a policy name the trainer takes, overrides reported in words, the Python API's errors, and
+the ``floatlab presets`` command (table, detail, JSON)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from floatlab.cli import main
+from floatlab.train.config import TrainConfig
 from floatlab.train.data import make_underflow_task
 from floatlab.train.model import MLP
-from floatlab.train.policy import FP32_OPS, Policy, get_policy, parse_fp32_ops
-from floatlab.train.presets import Preset, get_preset, preset_names, preset_overrides, presets
+from floatlab.train.policy import FP32_OPS, PRESET_POLICIES, Policy, get_policy, parse_fp32_ops
+from floatlab.train.presets import Preset, get_preset, preset_names, preset_overrides, presets, resolve_policy
 from floatlab.train.scaler import LossScaler, make_scaler
 from floatlab.train.trainer import Trainer
 
@@ -86,19 +87,31 @@ def test_every_preset_follows_its_source(name: str) -> None:
 
 
 def test_the_list_is_complete_and_named_once() -> None:
-    assert preset_names() == list(EXPECTED)
+    assert preset_names() == list(EXPECTED) == list(PRESET_POLICIES)
     assert len(set(preset_names())) == len(presets())
     assert all(p.make_policy().name == p.name for p in presets())
+    assert all(p.policy is PRESET_POLICIES[p.name] is get_policy(p.name) for p in presets())
+
+
+def scaler_numbers(s: LossScaler) -> tuple[Any, ...]:
+    """A scaler as EXPECTED writes it (kind, init, growth, backoff, interval, floor, cap, skips)."""
+    if not s.enabled:
+        return NONE
+    if not s.is_dynamic:
+        return static(s.scale, s.skips_nonfinite)
+    floor = s.min_scale if s.min_scale > 0 else None
+    cap = s.max_scale if math.isfinite(s.max_scale) else None
+    return ("dynamic", s.scale, s.growth_factor, s.backoff_factor, s.growth_interval, floor, cap, True)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
-def test_a_preset_is_a_policy_the_trainer_takes(name: str) -> None:
-    p = get_preset(name)
-
-    def settings(s: LossScaler) -> dict[str, Any]:
-        return {k: v for k, v in s.state_dict().items() if k not in ("log", "steps", "skipped_steps", "name")}
-
-    assert settings(p.make_scaler()) == settings(make_scaler(p.make_policy()))
+def test_a_preset_name_is_a_policy_name_the_trainer_takes(name: str) -> None:
+    data = make_underflow_task(n_train=32, n_test=8)
+    tr = Trainer(MLP(64, (4,), 10), data, name, batch_size=32)
+    assert tr.policy is get_preset(name).make_policy()
+    # the trainer's scaler is the one make_scaler builds for every caller, with the source's rules
+    assert scaler_numbers(tr.scaler) == scaler_numbers(make_scaler(tr.policy)) == EXPECTED[name][-1]
+    assert scaler_numbers(get_preset(name).make_scaler()) == EXPECTED[name][-1]
 
 
 @pytest.mark.parametrize("name", ["fastai", "apex-O3", "mindspore-O2", "keras"])
@@ -109,6 +122,24 @@ def test_training_steps_run_under_a_preset(name: str) -> None:
     assert all(np.isfinite(s.loss) for s in stats)
     assert tr.scaler.name == get_preset(name).make_scaler().name
     assert tr.policy.name == name
+
+
+def test_trainer_takes_apex_o2_by_name_and_trains_a_step() -> None:
+    data = make_underflow_task(n_train=64, n_test=32)
+    by_name = Trainer(MLP(64, (16,), 10), data, "apex-O2", batch_size=32, seed=0)
+    by_policy = Trainer(MLP(64, (16,), 10), data, get_preset("apex-O2").make_policy(), batch_size=32, seed=0)
+    assert by_name.policy == TrainConfig(precision="apex-O2").make_policy()
+    assert (by_name.scaler.name, by_name.scaler.scale, by_name.scaler.max_scale) == ("apex", 2.0**16, 2.0**24)
+    before = {k: w.copy() for k, w in by_name.params.items()}
+    a = by_name.train_step(data.x_train[:32], data.y_train[:32])
+    b = by_policy.train_step(data.x_train[:32], data.y_train[:32])
+    assert np.isfinite(a.loss)
+    assert not a.skipped
+    assert a == b
+    assert any(not np.array_equal(w, before[k]) for k, w in by_name.params.items())  # a step was taken
+    for k, w in by_name.params.items():
+        assert np.array_equal(w, by_policy.params[k])
+    assert resolve_policy("apex-O2") is get_policy("apex-O2")  # the name older code calls
 
 
 def test_unknown_preset_is_one_line_with_a_hint() -> None:

@@ -672,8 +672,10 @@ class Simulation:
 
 def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> Simulation:
     """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
-    module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``rng`` (a numpy
-    Generator or an int seed; seed 0 by default) feeds stochastic rounding.
+    module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``policy`` is a
+    :class:`~floatlab.train.policy.Policy` or any name :func:`~floatlab.train.policy.get_policy`
+    knows (a framework preset's too: ``"apex-O2"``). ``rng`` (a numpy Generator or an int seed; seed
+    0 by default) feeds stochastic rounding.
 
     >>> import torch
     >>> _ = torch.manual_seed(0)

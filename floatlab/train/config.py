@@ -22,7 +22,7 @@ from floatlab.train._checks import (
     want_str,
 )
 from floatlab.train.model import model_name
-from floatlab.train.policy import Policy
+from floatlab.train.policy import Policy, get_policy
 
 __all__ = ["DEFAULT_LR", "TrainConfig"]
 
@@ -128,9 +128,7 @@ class TrainConfig:
         >>> TrainConfig(precision="apex-O3", policy={"master_weights": True}).make_policy().name
         'apex-O3*'
         """
-        from floatlab.train.presets import resolve_policy
-
-        base = resolve_policy(self.precision)
+        base = get_policy(self.precision)
         return base.replace(**self.policy) if self.policy else base
 
     def to_dict(self) -> dict[str, Any]:

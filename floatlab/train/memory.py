@@ -226,8 +226,7 @@ def layout_of(policy: Policy | str) -> str:
     """The layout (:data:`LAYOUTS`) of ``policy``'s framework: ``"autocast"`` for the presets
     whose framework keeps fp32 weights and casts them at use, ``"apex-o2"`` otherwise.
 
-    >>> from floatlab.train.presets import resolve_policy
-    >>> layout_of(resolve_policy("torch-amp")), layout_of(resolve_policy("apex-O2")), layout_of("mixed-bf16")
+    >>> layout_of(get_policy("torch-amp")), layout_of(get_policy("apex-O2")), layout_of("mixed-bf16")
     ('autocast', 'apex-o2', 'apex-o2')
     """
     name = policy.name if isinstance(policy, Policy) else str(policy)
@@ -244,9 +243,9 @@ def ledger(
     momentum: float = 0.9,
     layout: str | None = None,
 ) -> Ledger:
-    """The memory of one training step of ``model`` under ``policy`` (a policy or a preset's name)
-    at ``batch_size``, with ``optimizer`` (``"sgd"``, with ``momentum`` 0 keeping no state, or
-    ``"adamw"``); ``layout`` (:data:`LAYOUTS`) defaults to the policy's framework's
+    """The memory of one training step of ``model`` under ``policy`` (a :class:`Policy`, or a
+    policy's or a preset's name) at ``batch_size``, with ``optimizer`` (``"sgd"``, with ``momentum``
+    0 keeping no state, or ``"adamw"``); ``layout`` (:data:`LAYOUTS`) defaults to the policy's framework's
     (:func:`layout_of`).
 
     >>> from floatlab.train.transformer import TransformerLM
@@ -254,11 +253,9 @@ def ledger(
     >>> led.bytes_of("master weights") == 2 * led.bytes_of("weights") and led.ratio < 1
     True
     """
-    from floatlab.train.presets import resolve_policy
-
     if not isinstance(model, Model):
         raise ValueError(f"model {shown(model)}: expected a Model (floatlab.train.get_model makes one)")
-    pol = resolve_policy(policy)
+    pol = get_policy(policy)
     n = want_int("batch_size", batch_size, 1)
     opt = optimizer.strip().lower() if isinstance(optimizer, str) else ""
     if opt not in OPTIMIZER_BUFFERS:

@@ -35,7 +35,9 @@ technique of mixed-precision training:
   its partial sums promoted into an fp32 total every ``promote_every`` products (0: never);
   ``""`` is exact fp32 accumulation, the default.
 
-The named policies are the ones users know:
+The named policies are the ones users know; the frameworks' recipes are policies too
+(:data:`PRESET_POLICIES`, whose sources and notes :mod:`floatlab.train.presets` holds), and
+:func:`get_policy` is the one lookup of them all:
 
 >>> [p for p in policy_names()]  # doctest: +NORMALIZE_WHITESPACE
 ['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp8-tensorwise', 'fp8-delayed',
@@ -45,6 +47,8 @@ mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scali
 fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32
 >>> get_policy("mixed-fp16").replace(loss_scaling="none").name
 'mixed-fp16*'
+>>> get_policy("apex-O2").describe()  # doctest: +ELLIPSIS
+'apex-O2: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (apex), ...'
 """
 
 from __future__ import annotations
@@ -63,7 +67,16 @@ from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale,
 from floatlab.train.accumulate import accumulator_format
 from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 
-__all__ = ["FP32_OPS", "LOSS_SCALING", "POLICIES", "LossScaling", "Policy", "get_policy", "policy_names"]
+__all__ = [
+    "FP32_OPS",
+    "LOSS_SCALING",
+    "POLICIES",
+    "PRESET_POLICIES",
+    "LossScaling",
+    "Policy",
+    "get_policy",
+    "policy_names",
+]
 
 LossScaling = Literal["none", "static", "dynamic"]
 LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")
@@ -409,6 +422,72 @@ POLICIES: dict[str, Policy] = {
         Policy("fp64", forward=FP64, backward=FP64),
     )
 }
+
+
+def _framework(
+    name: str,
+    forward: FloatFormat = FP16,
+    *,
+    master: bool = True,
+    ops: frozenset[str] | set[str] = FP32_OPS,
+    batchnorm_fp32: bool = True,
+    scaling: LossScaling = "none",
+    scaler: str = "torch",
+    static_scale: float = 2.0**10,
+) -> Policy:
+    # fp32 reductions are on in every preset: the frameworks' fp16 kernels (softmax, norms, sums,
+    # GEMMs) accumulate in fp32 and round once at their output
+    return Policy(
+        name,
+        forward=forward,
+        backward=forward,
+        master_weights=master,
+        loss_scaling=scaling,
+        scaler=scaler,
+        static_scale=static_scale,
+        fp32_reductions=True,
+        fp32_ops=frozenset(ops),
+        batchnorm_fp32=batchnorm_fp32,
+    )
+
+
+# the fp32 ops of Keras and MindSpore O2 (norms and the loss), and of a model output cast to fp32
+_NORM_LOSS, _LOSS = {"norm", "loss"}, {"loss"}
+#: the policies of the frameworks' recipes, in :func:`~floatlab.train.presets.presets` order (each
+#: one's source, and what floatlab simulates of it, are in :mod:`floatlab.train.presets`)
+PRESET_POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        _framework("torch-amp", scaling="dynamic", scaler="torch"),
+        _framework("keras", ops=_NORM_LOSS, scaling="dynamic", scaler="keras"),
+        _framework("tf2-keras", ops=_NORM_LOSS, scaling="dynamic", scaler="tf2"),
+        _framework("tf1-static-128", scaling="static", scaler="tf1-static", static_scale=128.0),
+        # O0: nothing is cast, the model's own weights are updated (no separate master copy)
+        _framework("apex-O0", FP32, master=False),
+        _framework("apex-O1", scaling="dynamic", scaler="apex"),
+        _framework("apex-O2", ops=_LOSS, scaling="dynamic", scaler="apex"),
+        _framework("apex-O3", master=False, ops=_LOSS, batchnorm_fp32=False),
+        _framework("fastai", ops=_LOSS, scaling="dynamic", scaler="fastai"),
+        _framework("mindspore-O0", FP32, master=False),
+        _framework("mindspore-O1"),
+        _framework("mindspore-O2", ops=_NORM_LOSS, scaling="dynamic", scaler="mindspore"),
+        _framework("mindspore-O3", ops=_LOSS, batchnorm_fp32=False),
+        *(
+            _framework(
+                name,
+                ops=_NORM_LOSS,
+                scaling="static",
+                scaler=scaler,
+                static_scale=128.0,
+            )
+            for name, scaler in (
+                ("mindspore-fixed-128", "mindspore-fixed"),
+                ("mindspore-fixed-128-nodrop", "mindspore-fixed-nodrop"),
+            )
+        ),
+    )
+}
+#: other names of the named policies
 _ALIASES = {
     "float32": "fp32",
     "float16": "fp16",
@@ -422,8 +501,26 @@ _ALIASES = {
 }
 
 
+def _lookup_key(name: str) -> str:
+    """The form a name is looked up in: case, surrounding spaces and ``_`` for ``-`` do not matter."""
+    return name.strip().lower().replace("_", "-")
+
+
+def _did_you_mean(key: str, known: dict[str, str]) -> str:
+    """``"did you mean NAME? "`` for the closest of ``known`` (lookup key -> name shown), or ``""``."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"did you mean {known[close[0]]}? " if close else ""
+
+
+# every name the lookup knows, by its lookup key: the named policies, the presets' and the aliases
+_BY_KEY: dict[str, Policy] = {
+    **{_lookup_key(p.name): p for p in (*POLICIES.values(), *PRESET_POLICIES.values())},
+    **{alias: POLICIES[name] for alias, name in _ALIASES.items()},
+}
+
+
 def policy_names() -> list[str]:
-    """The named policies, simplest first.
+    """The named policies, simplest first (the presets' are :func:`~floatlab.train.presets.preset_names`).
 
     >>> policy_names()[:3]
     ['fp32', 'fp16', 'bf16']
@@ -432,26 +529,31 @@ def policy_names() -> list[str]:
 
 
 def get_policy(policy: str | Policy) -> Policy:
-    """Look a policy up by name (``"mixed-fp16"``, ``"bf16"``, ...); a :class:`Policy` is returned as is.
+    """The one lookup of precision policies: a named policy (``"mixed-fp16"``, ``"bf16"``), a framework
+    preset's (``"apex-O2"``) or an alias (``"amp"``, ``"half"``), in any case and with ``_`` for ``-``;
+    a :class:`Policy` is returned as is. The trainer, :class:`~floatlab.train.precision.Precision`,
+    :meth:`~floatlab.train.config.TrainConfig.make_policy`, the memory ledger, the command line and
+    :func:`floatlab.torch.simulate` all take a name through it.
 
-    >>> get_policy("amp").name
-    'mixed-fp16'
+    >>> get_policy("amp").name, get_policy("APEX_o2").name, get_policy("apex-O2").batchnorm_fp32
+    ('mixed-fp16', 'apex-O2', True)
     >>> get_policy("mixed-fp61")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown precision policy 'mixed-fp61': did you mean mixed-fp16? (known: fp32, fp16, ...)
+    ValueError: unknown precision policy or preset 'mixed-fp61': did you mean mixed-fp16? (policies: fp32, ...
     """
     if isinstance(policy, Policy):
         return policy
     if not isinstance(policy, str):
-        raise ValueError(f"precision policy {shown(policy)}: expected a policy name or a Policy")
-    key = policy.strip().lower().replace("_", "-")
-    key = _ALIASES.get(key, key)
-    if key in POLICIES:
-        return POLICIES[key]
-    close = difflib.get_close_matches(key, list(POLICIES) + list(_ALIASES), n=1, cutoff=0.6)
-    hint = f"did you mean {_ALIASES.get(close[0], close[0])}? " if close else ""
-    raise ValueError(f"unknown precision policy {shown(policy)}: {hint}(known: {', '.join(POLICIES)})")
+        raise ValueError(f"precision policy {shown(policy)}: expected a policy or preset name, or a Policy")
+    key = _lookup_key(policy)
+    if key in _BY_KEY:
+        return _BY_KEY[key]
+    hint = _did_you_mean(key, {k: p.name for k, p in _BY_KEY.items()})
+    raise ValueError(
+        f"unknown precision policy or preset {shown(policy)}: {hint}(policies: {', '.join(POLICIES)}; "
+        f"presets: {', '.join(PRESET_POLICIES)})"
+    )
 
 
 def parse_fp32_ops(text: str | Iterable[str]) -> frozenset[str]:

@@ -4,9 +4,12 @@ A :class:`Preset` is data: a name, the source it follows (a framework's file, or
 :class:`~floatlab.train.policy.Policy` that says which formats the step uses, whether there are
 fp32 master weights, which ops and BatchNorm stay in fp32 and which loss scaler runs. The policy
 names its scaler through ``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.scaler.SCALER_PRESETS`
-entry) and ``static_scale``, so a preset *is* a policy: ``Trainer(..., policy=preset.make_policy())``
-trains the way the framework does, as far as floatlab's op set can say it (the docs page
-"Framework presets" lists what is simulated and what is not).
+entry) and ``static_scale``, so a preset *is* a policy: its name is a policy name wherever one is taken
+(:func:`~floatlab.train.policy.get_policy`, the one lookup, knows it), and
+``Trainer(model, data, "apex-O2")`` trains the way the framework does, as far as floatlab's op set
+can say it (the docs page "Framework presets" lists what is simulated and what is not). The
+policies themselves are :data:`~floatlab.train.policy.PRESET_POLICIES`; this module adds each one's
+title, source and notes.
 
 >>> [p.name for p in presets()][:4]
 ['torch-amp', 'keras', 'tf2-keras', 'tf1-static-128']
@@ -19,17 +22,23 @@ trains the way the framework does, as far as floatlab's op set can say it (the d
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from floatlab.formats import FP16, FP32
 from floatlab.train._checks import shown
-from floatlab.train.policy import FP32_OPS, LossScaling, Policy
+from floatlab.train.policy import PRESET_POLICIES, Policy, _did_you_mean, _lookup_key, get_policy
 from floatlab.train.scaler import LossScaler, make_scaler
 
-__all__ = ["Preset", "PresetScaler", "get_preset", "preset_names", "preset_overrides", "presets"]
+__all__ = [
+    "Preset",
+    "PresetScaler",
+    "get_preset",
+    "preset_names",
+    "preset_overrides",
+    "presets",
+    "resolve_policy",
+]
 
 
 class PresetScaler(NamedTuple):
@@ -152,187 +161,129 @@ class Preset:
 
 
 # ---- the presets ----------------------------------------------------------------------------------
-_ALL_OPS = FP32_OPS
-
-
-def _fp16(
-    name: str,
-    *,
-    master: bool = True,
-    ops: frozenset[str] | set[str] = _ALL_OPS,
-    batchnorm_fp32: bool = True,
-    scaling: LossScaling = "none",
-    scaler: str = "torch",
-    static_scale: float = 2.0**10,
-) -> Policy:
-    """An fp16 policy. fp32 reductions are on in every preset: the frameworks' fp16 kernels
-    (softmax, norms, sums, GEMMs) accumulate in fp32 and round once at their output."""
-    return Policy(
-        name,
-        forward=FP16,
-        backward=FP16,
-        master_weights=master,
-        loss_scaling=scaling,
-        scaler=scaler,
-        static_scale=static_scale,
-        fp32_reductions=True,
-        fp32_ops=frozenset(ops),
-        batchnorm_fp32=batchnorm_fp32,
-    )
-
-
-def _fp32(name: str) -> Policy:
-    # O0: nothing is cast, the model's own weights are updated (no separate master copy)
-    return Policy(name, forward=FP32, backward=FP32, master_weights=False)
+def _preset(name: str, title: str, source: str, notes: str) -> Preset:
+    return Preset(name, title, source, PRESET_POLICIES[name], notes)
 
 
 _APEX = "NVIDIA/apex apex/amp/frontend.py class {0}; apex/amp/scaler.py LossScaler"
 _MS = "mindspore/python/mindspore/train/amp.py _config_level['{0}']"
-_LOSS_IN_FP32 = {"loss"}
 
 _PRESETS: tuple[Preset, ...] = (
-    Preset(
+    _preset(
         "torch-amp",
         "PyTorch autocast + GradScaler",
         "torch autocast op lists (docs: amp, 'CUDA Ops that can autocast to float32'); "
         "torch/amp/grad_scaler.py GradScaler",
-        _fp16("torch-amp", scaling="dynamic", scaler="torch"),
         "GEMMs in fp16 with fp32 accumulation; autocast's fp32 list (softmax, log_softmax, layer_norm, "
         "exp, log, pow, sum, losses) in fp32; fp32 weights cast per op. floatlab stores every activation "
         "in fp16 where autocast keeps an fp32-list op's output (and the residual stream) in fp32.",
     ),
-    Preset(
+    _preset(
         "keras",
         "Keras 3 mixed_float16 + LossScaleOptimizer",
         "keras/src/optimizers/loss_scale_optimizer.py; keras/src/layers/normalization/*.py; "
         "TensorFlow mixed precision guide (final softmax with dtype='float32')",
-        _fp16("keras", ops={"norm", "loss"}, scaling="dynamic", scaler="keras"),
         "Layers compute in fp16 on fp32 variables; LayerNormalization and BatchNormalization compute in "
         "fp32; the final softmax and the loss in fp32; attention's softmax in fp16. Keras 3's scale has "
         "no floor and may grow to inf in fp32 (floatlab stops it at 2^127).",
     ),
-    Preset(
+    _preset(
         "tf2-keras",
         "TensorFlow 2 tf.keras mixed_float16 + LossScaleOptimizer",
         "keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.15) _DynamicLossScaleState",
-        _fp16("tf2-keras", ops={"norm", "loss"}, scaling="dynamic", scaler="tf2"),
         "As keras, with tf.keras's scaler: 2^15, x2 after 2000 clean steps, /2 on overflow, never below 1.",
     ),
-    Preset(
+    _preset(
         "tf1-static-128",
         "NVIDIA 2018 recipe in TensorFlow 1, static loss scale 128",
         "NVIDIA GTC 2018 S81012 'Training Neural Networks with Mixed Precision: Real Examples'; "
         "NVIDIA Mixed Precision Training guide (float32_variable_storage_getter, loss * loss_scale)",
-        _fp16("tf1-static-128", scaling="static", scaler="tf1-static", static_scale=128.0),
         "fp16 compute on fp32 variables (a custom getter), reductions and softmax in fp32, the loss "
         "multiplied by 128 and the gradients divided by 128 with no overflow check: an overflowing step "
         "reaches the weights.",
     ),
-    Preset(
+    _preset(
         "apex-O0",
         "NVIDIA Apex amp O0: pure fp32",
         _APEX.format("O0"),
-        _fp32("apex-O0"),
         "fp32 throughout; loss_scale 1.0 is a static scale whose overflow is never checked: no scaling.",
     ),
-    Preset(
+    _preset(
         "apex-O1",
         "NVIDIA Apex amp O1: patched function lists",
         _APEX.format("O1") + "; apex/amp/lists/{functional,torch}_overrides.py",
-        _fp16("apex-O1", scaling="dynamic", scaler="apex"),
         "FP16_FUNCS (linear, conv, matmul) in fp16, FP32_FUNCS (softmax, log_softmax, layer_norm, exp, "
         "log, pow, sum, norm, losses) in fp32, fp32 model weights; floatlab's op set stands for the "
         "full lists and, unlike O1, stores every op output in fp16.",
     ),
-    Preset(
+    _preset(
         "apex-O2",
         "NVIDIA Apex amp O2: fp16 model, fp32 BatchNorm and master weights",
         _APEX.format("O2") + "; apex/amp/_initialize.py (output cast to fp32)",
-        _fp16("apex-O2", ops=_LOSS_IN_FP32, scaling="dynamic", scaler="apex"),
         "model.half() except BatchNorm; fp32 master weights; the model's output is cast to fp32, so the "
         "loss is fp32; softmax and layer norm inside the model in fp16.",
     ),
-    Preset(
+    _preset(
         "apex-O3",
         "NVIDIA Apex amp O3: pure fp16",
         _APEX.format("O3") + "; apex/amp/_initialize.py (output cast to fp32)",
-        _fp16("apex-O3", master=False, ops=_LOSS_IN_FP32, batchnorm_fp32=False),
         "model.half() with BatchNorm; no master weights; loss_scale 1.0 (unchecked: no scaling); the "
         "output is cast to fp32 before the loss.",
     ),
-    Preset(
+    _preset(
         "fastai",
         "fastai v1 to_fp16 (MixedPrecision callback)",
         "fastai v1 fastai/callbacks/fp16.py MixedPrecision; fastai/train.py to_fp16; "
         "fastai/torch_core.py model2half",
-        _fp16("fastai", ops=_LOSS_IN_FP32, scaling="dynamic", scaler="fastai"),
         "model2half: every parameter fp16 except BatchNorm's; fp32 master copies; output to fp32 before "
         "the loss (loss_fp32). Scale 2^16, /2 on overflow while above 1, x2 after 1000 clean steps "
         "while below 2^24; at scale 1 an overflowing step is applied. fastai still calls the optimizer "
         "on an overflowing step with zero gradients (momentum and weight decay act); floatlab skips it.",
     ),
-    Preset(
+    _preset(
         "mindspore-O0",
         "MindSpore amp O0: fp32",
         _MS.format("O0"),
-        _fp32("mindspore-O0"),
         "No cast, no loss scale manager.",
     ),
-    Preset(
+    _preset(
         "mindspore-O1",
         "MindSpore amp O1: white-list ops in fp16",
         _MS.format("O1") + "; AMP_WHITE_LIST",
-        _fp16("mindspore-O1"),
         "Dense, MatMul, BatchMatMul, Conv and ReLU cells in fp16 (outputs cast back to fp32), the rest in "
         "fp32; parameters fp32; no loss scale manager. floatlab stores every activation in fp16.",
     ),
-    Preset(
+    _preset(
         "mindspore-O2",
         "MindSpore amp O2: fp16 network, BatchNorm and LayerNorm fp32, dynamic loss scale",
         _MS.format("O2") + "; AMP_BLACK_LIST; train/loss_scale_manager.py DynamicLossScaleManager",
-        _fp16("mindspore-O2", ops={"norm", "loss"}, scaling="dynamic", scaler="mindspore"),
         "network.to_float(fp16) except the black list (BatchNorm1d/2d/3d, LayerNorm); parameters stay "
         "fp32 (cast at use); the loss in fp32 (WithLossCell casts the output). The scale is not capped: "
         "in MindSpore it could grow to inf in fp32, floatlab stops it at 2^127.",
     ),
-    Preset(
+    _preset(
         "mindspore-O3",
         "MindSpore amp O3: fp16 network, BatchNorm too",
         _MS.format("O3"),
-        _fp16("mindspore-O3", ops=_LOSS_IN_FP32, batchnorm_fp32=False),
         "network.to_float(fp16) with keep_batchnorm_fp32=False; parameters stay fp32 (MindSpore casts "
         "them at use: fp32 master weights); the loss in fp32; no loss scale manager.",
     ),
-    Preset(
+    _preset(
         "mindspore-fixed-128",
         "MindSpore O2 with FixedLossScaleManager(128)",
         "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager "
         "(drop_overflow_update=True); nn.FixedLossScaleUpdateCell",
-        _fp16(
-            "mindspore-fixed-128",
-            ops={"norm", "loss"},
-            scaling="static",
-            scaler="mindspore-fixed",
-            static_scale=128.0,
-        ),
         "O2's policy with a fixed scale of 128: an overflowing step is dropped, the scale never changes.",
     ),
-    Preset(
+    _preset(
         "mindspore-fixed-128-nodrop",
         "MindSpore O2 with FixedLossScaleManager(128, drop_overflow_update=False)",
         "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager.get_update_cell "
         "(None); amp.build_train_network (TrainOneStepCell with sens=128)",
-        _fp16(
-            "mindspore-fixed-128-nodrop",
-            ops={"norm", "loss"},
-            scaling="static",
-            scaler="mindspore-fixed-nodrop",
-            static_scale=128.0,
-        ),
         "O2's policy with a fixed scale of 128 and no overflow check: an overflowing step is applied.",
     ),
 )
-_BY_KEY = {p.name.lower(): p for p in _PRESETS}
+_PRESET_BY_KEY = {_lookup_key(p.name): p for p in _PRESETS}
 
 
 def presets() -> list[Preset]:
@@ -354,8 +305,9 @@ def preset_names() -> list[str]:
 
 
 def get_preset(name: str | Preset) -> Preset:
-    """Look a preset up by name (any case: ``"apex-o2"`` is ``"apex-O2"``); a :class:`Preset` is
-    returned as is.
+    """A preset's record (title, source, notes and policy) by name, read as
+    :func:`~floatlab.train.policy.get_policy` reads it (any case: ``"apex-o2"`` is ``"apex-O2"``); a
+    :class:`Preset` is returned as is. For the policy alone, ``get_policy(name)`` takes the name too.
 
     >>> get_preset("APEX-o2").name
     'apex-O2'
@@ -368,42 +320,21 @@ def get_preset(name: str | Preset) -> Preset:
         return name
     if not isinstance(name, str):
         raise ValueError(f"preset {shown(name)}: expected a preset name such as 'apex-O2'")
-    key = name.strip().lower().replace("_", "-")
-    if key in _BY_KEY:
-        return _BY_KEY[key]
-    close = difflib.get_close_matches(key, list(_BY_KEY), n=1, cutoff=0.6)
-    hint = f"did you mean {_BY_KEY[close[0]].name}? " if close else ""
+    key = _lookup_key(name)
+    if key in _PRESET_BY_KEY:
+        return _PRESET_BY_KEY[key]
+    hint = _did_you_mean(key, {k: p.name for k, p in _PRESET_BY_KEY.items()})
     raise ValueError(f"unknown preset {shown(name)}: {hint}(known: {', '.join(preset_names())})")
 
 
 def resolve_policy(name: str | Policy) -> Policy:
-    """The policy a run names: a named policy (``"mixed-fp16"``), or a framework preset's
-    (``"apex-O2"``); an unknown name is one line listing both.
+    """Another name of :func:`~floatlab.train.policy.get_policy` (which knows the presets' names),
+    for code written against this one.
 
-    >>> resolve_policy("apex-O2").batchnorm_fp32, resolve_policy("bf16").name
-    (True, 'bf16')
-    >>> resolve_policy("apex-02")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown precision policy or preset 'apex-02': did you mean apex-O2? (policies: fp32, ...
+    >>> resolve_policy("apex-O2") is get_policy("apex-O2")
+    True
     """
-    from floatlab.train.policy import POLICIES, get_policy
-
-    if isinstance(name, Policy):
-        return name
-    try:
-        return get_policy(name)
-    except ValueError:
-        pass
-    if isinstance(name, str) and name.strip().lower().replace("_", "-") in _BY_KEY:
-        return get_preset(name).make_policy()
-    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else ""
-    close = difflib.get_close_matches(key, [*POLICIES, *_BY_KEY], n=1, cutoff=0.6)
-    hint = f"did you mean {_BY_KEY[close[0]].name if close[0] in _BY_KEY else close[0]}? " if close else ""
-    raise ValueError(
-        f"unknown precision policy or preset {shown(name)}: {hint}(policies: {', '.join(POLICIES)}; "
-        f"presets: {', '.join(preset_names())})"
-    )
+    return get_policy(name)
 
 
 def _onoff(v: bool) -> str:

@@ -555,8 +555,7 @@ def make_scaler(policy: Policy) -> LossScaler:
     >>> from floatlab.train.policy import get_policy
     >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
     (65536.0, False)
-    >>> from floatlab.train.presets import get_preset
-    >>> s = make_scaler(get_preset("tf1-static-128").make_policy())
+    >>> s = make_scaler(get_policy("tf1-static-128"))
     >>> s.scale, s.is_dynamic, s.skips_nonfinite
     (128.0, False, False)
     """

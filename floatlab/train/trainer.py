@@ -99,9 +99,10 @@ def _as_params(params: Params, dtype: np.dtype[Any]) -> Params:
 
 
 class Trainer:
-    """Trains ``model`` on ``data`` under ``policy``; :meth:`fit` runs epochs, :meth:`train_step`
-    one step. ``seed`` fixes the initial weights, the batch order and the random bits of
-    stochastic rounding.
+    """Trains ``model`` on ``data`` under ``policy`` (a :class:`Policy`, or a name
+    :func:`~floatlab.train.policy.get_policy` knows: ``"mixed-fp16"``, a preset's ``"apex-O2"``);
+    :meth:`fit` runs epochs, :meth:`train_step` one step. ``seed`` fixes the initial weights, the
+    batch order and the random bits of stochastic rounding.
 
     >>> from floatlab.train.data import make_underflow_task
     >>> from floatlab.train.model import MLP
