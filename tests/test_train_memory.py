@@ -5,6 +5,7 @@ the ``floatlab memory`` command and the compare column."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import tracemalloc
@@ -33,7 +34,7 @@ from floatlab.train.memory import (
     storage_bits,
 )
 from floatlab.train.model import MLP, AttentionNet, Model, cross_entropy_backward, cross_entropy_forward
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.policy import Policy, get_policy, policy_names
 from floatlab.train.precision import Precision
 from floatlab.train.presets import preset_names
 from floatlab.train.trainer import Trainer
@@ -422,12 +423,102 @@ def test_layouts_differ_in_gradients_only() -> None:
     assert auto.bytes_of("gradients") == 4 * n
     assert o2.bytes_of("gradients") + o2.bytes_of("master gradients") == 6 * n
     assert o2.total - auto.total == 2 * n
-    assert {layout_of(get_policy(name)) for name in preset_names()} == set(LAYOUTS)
+    assert {layout_of(name) for name in preset_names()} == set(LAYOUTS)
     assert layout_of(get_policy("torch-amp")) == layout_of("mindspore-O2*") == "autocast"
     assert layout_of(get_policy("fastai")) == "apex-o2"
     # a preset without master weights keeps one copy whatever its layout
     o3 = ledger(m, "apex-O3", batch_size=2)
     assert o3.bytes_of("master weights") == o3.bytes_of("weight casts") == 0
+
+
+# the presets whose framework keeps fp32 weights and casts them at use, as the ledger once listed them
+AUTOCAST = {
+    "torch-amp",
+    "keras",
+    "tf2-keras",
+    "tf1-static-128",
+    "apex-O1",
+    "mindspore-O1",
+    "mindspore-O2",
+    "mindspore-O3",
+    "mindspore-fixed-128",
+    "mindspore-fixed-128-nodrop",
+}
+
+
+def test_the_layout_is_the_policys_data_not_its_name() -> None:
+    for name in [*policy_names(), *preset_names()]:
+        assert get_policy(name).memory_layout == ("autocast" if name in AUTOCAST else "apex-o2")
+    amp = get_policy("torch-amp")
+    # renamed or changed, a preset's policy keeps its framework's layout (the ledger reads the field)
+    assert ledger(lm(), amp.replace(name="mine"), batch_size=2).layout == "autocast"
+    assert ledger(lm(), amp.replace(loss_scaling="none"), batch_size=2).layout == "autocast"
+    o2 = ledger(lm(), amp.replace(name="torch-amp", memory_layout="apex-o2"), batch_size=2)
+    assert o2 == ledger(lm(), amp, batch_size=2, layout="apex-o2")
+    assert o2.total != ledger(lm(), amp, batch_size=2).total
+    # a policy written before the field existed takes the layout of the one it is named after
+    old = {k: v for k, v in amp.to_dict().items() if k != "memory_layout"}
+    assert Policy.from_dict(old).memory_layout == "autocast"
+    assert Policy.from_dict({**old, "name": "torch-amp*"}).memory_layout == "autocast"
+    assert Policy.from_dict({**old, "name": "apex-O2"}).memory_layout == "apex-o2"
+    assert Policy.from_dict({**old, "name": "my-run"}).memory_layout == "apex-o2"
+    with pytest.raises(ValueError, match="unknown precision policy or preset 'apex-O9'"):
+        layout_of("apex-O9")
+
+
+# Every name's ledgers while the ledger chose the layout from the list of names above: the layout,
+# each model's total bytes (sgd with momentum, batch 3), and the first 16 hex digits of the SHA-256
+# of the JSON of all eight ledgers (each model with sgd and with adamw)
+LEDGER_MODELS: list[Model] = [
+    ConvNet(64, 10, channels=(4, 8)),
+    TransformerLM(8, 11, layers=2, d_model=16, heads=2),
+    AttentionNet(64, 10),
+    MLP(64, (32,), 10),
+]
+LEDGERS_WAS: dict[str, tuple[str, int, int, int, int, str]] = {
+    "fp32": ("apex-o2", 28416, 141024, 85440, 30720, "988b96aa8a87feab"),
+    "fp16": ("apex-o2", 15720, 84496, 52992, 20192, "beac7cb02ca6f18f"),
+    "bf16": ("apex-o2", 15720, 84496, 52992, 20192, "7ec6710a0243f9d5"),
+    "mixed-fp16": ("apex-o2", 23484, 144272, 97260, 39532, "57f08c57bff25e8d"),
+    "mixed-bf16": ("apex-o2", 23484, 144272, 97260, 39532, "277c948ad214db06"),
+    "mixed-fp8": ("apex-o2", 18402, 118312, 82650, 34298, "451ede0a802fd481"),
+    "fp8-tensorwise": ("apex-o2", 23484, 144272, 97260, 39532, "966de6181a884121"),
+    "fp8-delayed": ("apex-o2", 23484, 144272, 97260, 39532, "0fa9ca8ddb7c73c6"),
+    "fp8-blockwise": ("apex-o2", 23484, 144272, 97260, 39532, "be5b02922fc75864"),
+    "mxfp8": ("apex-o2", 23484, 144272, 97260, 39532, "8f785eef33beee97"),
+    "mxfp6": ("apex-o2", 23484, 144272, 97260, 39532, "a71c74aa819f8bb8"),
+    "mxfp4": ("apex-o2", 23484, 144272, 97260, 39532, "5b56574326e65b8c"),
+    "nvfp4": ("apex-o2", 23484, 144272, 97260, 39532, "808ce85abe6882e8"),
+    "fp64": ("apex-o2", 56520, 281664, 170856, 61416, "52c50c8cd4ddfab5"),
+    "torch-amp": ("autocast", 22176, 130480, 87000, 34712, "566e0badb90e789f"),
+    "keras": ("autocast", 22176, 130480, 87000, 34712, "af4efafa68696178"),
+    "tf2-keras": ("autocast", 22176, 130480, 87000, 34712, "56b056a7b5305e81"),
+    "tf1-static-128": ("autocast", 22176, 130480, 87000, 34712, "b1a3a1c5e9c0d677"),
+    "apex-O0": ("apex-o2", 28416, 141024, 85440, 30720, "bd9477fc8978ef22"),
+    "apex-O1": ("autocast", 22176, 130480, 87000, 34712, "95326eb316929d3c"),
+    "apex-O2": ("apex-o2", 23484, 140192, 94092, 39532, "9e0b1b2153cb73f9"),
+    "apex-O3": ("apex-o2", 15780, 85024, 53052, 20252, "5eb5fdf8ff9dff7c"),
+    "fastai": ("apex-o2", 23484, 140192, 94092, 39532, "78e3bd91893d8293"),
+    "mindspore-O0": ("apex-o2", 28416, 141024, 85440, 30720, "76190477c4bd5d08"),
+    "mindspore-O1": ("autocast", 22176, 130480, 87000, 34712, "5df54124f5baef0f"),
+    "mindspore-O2": ("autocast", 22176, 130480, 87000, 34712, "92c248ef7ee03d5f"),
+    "mindspore-O3": ("autocast", 19896, 126400, 83832, 34712, "c7a656367865e507"),
+    "mindspore-fixed-128": ("autocast", 22176, 130480, 87000, 34712, "7b38cac4e8d6f0cd"),
+    "mindspore-fixed-128-nodrop": ("autocast", 22176, 130480, 87000, 34712, "4b54bea66b813234"),
+}
+
+
+@pytest.mark.parametrize("name", list(LEDGERS_WAS))
+def test_every_named_ledger_is_as_it_was(name: str) -> None:
+    assert list(LEDGERS_WAS) == [*policy_names(), *preset_names()]
+    ledgers = [
+        ledger(m, name, batch_size=3, optimizer=opt).to_dict()
+        for m in LEDGER_MODELS
+        for opt in ("sgd", "adamw")
+    ]
+    digest = hashlib.sha256(json.dumps(ledgers, sort_keys=True).encode()).hexdigest()[:16]
+    totals = [led["total_bytes"] for led in ledgers[::2]]
+    assert (ledgers[0]["layout"], *totals, digest) == LEDGERS_WAS[name]
 
 
 @pytest.mark.parametrize(

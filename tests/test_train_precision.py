@@ -273,14 +273,17 @@ DEFAULTS: dict[str, Any] = {
     "recipe": None,
     "accumulate": "",
     "promote_every": 0,
+    "memory_layout": "apex-o2",
 }
 F16, B16 = {"forward": "fp16", "backward": "fp16"}, {"forward": "bf16", "backward": "bf16"}
 PURE = {"master_weights": False, "fp32_reductions": False, "fp32_ops": [], "batchnorm_fp32": False}
 NORM_LOSS, LOSS = {"fp32_ops": ["loss", "norm"]}, {"fp32_ops": ["loss"]}
-DYN = {"loss_scaling": "dynamic"}
+DYN, AUTO = {"loss_scaling": "dynamic"}, {"memory_layout": "autocast"}
 STATIC_128 = {"loss_scaling": "static", "static_scale": 128.0}
 # What TrainConfig(precision=name).make_policy().to_dict() gave for every name while the presets had a
-# lookup of their own (policy.get_policy knew only the named policies), as changes of DEFAULTS.
+# lookup of their own (policy.get_policy knew only the named policies), as changes of DEFAULTS. The
+# memory layout was then decided by the memory ledger from a list of preset names: "autocast" for
+# torch-amp, keras, tf2-keras, tf1-static-128, apex-O1 and mindspore-O1/O2/O3 and its fixed scales.
 WAS: dict[str, dict[str, Any]] = {
     "fp32": {},
     "fp16": {**F16, **PURE},
@@ -291,25 +294,26 @@ WAS: dict[str, dict[str, Any]] = {
     **{f"fp8-{k}": {**B16, "recipe": Fp8Recipe(k).to_dict()} for k in ("tensorwise", "delayed", "blockwise")},
     **{k: {**B16, "recipe": MicroRecipe(k).to_dict()} for k in ("mxfp8", "mxfp6", "mxfp4", "nvfp4")},
     "fp64": {"forward": "fp64", "backward": "fp64"},
-    "torch-amp": {**F16, **DYN},
-    "keras": {**F16, **DYN, "scaler": "keras", **NORM_LOSS},
-    "tf2-keras": {**F16, **DYN, "scaler": "tf2", **NORM_LOSS},
-    "tf1-static-128": {**F16, **STATIC_128, "scaler": "tf1-static"},
+    "torch-amp": {**F16, **DYN, **AUTO},
+    "keras": {**F16, **DYN, "scaler": "keras", **NORM_LOSS, **AUTO},
+    "tf2-keras": {**F16, **DYN, "scaler": "tf2", **NORM_LOSS, **AUTO},
+    "tf1-static-128": {**F16, **STATIC_128, "scaler": "tf1-static", **AUTO},
     "apex-O0": {"master_weights": False},
-    "apex-O1": {**F16, **DYN, "scaler": "apex"},
+    "apex-O1": {**F16, **DYN, "scaler": "apex", **AUTO},
     "apex-O2": {**F16, **DYN, "scaler": "apex", **LOSS},
     "apex-O3": {**F16, "master_weights": False, **LOSS, "batchnorm_fp32": False},
     "fastai": {**F16, **DYN, "scaler": "fastai", **LOSS},
     "mindspore-O0": {"master_weights": False},
-    "mindspore-O1": {**F16},
-    "mindspore-O2": {**F16, **DYN, "scaler": "mindspore", **NORM_LOSS},
-    "mindspore-O3": {**F16, **LOSS, "batchnorm_fp32": False},
-    "mindspore-fixed-128": {**F16, **STATIC_128, "scaler": "mindspore-fixed", **NORM_LOSS},
+    "mindspore-O1": {**F16, **AUTO},
+    "mindspore-O2": {**F16, **DYN, "scaler": "mindspore", **NORM_LOSS, **AUTO},
+    "mindspore-O3": {**F16, **LOSS, "batchnorm_fp32": False, **AUTO},
+    "mindspore-fixed-128": {**F16, **STATIC_128, "scaler": "mindspore-fixed", **NORM_LOSS, **AUTO},
     "mindspore-fixed-128-nodrop": {
         **F16,
         **STATIC_128,
         "scaler": "mindspore-fixed-nodrop",
         **NORM_LOSS,
+        **AUTO,
     },
 }
 
@@ -365,6 +369,10 @@ def test_policy_errors() -> None:
         get_policy("fp61")
     with pytest.raises(ValueError, match="precision policy 3: expected a policy or preset name"):
         get_policy(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="memory_layout='zero': expected one of apex-o2, autocast"):
+        Policy("x", memory_layout="zero")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"memory_layout=\[1\]: expected one of"):
+        Policy("x", memory_layout=[1])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="loss_scaling='sometimes'"):
         Policy("x", loss_scaling="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"fp32_ops \['gemm'\]"):

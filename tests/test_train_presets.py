@@ -195,6 +195,9 @@ def test_overrides_are_reported_in_words() -> None:
     assert preset_overrides(dyn, dyn.make_policy().replace(scaler="torch")) == [
         "loss scaling dynamic (torch) (apex-O2: dynamic (apex))"
     ]
+    assert preset_overrides(dyn, dyn.make_policy().replace(memory_layout="autocast")) == [
+        "memory layout autocast (apex-O2: apex-o2)"
+    ]
 
 
 def test_to_dict_is_json_and_carries_the_whole_policy() -> None:
@@ -202,6 +205,7 @@ def test_to_dict_is_json_and_carries_the_whole_policy() -> None:
         d = p.to_dict()
         assert json.loads(json.dumps(d, allow_nan=False)) == d
         assert Policy.from_dict(d["policy"]) == p.policy
+        assert d["memory_layout"] == p.policy.memory_layout
 
 
 def test_the_loss_op_keeps_old_policies_as_they_were() -> None:

@@ -23,7 +23,8 @@ the shapes its forward pass gives its cache), in Python integers: no weight is a
 forward pass runs, so a model of billions of weights at a batch of 10^20 is counted at once and
 exactly. The tests hold the counts to a real model's parameters and a real forward pass's cache.
 
-Where master weights live is a framework's choice, the *layout* (:data:`LAYOUTS`):
+Where master weights live is a framework's choice, the *layout* (:data:`LAYOUTS`), which the
+policy carries as data (its ``memory_layout``: a framework preset's is its framework's):
 
 * ``"apex-o2"`` (Apex O2, fastai, and floatlab's named policies): the model's **weights** are in
   the forward format, its **gradients** come out in the backward format, and fp32 **master
@@ -59,7 +60,7 @@ import numpy as np
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_int, want_real
 from floatlab.train.model import Model, model_class
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.policy import MEMORY_LAYOUTS, Policy, get_policy
 
 if TYPE_CHECKING:
     from floatlab.train.config import TrainConfig
@@ -80,28 +81,9 @@ __all__ = [
     "storage_bits",
 ]
 
-#: where the weights and gradients of a mixed-precision step live (see the module's text)
-LAYOUTS: dict[str, str] = {
-    "apex-o2": "Apex O2: low-precision model weights and gradients, fp32 master copies of both",
-    "autocast": "autocast: fp32 weights and gradients, low-precision casts of the weights for the step",
-}
-#: the presets whose framework keeps fp32 weights and casts them at use (the others, and the
-#: named policies, follow Apex O2): torch autocast, Apex O1's patched functions, Keras's
-#: AutoCastVariable, the TF1 recipe's float32 variable getter, MindSpore's fp32 parameters
-_AUTOCAST_PRESETS = frozenset(
-    {
-        "torch-amp",
-        "keras",
-        "tf2-keras",
-        "tf1-static-128",
-        "apex-o1",
-        "mindspore-o1",
-        "mindspore-o2",
-        "mindspore-o3",
-        "mindspore-fixed-128",
-        "mindspore-fixed-128-nodrop",
-    }
-)
+#: where the weights and gradients of a mixed-precision step live (see the module's text; a
+#: policy's ``memory_layout`` is one of these)
+LAYOUTS: dict[str, str] = MEMORY_LAYOUTS
 #: the state buffers an optimizer keeps per parameter (SGD without momentum keeps none)
 OPTIMIZER_BUFFERS: dict[str, int] = {"sgd": 1, "adamw": 2}
 # the order of the ledger's lines
@@ -223,14 +205,17 @@ class Ledger:
 
 
 def layout_of(policy: Policy | str) -> str:
-    """The layout (:data:`LAYOUTS`) of ``policy``'s framework: ``"autocast"`` for the presets
-    whose framework keeps fp32 weights and casts them at use, ``"apex-o2"`` otherwise.
+    """The layout (:data:`LAYOUTS`) of ``policy``'s framework, its ``memory_layout``:
+    ``"autocast"`` for the presets whose framework keeps fp32 weights and casts them at use,
+    ``"apex-o2"`` otherwise. A name is looked up (:func:`~floatlab.train.policy.get_policy`); a
+    changed policy's name (``"mindspore-O2*"``) gives the layout of the one it was changed from.
 
-    >>> layout_of(get_policy("torch-amp")), layout_of(get_policy("apex-O2")), layout_of("mixed-bf16")
-    ('autocast', 'apex-o2', 'apex-o2')
+    >>> layout_of("torch-amp"), layout_of("apex-O2"), layout_of("mixed-bf16"), layout_of("mindspore-O2*")
+    ('autocast', 'apex-o2', 'apex-o2', 'autocast')
     """
-    name = policy.name if isinstance(policy, Policy) else str(policy)
-    return "autocast" if name.rstrip("*").strip().lower() in _AUTOCAST_PRESETS else "apex-o2"
+    if isinstance(policy, str):
+        policy = policy.strip().rstrip("*")
+    return get_policy(policy).memory_layout
 
 
 # ---- the ledger -----------------------------------------------------------------------------------
@@ -245,8 +230,8 @@ def ledger(
 ) -> Ledger:
     """The memory of one training step of ``model`` under ``policy`` (a :class:`Policy`, or a
     policy's or a preset's name) at ``batch_size``, with ``optimizer`` (``"sgd"``, with ``momentum``
-    0 keeping no state, or ``"adamw"``); ``layout`` (:data:`LAYOUTS`) defaults to the policy's framework's
-    (:func:`layout_of`).
+    0 keeping no state, or ``"adamw"``); ``layout`` (:data:`LAYOUTS`) defaults to the policy's
+    ``memory_layout``, its framework's.
 
     >>> from floatlab.train.transformer import TransformerLM
     >>> led = ledger(TransformerLM(16, 27, layers=1, d_model=16, heads=2), "mixed-bf16", batch_size=4)
@@ -262,7 +247,7 @@ def ledger(
         raise ValueError(f"optimizer {shown(optimizer)}: expected one of {', '.join(OPTIMIZER_BUFFERS)}")
     if not math.isfinite(want_real("momentum", momentum)):
         raise ValueError(f"momentum={shown(momentum)}: expected a finite number")
-    lay = layout_of(pol) if layout is None else layout
+    lay = pol.memory_layout if layout is None else layout
     if lay not in LAYOUTS:
         raise ValueError(f"layout {shown(layout)}: expected one of {', '.join(LAYOUTS)}")
     buffers = 0 if opt == "sgd" and momentum == 0 else OPTIMIZER_BUFFERS[opt]

@@ -34,6 +34,9 @@ technique of mixed-precision training:
   narrower than fp32 (``"acc14"``: the 14 bits DeepSeek-V3 measured on an fp8 tensor core),
   its partial sums promoted into an fp32 total every ``promote_every`` products (0: never);
   ``""`` is exact fp32 accumulation, the default.
+* ``memory_layout``: where the framework keeps the weights and gradients of a step, for the
+  memory ledger (:mod:`floatlab.train.memory`); no value computed depends on it (see
+  :data:`MEMORY_LAYOUTS`).
 
 The named policies are the ones users know; the frameworks' recipes are policies too
 (:data:`PRESET_POLICIES`, whose sources and notes :mod:`floatlab.train.presets` holds), and
@@ -70,9 +73,11 @@ from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 __all__ = [
     "FP32_OPS",
     "LOSS_SCALING",
+    "MEMORY_LAYOUTS",
     "POLICIES",
     "PRESET_POLICIES",
     "LossScaling",
+    "MemoryLayout",
     "Policy",
     "get_policy",
     "policy_names",
@@ -80,6 +85,23 @@ __all__ = [
 
 LossScaling = Literal["none", "static", "dynamic"]
 LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")
+MemoryLayout = Literal["apex-o2", "autocast"]
+#: where a framework keeps the weights and gradients of a mixed-precision step (a policy's
+#: ``memory_layout``; the memory ledger counts them so). ``"apex-o2"``: the model's weights in the
+#: forward format and its gradients in the backward format, with fp32 master copies of both beside
+#: them: Apex O2 and O3 run ``model.half()`` and, with master weights, ``_process_optimizer.py``
+#: gives the optimizer fp32 copies of the fp16 parameters, each with an fp32 ``.grad`` that the
+#: unscaled gradients are copied into (fastai v1's ``model2half`` and ``get_master`` do the same);
+#: floatlab's named policies follow it. ``"autocast"``: the model keeps fp32 weights and each op
+#: casts those it reads to the forward format (the casts are held for the backward pass), and the
+#: gradients reach the fp32 weights in fp32, since a ``.grad`` has its weight's dtype: torch
+#: autocast (its cast cache), Apex O1's patched functions, Keras's ``AutoCastVariable``, the TF1
+#: recipe's ``float32_variable_storage_getter`` and MindSpore's ``Cell.to_float``, which casts the
+#: fp32 parameters at use. With nothing cast (an fp32 policy) the two layouts store the same bytes.
+MEMORY_LAYOUTS: dict[str, str] = {
+    "apex-o2": "Apex O2: low-precision model weights and gradients, fp32 master copies of both",
+    "autocast": "autocast: fp32 weights and gradients, low-precision casts of the weights for the step",
+}
 # the ops a policy may keep in fp32 (autocast's fp32 list, as far as these models have them);
 # "loss" is the loss's softmax and log alone (a model output cast to fp32 before the loss)
 FP32_OPS: frozenset[str] = frozenset({"softmax", "log", "exp", "sum", "norm", "loss"})
@@ -94,6 +116,9 @@ class Policy:
     update when the weights are stored in a low-precision format (``"stochastic"`` there is
     the classic cure for swallowed updates). ``saturate`` clamps overflowing casts to the
     largest finite value; ``subnormals=False`` flushes subnormal results to zero.
+
+    ``memory_layout`` (:data:`MEMORY_LAYOUTS`) says where the framework the policy follows keeps
+    the weights and gradients; only the memory ledger reads it.
 
     >>> p = Policy("custom", forward="e4m3", backward="e5m2", loss_scaling="dynamic")
     >>> p.forward.name, p.backward.name, p.weight_format.name
@@ -118,6 +143,7 @@ class Policy:
     recipe: Fp8Recipe | MicroRecipe | None = None
     accumulate: str = ""
     promote_every: int = 0
+    memory_layout: MemoryLayout = "apex-o2"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -181,6 +207,11 @@ class Policy:
         if every and not self.accumulate:
             raise ValueError(
                 f"promote_every={every}: promotion needs a narrow accumulator (accumulate, e.g. 'acc14')"
+            )
+        layout: object = self.memory_layout  # (from a file: anything)
+        if not isinstance(layout, str) or layout not in MEMORY_LAYOUTS:
+            raise ValueError(
+                f"memory_layout={shown(self.memory_layout)}: expected one of {', '.join(MEMORY_LAYOUTS)}"
             )
         if (self.forward == FP64) != (self.backward == FP64):
             raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
@@ -338,7 +369,8 @@ class Policy:
     def from_dict(cls, d: dict[str, Any]) -> Policy:
         """The policy :meth:`to_dict` wrote. A dict written before a switch existed gets its
         default (``update_compensation`` off: such runs added their updates uncompensated; no fp8
-        recipe and fp32 accumulation).
+        recipe and fp32 accumulation), and one without ``memory_layout`` the layout of the policy
+        or preset it is named after (``"torch-amp*"``: torch-amp's), else ``"apex-o2"``.
 
         >>> p = get_policy("fp8-blockwise").replace(accumulate="acc14", promote_every=128)
         >>> Policy.from_dict(p.to_dict()) == p
@@ -357,6 +389,9 @@ class Policy:
             # written before the switch existed (no model had BatchNorm): the named policy's value
             base = POLICIES.get(str(d["name"]).rstrip("*"))
             d = {**d, "batchnorm_fp32": base.batchnorm_fp32 if base is not None else True}
+        if "memory_layout" not in d:
+            named = _BY_KEY.get(_lookup_key(str(d["name"]).rstrip("*")))
+            d = {**d, "memory_layout": named.memory_layout if named is not None else "apex-o2"}
         if d.get("recipe") is not None:
             r = want_dict("policy recipe", d["recipe"])
             kind = r.get("kind")
@@ -434,6 +469,7 @@ def _framework(
     scaling: LossScaling = "none",
     scaler: str = "torch",
     static_scale: float = 2.0**10,
+    layout: MemoryLayout = "apex-o2",
 ) -> Policy:
     # fp32 reductions are on in every preset: the frameworks' fp16 kernels (softmax, norms, sums,
     # GEMMs) accumulate in fp32 and round once at their output
@@ -448,30 +484,35 @@ def _framework(
         fp32_reductions=True,
         fp32_ops=frozenset(ops),
         batchnorm_fp32=batchnorm_fp32,
+        memory_layout=layout,
     )
 
 
 # the fp32 ops of Keras and MindSpore O2 (norms and the loss), and of a model output cast to fp32
 _NORM_LOSS, _LOSS = {"norm", "loss"}, {"loss"}
 #: the policies of the frameworks' recipes, in :func:`~floatlab.train.presets.presets` order (each
-#: one's source, and what floatlab simulates of it, are in :mod:`floatlab.train.presets`)
+#: one's source, and what floatlab simulates of it, are in :mod:`floatlab.train.presets`); the
+#: layout is "autocast" where the framework keeps fp32 weights and casts them at use
+#: (:data:`MEMORY_LAYOUTS`)
 PRESET_POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
-        _framework("torch-amp", scaling="dynamic", scaler="torch"),
-        _framework("keras", ops=_NORM_LOSS, scaling="dynamic", scaler="keras"),
-        _framework("tf2-keras", ops=_NORM_LOSS, scaling="dynamic", scaler="tf2"),
-        _framework("tf1-static-128", scaling="static", scaler="tf1-static", static_scale=128.0),
+        _framework("torch-amp", scaling="dynamic", scaler="torch", layout="autocast"),
+        _framework("keras", ops=_NORM_LOSS, scaling="dynamic", scaler="keras", layout="autocast"),
+        _framework("tf2-keras", ops=_NORM_LOSS, scaling="dynamic", scaler="tf2", layout="autocast"),
+        _framework(
+            "tf1-static-128", scaling="static", scaler="tf1-static", static_scale=128.0, layout="autocast"
+        ),
         # O0: nothing is cast, the model's own weights are updated (no separate master copy)
         _framework("apex-O0", FP32, master=False),
-        _framework("apex-O1", scaling="dynamic", scaler="apex"),
+        _framework("apex-O1", scaling="dynamic", scaler="apex", layout="autocast"),
         _framework("apex-O2", ops=_LOSS, scaling="dynamic", scaler="apex"),
         _framework("apex-O3", master=False, ops=_LOSS, batchnorm_fp32=False),
         _framework("fastai", ops=_LOSS, scaling="dynamic", scaler="fastai"),
         _framework("mindspore-O0", FP32, master=False),
-        _framework("mindspore-O1"),
-        _framework("mindspore-O2", ops=_NORM_LOSS, scaling="dynamic", scaler="mindspore"),
-        _framework("mindspore-O3", ops=_LOSS, batchnorm_fp32=False),
+        _framework("mindspore-O1", layout="autocast"),
+        _framework("mindspore-O2", ops=_NORM_LOSS, scaling="dynamic", scaler="mindspore", layout="autocast"),
+        _framework("mindspore-O3", ops=_LOSS, batchnorm_fp32=False, layout="autocast"),
         *(
             _framework(
                 name,
@@ -479,6 +520,7 @@ PRESET_POLICIES: dict[str, Policy] = {
                 scaling="static",
                 scaler=scaler,
                 static_scale=128.0,
+                layout="autocast",
             )
             for name, scaler in (
                 ("mindspore-fixed-128", "mindspore-fixed"),

@@ -2,9 +2,10 @@
 
 A :class:`Preset` is data: a name, the source it follows (a framework's file, or the talk), and the
 :class:`~floatlab.train.policy.Policy` that says which formats the step uses, whether there are
-fp32 master weights, which ops and BatchNorm stay in fp32 and which loss scaler runs. The policy
-names its scaler through ``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.scaler.SCALER_PRESETS`
-entry) and ``static_scale``, so a preset *is* a policy: its name is a policy name wherever one is taken
+fp32 master weights, which ops and BatchNorm stay in fp32, which loss scaler runs and where the
+framework keeps the weights and gradients (``memory_layout``). The policy names its scaler through
+``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.scaler.SCALER_PRESETS` entry) and
+``static_scale``, so a preset *is* a policy: its name is a policy name wherever one is taken
 (:func:`~floatlab.train.policy.get_policy`, the one lookup, knows it), and
 ``Trainer(model, data, "apex-O2")`` trains the way the framework does, as far as floatlab's op set
 can say it (the docs page "Framework presets" lists what is simulated and what is not). The
@@ -137,7 +138,8 @@ class Preset:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: the formats, master weights, BatchNorm, fp32 reductions and ops,
-        the scaler's settings (None for no floor, no cap, no growth) and the whole policy.
+        the memory layout, the scaler's settings (None for no floor, no cap, no growth) and the
+        whole policy.
 
         >>> d = get_preset("apex-O2").to_dict()
         >>> d["forward"], d["scaler"]["kind"], d["scaler"]["max_scale"], d["scaler"]["min_scale"]
@@ -154,6 +156,7 @@ class Preset:
             "batchnorm_fp32": p.batchnorm_fp32,
             "fp32_reductions": p.fp32_reductions,
             "fp32_ops": sorted(p.fp32_ops),
+            "memory_layout": p.memory_layout,
             "scaler": self.scaler._asdict(),
             "notes": self.notes,
             "policy": p.to_dict(),
@@ -391,5 +394,6 @@ def preset_overrides(preset: Preset | str, policy: Policy) -> list[str]:
         ("subnormals", _onoff(a.subnormals), _onoff(b.subnormals)),
         ("fp8 recipe", _recipe(a), _recipe(b)),
         ("accumulator", _accumulator(a), _accumulator(b)),
+        ("memory layout", a.memory_layout, b.memory_layout),
     ]
     return [f"{label} {new} ({pre.name}: {old})" for label, old, new in words if old != new]
