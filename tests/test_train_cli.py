@@ -332,7 +332,7 @@ def test_sample_refuses_a_model_not_trained_on_text(
         (["train", "--history", "h.txt"], "--history"),
         (["train", "--no-such-option"], "unrecognized arguments: --no-such-option"),
         (["sample"], "the following arguments are required: CHECKPOINT.npz"),
-        (["sample", "x.npz", "--chars", "-1"], "expected a number of characters >= 0"),
+        (["sample", "x.npz", "--chars", "-1"], "expected a number of characters from 0 to 100,000"),
         (["sample", "x.npz", "--temperature", "inf"], "expected a finite number >= 0"),
         (["sample", "/nonexistent/x.npz"], "no such file"),
     ],
