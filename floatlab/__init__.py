@@ -11,28 +11,46 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from floatlab import formats
-from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
+from floatlab.codec import Decoded, decode, parse_value
 from floatlab.formats import *  # noqa: F403
-from floatlab.rounding import (
-    ROUNDING_MODES,
-    Flags,
-    RoundingOptions,
-    RoundingStats,
-    encode_array,
-    encode_array_with_flags,
-    round_array,
-    round_array_with_flags,
-)
 
 if TYPE_CHECKING:
+    from floatlab import backend as backend  # submodules outside __all__: the alias re-exports them
+    from floatlab import rounding as rounding
     from floatlab import simulate
+    from floatlab.codec import Encoded, decode_array, encode
     from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict, histogram
+    from floatlab.rounding import (
+        ROUNDING_MODES,
+        Flags,
+        RoundingOptions,
+        RoundingStats,
+        encode_array,
+        encode_array_with_flags,
+        round_array,
+        round_array_with_flags,
+    )
     from floatlab.sweeps import sweep
 
 __version__ = "0.1.0"
 
-# loaded on first use: `floatlab decode` needs neither the simulators nor the histograms
+# loaded on first use: `floatlab decode` needs neither NumPy nor the rounding package (together most
+# of the import's time), nor the simulators, nor the histograms. A submodule named here is the
+# module itself: `import floatlab` then `floatlab.rounding.fma` works without importing it by name.
 _LAZY = {
+    "ROUNDING_MODES": "floatlab.rounding",
+    "Flags": "floatlab.rounding",
+    "RoundingOptions": "floatlab.rounding",
+    "RoundingStats": "floatlab.rounding",
+    "encode_array": "floatlab.rounding",
+    "encode_array_with_flags": "floatlab.rounding",
+    "round_array": "floatlab.rounding",
+    "round_array_with_flags": "floatlab.rounding",
+    "Encoded": "floatlab.codec",
+    "decode_array": "floatlab.codec",
+    "encode": "floatlab.codec",
+    "backend": "floatlab.backend",
+    "rounding": "floatlab.rounding",
     "simulate": "floatlab.simulate",
     "GradHistogram": "floatlab.gradhist",
     "ScaleAdvice": "floatlab.gradhist",
@@ -43,12 +61,17 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'floatlab' has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name])
-    value = module if name == "simulate" else getattr(module, name)
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(source)
+    value = module if source == f"{__name__}.{name}" else getattr(module, name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 # the formats' public names, then the rest

@@ -17,6 +17,7 @@ One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts),
 ('normal', '65504', '0x7c00')
 >>> print(d.formula())
 (-1)^0 x 2^(30 - 15) x (1 + 1023/1024)
+>>> from floatlab.codec import decode_array, encode
 >>> code = encode("0.1", "fp16")
 >>> code == 0x2E66, code.decoded.decimal
 (True, '0.0999755859375')
@@ -26,10 +27,40 @@ One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts),
 
 from __future__ import annotations
 
-from floatlab.codec.arrays import decode_array
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from floatlab.codec.decoded import Decoded, Kind, decode
-from floatlab.codec.encoded import Encoded, encode
 from floatlab.exact import parse_value
+
+if TYPE_CHECKING:
+    from floatlab.codec.arrays import decode_array
+    from floatlab.codec.encoded import Encoded, encode
+
+# loaded on first use: decode_array needs NumPy and encode the rounding package, which together
+# take most of floatlab's import time, while decode needs neither (`floatlab decode` starts fast)
+_LAZY = {
+    "arrays": "floatlab.codec.arrays",
+    "encoded": "floatlab.codec.encoded",
+    "decode_array": "floatlab.codec.arrays",
+    "Encoded": "floatlab.codec.encoded",
+    "encode": "floatlab.codec.encoded",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(source)
+    value = module if source == f"{__name__}.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "Decoded",
