@@ -94,3 +94,102 @@ def test_the_sweep_command_line_and_floatlab_sweep_load_their_extras_only_when_u
     # they load when a sweep runs
     assert _heavy_modules_after("import floatlab.cli; floatlab.cli.build_parser()") == []
     assert _heavy_modules_after("import floatlab; floatlab.sweep") == []
+
+
+# ---- NumPy and the rounding package load on first use --------------------------------------------
+def _stdout_of(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return out.stdout
+
+
+_DECODE = "from floatlab.cli import main\nassert main(['decode', '0x7bff']) == 0\n"
+_DECODE_JSON = "from floatlab.cli import main\nassert main(['--json', 'decode', '0x7bff', '0x0001']) == 0\n"
+# the modules behind the lazy names, imported up front
+_EAGER = "import numpy, floatlab.rounding, floatlab.codec.encoded, floatlab.codec.arrays\n"
+
+
+def test_decode_runs_without_numpy_and_prints_what_it_did_with_numpy_loaded() -> None:
+    modules, out = _modules_after(_DECODE)
+    assert [m for m in modules if m == "numpy" or m.startswith(("numpy.", "floatlab.rounding"))] == []
+    assert "floatlab.codec.encoded" not in modules
+    # the same text, byte for byte, as in an interpreter that has NumPy and the rounding package
+    assert out == _stdout_of(_EAGER + _DECODE)
+    assert "65504 (exact)" in out
+    assert "down 65472 (0x7BFE)" in out
+    modules, out = _modules_after(_DECODE_JSON)
+    assert "numpy" not in modules
+    assert json.loads(out) == json.loads(_stdout_of(_EAGER + _DECODE_JSON))
+
+
+def test_import_floatlab_and_the_decoded_module_need_no_numpy() -> None:
+    for code in (
+        "import floatlab",
+        "from floatlab.codec.decoded import Decoded, decode",
+        "import floatlab.codec",
+    ):
+        modules, _ = _modules_after(code)
+        assert "numpy" not in modules, code
+        assert not any(m.startswith("floatlab.rounding") for m in modules), code
+
+
+def test_the_lazy_names_work_on_first_use() -> None:
+    # each in a fresh interpreter, so that the first use is what loads the name
+    code = (
+        "import sys\nimport floatlab as fl\nassert 'numpy' not in sys.modules\n"
+        "import numpy as np\n"
+        "print(fl.round_array(np.array([0.1, 1e-9], np.float32), 'fp16').tolist())\n"
+    )
+    assert _stdout_of(code).split() == ["[0.0999755859375,", "0.0]"]
+    code = (
+        "from floatlab import encode, round_array\n"
+        "from floatlab.codec import decode_array\n"
+        "print(encode('0.1', 'fp16'), round_array([65519.0], 'fp16').tolist(), "
+        "decode_array([0x7BFF], 'fp16').tolist())\n"
+    )
+    assert _stdout_of(code).split() == ["11878", "[65504.0]", "[65504.0]"]
+    # the submodules behind them are attributes of their package without an import by name, as
+    # scripts that write `fl.rounding.fma` expect
+    code = "import floatlab as fl, floatlab.codec as c\n"
+    code += "print(fl.rounding.__name__, fl.backend.__name__, c.arrays.__name__)"
+    assert _stdout_of(code).split() == ["floatlab.rounding", "floatlab.backend", "floatlab.codec.arrays"]
+
+
+def test_every_public_name_resolves_to_the_object_of_its_defining_module() -> None:
+    # in a fresh interpreter: every name of __all__ is listed by dir() before its first use, and
+    # each is then the object its defining module holds (a function or class at its __module__ and
+    # __qualname__, a submodule in sys.modules, a constant in the package that defines it)
+    code = """
+import importlib, inspect, json, sys
+import floatlab as fl
+import floatlab.codec as codec
+
+problems = []
+for pkg in (fl, codec):
+    missing = sorted(set(pkg.__all__) - set(dir(pkg)))
+    if missing:
+        problems.append(f"{pkg.__name__}: dir() lacks {missing}")
+    for name in pkg.__all__:
+        obj = getattr(pkg, name)
+        if inspect.ismodule(obj):
+            home = sys.modules[f"floatlab.{name}"]
+        elif inspect.isclass(obj) or inspect.isfunction(obj):
+            home = importlib.import_module(obj.__module__)
+            for part in obj.__qualname__.split("."):
+                home = getattr(home, part)
+        elif name == "__version__":
+            home = obj
+        else:
+            defining = ("floatlab.formats", "floatlab.rounding", "floatlab.codec.decoded")
+            homes = [importlib.import_module(m) for m in defining]
+            home = next((getattr(m, name) for m in homes if name in m.__all__), None)
+        if home is not obj:
+            problems.append(f"{pkg.__name__}.{name}")
+namespace = {}
+exec("from floatlab import *", namespace)
+if sorted(set(namespace) - {"__builtins__"}) != sorted(fl.__all__):
+    problems.append("from floatlab import *")
+print(json.dumps(problems))
+"""
+    assert json.loads(_stdout_of(code)) == []
