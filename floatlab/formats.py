@@ -16,7 +16,6 @@ True
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -349,6 +348,8 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
     key = _ALIASES.get(_norm(fmt))
     if key is not None:
         return FORMATS[key]
+    import difflib  # only a misspelt name needs it: kept off the start-up of every command
+
     close = difflib.get_close_matches(_norm(fmt), list(_ALIASES), n=1, cutoff=0.5)
     hint = f"did you mean {FORMATS[_ALIASES[close[0]]].name}? " if close else ""
     known = ", ".join(list(FORMATS)[:5])
