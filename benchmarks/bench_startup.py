@@ -5,16 +5,18 @@ moment on the shared machine hits them all), and each row reports the best of ``
 (the figure to compare), the median, and the best CPU time (user + system, which waiting for a
 busy core does not inflate). The ratio and the difference to ``python -c pass`` say what floatlab
 adds to Python's own start; ``import numpy`` and ``import ml_dtypes`` (when installed) are there
-for scale, since every floatlab command imports NumPy. With ``--base DIR`` (a copy of an older
-floatlab) its floatlab rows are timed too, in the same rounds, for an A/B.
+for scale, since the commands that round (``encode``, ``round``, the trainer) import NumPy, while
+``decode`` and ``--help`` do not. With ``--base DIR`` (a copy of an older floatlab) its floatlab rows
+are timed too, in the same rounds, for an A/B.
 
 A second table splits the decode command's time by module, from ``python -X importtime``
-(cumulative: a module with what it is first to import), each the best of the same rounds.
+(cumulative: a module with what it is first to import), each the best of the same rounds; a module
+the command does not import says so.
 
 Writes ``benchmarks/results/startup.md``.
 
     python benchmarks/bench_startup.py [--repeat 20]
-    git archive <commit> | tar -x -C /tmp/base
+    git worktree add --detach /tmp/base <commit>     # or: git archive <commit> | tar -x -C /tmp/base
     python benchmarks/bench_startup.py --base /tmp/base --base-label "<commit>, before the change"
 """
 
@@ -46,13 +48,15 @@ BASELINE = "python -c pass"
 # what the console script runs, for -X importtime
 _DECODE_CODE = "import sys; from floatlab.cli import main; sys.exit(main(['decode', '0x7bff']))"
 
-# the modules whose import the breakdown reports, in the order they are first imported
+# the modules whose import the breakdown reports, in the order they are first imported; NumPy and
+# the rounding package are there to show that decode does without them
 BREAKDOWN = {
     "site": "Python's own start (site, with the .pth files of the installed packages)",
-    "numpy": "NumPy",
-    "floatlab.formats": "the format registry (exact arithmetic, fractions, decimal)",
-    "floatlab.rounding": "the rounding package (imported by floatlab.codec)",
-    "floatlab.codec": "the codec, with NumPy and the rounding package",
+    "numpy": "NumPy (loaded on first use of a name that needs it)",
+    "floatlab.rounding": "the rounding package (loaded on first use, like NumPy)",
+    "floatlab.formats": "the format registry (exact arithmetic, fractions, decimal, dataclasses)",
+    "floatlab.codec.decoded": "decode and Decoded, with their text and HTML views",
+    "floatlab.codec": "the codec package: decode eagerly, encode and decode_array on first use",
     "floatlab": "import floatlab, everything above but site",
     "floatlab.cli._common": "the command line's shared pieces (argparse, json)",
     "floatlab.cli": "the command line's package, with import floatlab and its shared pieces",
@@ -87,10 +91,15 @@ def runs(base: Path | None) -> dict[str, Run]:
     return out
 
 
-def _env(tree: Path | None) -> dict[str, str]:
+def _env(tree: Path | None, cwd: Path) -> dict[str, str]:
     # no colour and no terminal: the output is thrown away, only the time counts
     env = {**os.environ, "NO_COLOR": "1"}
     env.pop("PYTHONPATH", None)
+    # byte code cached, as in an installed package (pip compiles the .pyc files): whatever
+    # PYTHONDONTWRITEBYTECODE says here, the warm-up writes them, into a folder of the benchmark's
+    # own rather than the source trees; without them every run would compile floatlab afresh
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(cwd / "pycache")
     if tree is not None:  # ahead of the installed floatlab on sys.path
         env["PYTHONPATH"] = str(tree)
     return env
@@ -105,7 +114,7 @@ def time_once(run: Run, cwd: Path) -> tuple[float, float]:
         run.argv,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_env(run.tree),
+        env=_env(run.tree, cwd),
         cwd=cwd,
         check=True,
     )
@@ -123,7 +132,7 @@ def import_times(cwd: Path) -> dict[str, float]:
         [PYTHON, "-X", "importtime", "-c", _DECODE_CODE],
         capture_output=True,
         text=True,
-        env=_env(None),
+        env=_env(None, cwd),
         cwd=cwd,
         check=True,
     )
@@ -181,8 +190,8 @@ def main() -> None:
         )
     breakdown = Table(["module", "what", "best ms (cumulative)"])
     for module, what in BREAKDOWN.items():
-        if imports[module]:
-            breakdown.add(f"`{module}`", what, f"{min(imports[module]) * 1e3:.1f}")
+        best = f"{min(imports[module]) * 1e3:.1f}" if imports[module] else "not imported"
+        breakdown.add(f"`{module}`", what, best)
 
     command = "python benchmarks/bench_startup.py"
     command += f" --repeat {args.repeat}" if args.repeat != 20 else ""
@@ -190,8 +199,9 @@ def main() -> None:
     command += f" --base-label '{args.base_label}'" if args.base_label else ""
     notes = (
         f"Each command in a fresh interpreter, {args.repeat} rounds interleaving the commands after "
-        "one warm-up run; `floatlab` is the installed console script. Best and median wall time "
-        "from start to exit, best CPU time (user + system); the ratios and the difference compare "
+        "one warm-up run that also writes the byte code (`.pyc`) files every later run reads, as "
+        "an installed package has them; `floatlab` is the installed console script. Best and median "
+        "wall time from start to exit, best CPU time (user + system); the ratios and the difference compare "
         "the best with the bare interpreter's. The cores are shared with other work: read the "
         "ratios, not the absolute times (load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after)."
@@ -202,9 +212,9 @@ def main() -> None:
     split = (
         "### Where `floatlab decode 0x7bff` spends its start-up\n\n"
         "`python -X importtime`, best of the same rounds; cumulative, so a row includes the modules "
-        "it is first to import (NumPy's time shows under `floatlab.codec`, which imports it first, "
-        "and under `numpy` on its own row). importtime's own bookkeeping makes these a little "
-        "slower than the runs above.\n\n" + breakdown.markdown()
+        "it is first to import (`floatlab` includes `floatlab.formats` and `floatlab.codec`). "
+        "importtime's own bookkeeping makes these a little slower than the runs above.\n\n"
+        + breakdown.markdown()
     )
     path = write_results(
         "startup",
