@@ -77,7 +77,12 @@ def deterministic(on: bool = True) -> Iterator[None]:
 
 
 def is_deterministic() -> bool:
-    """Whether :func:`host_matmul` sums exactly here (inside :func:`deterministic`)."""
+    """Whether :func:`host_matmul` sums exactly here (inside :func:`deterministic`).
+
+    >>> with deterministic(False):
+    ...     is_deterministic()
+    False
+    """
     return _EXACT.get()
 
 
