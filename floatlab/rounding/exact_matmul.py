@@ -61,7 +61,7 @@ def exact_matmul(a: Any, b: Any) -> NDArray[np.float32]:
 
     >>> import numpy as np
     >>> x = np.float32([[0.1, 0.2, 0.3]])
-    >>> exact_matmul(x, x.T).item() == np.float32(sum(float(v) ** 2 for v in x[0]))
+    >>> exact_matmul(x, x.T).item() == float(np.float32(sum(float(v) ** 2 for v in x[0])))
     True
     """
     a32, b32 = _as_float32(a, "a"), _as_float32(b, "b")
