@@ -116,7 +116,7 @@ def gemm_table(threads: int) -> str:
                 + [f"{t.best * 1e3:.3f}" for t in (host, exact)]
             )
             table.add(model, name, f"{sa} x {sb}", *ms, fmt_ratio(exact.best / s1.best), share)
-    return "### GEMMs (ms, best of 9; bf16-valued float32 operands)\n\n" + table.markdown()
+    return "## GEMMs (ms, best of 9; bf16-valued float32 operands)\n\n" + table.markdown()
 
 
 def _exact_share(a: np.ndarray, b: np.ndarray) -> str:
@@ -166,7 +166,7 @@ def step_table(rounds: int, steps: int, base: str | None) -> str:
             model, precision, label, mode, f"{med * 1e3:.1f}", f"{min(ts) * 1e3:.1f}", fmt_ratio(med / ref)
         )
     return (
-        f"### Training steps ({rounds} rounds of 3 blocks of {steps} steps, each variant in its own process; "
+        f"## Training steps ({rounds} rounds of 3 blocks of {steps} steps, each variant in its own process; "
         "ratio: the median against floatlab's default step of the same model and policy)\n\n"
         + table.markdown()
     )

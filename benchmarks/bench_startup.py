@@ -210,7 +210,7 @@ def main() -> None:
         what = f" ({args.base_label})" if args.base_label else ""
         notes += f" Rows marked (base) import the floatlab in the `--base` folder{what}."
     split = (
-        "### Where `floatlab decode 0x7bff` spends its start-up\n\n"
+        "## Where `floatlab decode 0x7bff` spends its start-up\n\n"
         "`python -X importtime`, best of the same rounds; cumulative, so a row includes the modules "
         "it is first to import (`floatlab` includes `floatlab.formats` and `floatlab.codec`). "
         "importtime's own bookkeeping makes these a little slower than the runs above.\n\n"

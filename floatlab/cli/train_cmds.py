@@ -191,7 +191,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "--deterministic",
         action="store_true",
         help="sum every GEMM exactly and round once, and round exp, log and tanh correctly: the same "
-        "bits on any CPU and BLAS build (about 2x to 3x the step time; without it the bits depend on "
+        "bits on any CPU and BLAS build (about 2.5x to 5x the step time; without it the bits depend on "
         "the BLAS kernel and NumPy's vector code that the CPU selects, never on the thread count)",
     )
 
