@@ -11,6 +11,10 @@ One step (:meth:`Trainer.train_step`)::
     7. clip       to a global norm, after unscaling
     8. step       or skip the step when something is not finite; count swallowed updates
     9. update     the loss scale (back off on inf, grow after a run of clean steps)
+   10. close      the recipe's per-operand statistics (delayed scaling's next scales), the record
+
+The comments of :meth:`Trainer._step` carry the same numbers; :data:`STEP_PHASES` groups them
+for timing.
 
 On the synthetic task whose gradients sit below fp16's range, pure fp16 learns nothing and
 mixed-fp16 (loss scaling, fp32 master weights) learns it:
@@ -78,9 +82,10 @@ class StepStats:
     fault: str = ""  # the faults the step met, comma-separated (see floatlab.train.history.FAULTS)
 
 
-#: the phases of a training step, in order, as :attr:`Trainer.phase_clock` hears of them: the
-#: weights cast, forward and loss, backward, unscale, the finite checks, the clip and the update,
-#: and the close (the loss scale, the fp8 recipe's statistics, the step's record)
+#: the phases of a training step, in order, as :attr:`Trainer.phase_clock` hears of them, each
+#: ending after the steps of the module's numbering in brackets: cast (1), forward (2: with the
+#: loss), backward (3, 4), unscale (5), check (6), update (7, 8: the clip and the step) and close
+#: (9, 10: the loss scale, the recipe's statistics, the step's record)
 STEP_PHASES = ("cast", "forward", "backward", "unscale", "check", "update", "close")
 
 
