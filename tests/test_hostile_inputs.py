@@ -302,7 +302,7 @@ def test_stray_warnings_never_add_lines_to_an_error(
 
     parser = cli.build_parser()
     for run, status in ((failing, 2), (succeeding, 0)):
-        monkeypatch.setattr(cli, "build_parser", lambda: parser)
+        monkeypatch.setattr(cli, "build_parser", lambda *commands: parser)
         parser.set_defaults(run=run)
         with np.errstate(all="warn"), warnings.catch_warnings():
             warnings.simplefilter("default")  # (the test run makes warnings errors)

@@ -346,7 +346,7 @@ def test_sampling_draws_from_the_tempered_probabilities(trained: Trainer) -> Non
         ({"prompt": "naïve"}, "characters 'ï' are not in the vocabulary (72 characters:"),
         ({"temperature": -1.0}, "temperature=-1.0: expected a finite number >= 0"),
         ({"temperature": float("nan")}, "temperature=nan"),
-        ({"n_chars": -5}, "n_chars=-5: expected an integer >= 0"),
+        ({"n_chars": -5}, "n_chars=-5: expected an integer from 0 to 100,000"),
     ],
 )
 def test_bad_sampling_input_is_one_line(trained: Trainer, kwargs: dict[str, Any], words: str) -> None:
