@@ -200,7 +200,6 @@ class _Pool:
     exact GEMM's loops run without it)."""
 
     def __init__(self, workers: int) -> None:
-        self.workers = workers
         self._executor = (
             ThreadPoolExecutor(workers, thread_name_prefix="floatlab-gemm") if workers > 1 else None
         )
