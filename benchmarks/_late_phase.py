@@ -1,7 +1,7 @@
 """What the language-model benchmarks share: lesson 09's two-phase protocol as options and settings.
 
 Phase 1 trains the transformer in fp32 with AdamW at ``--lr``; phase 2 goes on from those weights at
-``--late-lr`` in each variant (``floatlab.train.seeds.late_phase``).
+``--late-lr`` in each variant (``floatlab.train.analysis.seeds.late_phase``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run_protocol(args: argparse.Namespace, policies: list[str]) -> Any:
     import time
 
     import floatlab.train as ft
-    from floatlab.train.seeds import LatePhase, late_phase
+    from floatlab.train.analysis.seeds import LatePhase, late_phase
 
     started = time.perf_counter()
 
@@ -76,7 +76,7 @@ def run_protocol(args: argparse.Namespace, policies: list[str]) -> Any:
 def compare(table: Any, label: str, a: list[float], b: list[float]) -> dict[str, Any]:
     """Add the paired difference a - b (per seed) to ``table`` (columns: label, mean, the 95%
     Student-t interval, the spread over seeds, the number of seeds); return it as data."""
-    from floatlab.train.seeds import paired_gap
+    from floatlab.train.analysis.seeds import paired_gap
 
     g = paired_gap(a, b)
     d = [x - y for x, y in zip(a, b, strict=True)]

@@ -37,7 +37,7 @@ import numpy as np
 from _common import RESULTS, Table, fmt_rate, fmt_ratio, machine_header, time_best, write_results
 
 import floatlab as fl
-from floatlab.train.accumulate import ACC14, accumulate_matmul, accumulate_matmul_reference
+from floatlab.train.precision.accumulate import ACC14, accumulate_matmul, accumulate_matmul_reference
 
 PROMOTE = 128
 

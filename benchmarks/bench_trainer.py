@@ -54,8 +54,8 @@ import numpy as np
 from _common import Table, write_results
 
 import floatlab.train as ft
-from floatlab.train.seq_layers import BLOCK_PARAMS
-from floatlab.train.transformer import TransformerLM
+from floatlab.train.models.seq_layers import BLOCK_PARAMS
+from floatlab.train.models.transformer import TransformerLM
 
 SIZES = (784, 256, 256, 10)
 BATCH = 128

@@ -10,7 +10,7 @@ bf16 with stochastic update rounding and pure bf16 with compensated updates (a b
 compensation buffer). Every policy starts phase 2 from the same point, so the seed's luck
 cancels. Writes the final validation loss in bits per character of every run, each variant's
 paired difference from fp32 and from pure bf16 with a 95% Student-t interval
-(``floatlab.train.seeds.paired_gap``) and the share of pure bf16's gap it closes, to
+(``floatlab.train.analysis.seeds.paired_gap``) and the share of pure bf16's gap it closes, to
 ``benchmarks/results/bf16-updates.md``.
 
 The loss is measured twice. As lesson 09 does, in the run's own precision: a pure-bf16 forward
@@ -37,7 +37,7 @@ from _common import Table, write_results
 from _late_phase import add_protocol_options, model_settings
 
 import floatlab.train as ft
-from floatlab.train.seeds import LatePhase, late_phase, paired_gap
+from floatlab.train.analysis.seeds import LatePhase, late_phase, paired_gap
 
 # label -> (precision, policy overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -1,6 +1,6 @@
 """What the fp8 training recipes do to a character-level transformer, over several seeds.
 
-The protocol of lesson 09 (``floatlab.train.seeds.late_phase``), for the recipes of lesson 11. For
+The protocol of lesson 09 (``floatlab.train.analysis.seeds.late_phase``), for the recipes of lesson 11. For
 each seed: train the transformer language model on the shipped text in fp32 (phase 1: AdamW at a
 high learning rate), then go on from those same weights at a tenth of the learning rate (phase 2)
 once under each policy: fp32 and mixed-bf16 (the references), the three scaled fp8 recipes
@@ -11,7 +11,7 @@ the seed's luck cancels and what is left is the format.
 
 Writes, to ``benchmarks/results/fp8-recipes.md`` (and ``.json``): the final validation loss in
 bits per character of every run; each policy's paired difference from mixed-bf16 with a 95%
-Student-t interval (``floatlab.train.seeds.paired_gap``); the paired differences between the
+Student-t interval (``floatlab.train.analysis.seeds.paired_gap``); the paired differences between the
 scaled recipes; and what the casts did (the largest shares of an operand's values saturated and
 flushed at any step, from ``History.operands``).
 
@@ -35,7 +35,7 @@ from _common import RESULTS, Table, write_results
 from _late_phase import add_protocol_options, bits, compare, model_settings, run_protocol
 
 import floatlab.train as ft
-from floatlab.train.operands import operand_summary
+from floatlab.train.analysis.operands import operand_summary
 
 POLICIES = ("fp32", "mixed-bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mixed-fp8")
 REFERENCE = "mixed-bf16"

@@ -7,7 +7,7 @@ the late part, where updates are small next to the weights) once in each policy:
 mixed-fp16, mixed-bf16, pure bf16 and pure fp16. Every policy starts phase 2 from the same point,
 so the seed's luck cancels and what is left is the format. Writes the final validation loss in
 bits per character for every run, each policy's mean, and its paired difference from fp32 with a
-95% Student-t interval (``floatlab.train.seeds.paired_gap``) to
+95% Student-t interval (``floatlab.train.analysis.seeds.paired_gap``) to
 ``benchmarks/results/lm-policies.md`` (and ``.json``).
 
     python benchmarks/lm_policies.py                                   # the committed configuration
@@ -27,7 +27,7 @@ from typing import Any
 from _common import RESULTS, Table, write_results
 from _late_phase import add_protocol_options, bits, model_settings, run_protocol
 
-from floatlab.train.seeds import paired_gap
+from floatlab.train.analysis.seeds import paired_gap
 
 POLICIES = ("fp32", "mixed-fp16", "mixed-bf16", "bf16", "fp16")
 

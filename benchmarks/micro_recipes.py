@@ -1,7 +1,7 @@
 """What the microscaling training recipes, and each piece of NVIDIA's NVFP4 recipe, do to a
 character-level transformer, over several seeds.
 
-The protocol of lesson 09 (``floatlab.train.seeds.late_phase``), for the recipes of lesson 12. For
+The protocol of lesson 09 (``floatlab.train.analysis.seeds.late_phase``), for the recipes of lesson 12. For
 each seed: train the transformer language model on the shipped text in fp32 (phase 1: AdamW at a
 high learning rate), then go on from those same weights at a tenth of the learning rate (phase 2)
 once under each variant: mixed-bf16 (the reference: the microscaling recipes keep the rest of the
@@ -14,7 +14,7 @@ the format.
 Writes, to ``benchmarks/results/micro-recipes.md`` (and ``.json``): the final validation loss in
 bits per character of every run; each variant's paired difference from mixed-bf16 and each nvfp4
 ablation's paired difference from nvfp4, with 95% Student-t intervals
-(``floatlab.train.seeds.paired_gap``); and what the casts did (the largest shares of an operand's
+(``floatlab.train.analysis.seeds.paired_gap``); and what the casts did (the largest shares of an operand's
 values saturated and flushed at any step, from ``History.operands``).
 
     python benchmarks/micro_recipes.py                     # the committed configuration
@@ -35,7 +35,7 @@ from _common import RESULTS, Table, write_results
 from _late_phase import add_protocol_options, bits, compare, model_settings, run_protocol
 
 import floatlab.train as ft
-from floatlab.train.operands import operand_summary
+from floatlab.train.analysis.operands import operand_summary
 
 #: label -> (policy, the recipe's switches changed)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -5,7 +5,7 @@ array library an array belongs to, :func:`to_numpy` brings an array to the host,
 :class:`Backend` (``get_backend("numpy")`` or ``get_backend("cupy")``) allocates arrays on its
 device. CuPy is imported only when a CuPy backend is asked for, or when an array that is
 already a CuPy array is seen (then CuPy is loaded anyway). The GEMMs in a compute format
-(fp16 and bf16 tensor cores, TF32) are :mod:`floatlab.train.matmul`.
+(fp16 and bf16 tensor cores, TF32) are :mod:`floatlab.train.precision.matmul`.
 
 >>> import numpy as np
 >>> be = get_backend("numpy")
@@ -246,13 +246,6 @@ class Backend:
         cc = str(self.xp.cuda.Device().compute_capability)
         return int(cc[:-1]), int(cc[-1])
 
-    def matmul(self, a: Any, b: Any, compute: Any = "fp32") -> Any:
-        """Moved: GEMMs in a compute format are :func:`floatlab.train.matmul.matmul` (the backend knows
-        arrays and devices, not formats)."""
-        raise AttributeError(
-            "Backend.matmul(a, b, compute) is now floatlab.train.matmul.matmul(a, b, compute, backend)"
-        )
-
 
 def _cpu_name() -> str:
     """The CPU's model name (Linux), or the platform's processor string."""
@@ -297,7 +290,7 @@ def get_backend(backend: Backend | str | None = None, *, tf32: bool | None = Non
 
 
 _MOVED = {
-    name: "floatlab.train.matmul"
+    name: "floatlab.train.precision.matmul"
     for name in ("GEMM_FORMATS", "TENSOR_CORE_SINCE", "check_gemm_support", "gemm_format")
 }
 

@@ -7,7 +7,7 @@ the fp16 rate: far above the fp32 SIMT peak, it can only come from tensor cores.
 and ``benchmarks/bench_gpu.py`` writes them to ``benchmarks/results``.
 
 On NumPy the fp32 GEMM is the BLAS library's sgemm and the other formats are floatlab's
-simulation (:func:`floatlab.train.matmul.gemm`: inputs rounded, fp32 sgemm, output
+simulation (:func:`floatlab.train.precision.matmul.gemm`: inputs rounded, fp32 sgemm, output
 rounded), so their rates are what simulation costs, not a hardware figure.
 
 >>> peak_for("NVIDIA H100 80GB HBM3").fp16, peak_for("NVIDIA L40S") is None
@@ -176,7 +176,7 @@ def measure_gemm(
 
     On CuPy: cuBLAS ``cublasGemmEx`` with inputs already in their type and fp32 output, TF32
     off for fp32 and on for tf32 (only the GEMM is timed). On NumPy: sgemm for fp32 and the
-    simulated GEMM of :func:`floatlab.train.matmul.gemm` for the others.
+    simulated GEMM of :func:`floatlab.train.precision.matmul.gemm` for the others.
 
     >>> r = measure_gemm("numpy", [32], ["fp32", "fp16"], min_seconds=0.001)
     >>> [(x.compute, x.n, x.tflops > 0) for x in r]
@@ -211,14 +211,14 @@ def measure_gemm(
 def _cpu_gemm_call(a: np.ndarray, b: np.ndarray, c: str) -> tuple[Callable[[], object], str]:
     if c == "fp32":
         return (lambda: np.matmul(a, b)), "numpy sgemm (BLAS), IEEE fp32"
-    from floatlab.train.matmul import gemm
+    from floatlab.train.precision.matmul import gemm
 
     return (lambda: gemm(a, b, c)), f"simulated: inputs and output rounded to {c}, fp32 sgemm between"
 
 
 def _gpu_gemm_call(be: Backend, a: np.ndarray, b: np.ndarray, c: str) -> tuple[Callable[[], object], str]:
     from floatlab.formats import get_format
-    from floatlab.train.matmul import gemm_prepared, to_gemm_input
+    from floatlab.train.precision.matmul import gemm_prepared, to_gemm_input
 
     cp = be.xp
     f = get_format(c)

@@ -38,9 +38,15 @@ from floatlab.formats import TF32
 from floatlab.perf import GemmResult, measure_gemm, peak_for, tensor_core_verdict
 from floatlab.rounding import RoundingOptions
 from floatlab.rounding import cuda as gk
-from floatlab.train.matmul import check_gemm_support, cublas_gemm_args, cupy_matmul, gemm_format, matmul
-from floatlab.train.policy import get_policy, policy_names
 from floatlab.train.precision import Precision
+from floatlab.train.precision.matmul import (
+    check_gemm_support,
+    cublas_gemm_args,
+    cupy_matmul,
+    gemm_format,
+    matmul,
+)
+from floatlab.train.precision.policy import get_policy, policy_names
 
 NO_CUDA = not cuda_available()
 
@@ -97,7 +103,7 @@ def test_import_floatlab_and_numpy_work_load_no_gpu_modules() -> None:
         "before = set(sys.modules)\n"
         "import numpy as np, floatlab as fl, floatlab.backend as b\n"
         "fl.round_array(np.ones(3, np.float32), 'fp16')\n"
-        "import floatlab.train.matmul as g\n"
+        "import floatlab.train.precision.matmul as g\n"
         "g.matmul(np.ones((2, 2)), np.ones((2, 2)), 'fp16', b.get_backend('numpy'))\n"
         "new = set(sys.modules) - before\n"
         "gpu = [m for m in new if m.split('.')[0] in ('cupy', 'cuda', 'numba_cuda') or 'numba.cuda' in m]\n"
@@ -313,7 +319,7 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
     host. NumPy arrays stay host arrays (``is_cupy`` is false), so rounding takes the CPU path."""
     import types
 
-    import floatlab.train.matmul as mm
+    import floatlab.train.precision.matmul as mm
 
     cp = types.ModuleType("cupy")
     for name in dir(np):

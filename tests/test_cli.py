@@ -469,8 +469,8 @@ def test_every_command_has_its_help(name: str, capsys: pytest.CaptureFixture[str
 def test_the_names_in_the_help_are_the_registries() -> None:
     # `floatlab train --help` names the policies and models without importing the trainer
     from floatlab.cli.train_cmds import MODEL_NAMES, POLICY_NAMES
-    from floatlab.train.model import MODELS
-    from floatlab.train.policy import policy_names
+    from floatlab.train.models import MODELS
+    from floatlab.train.precision.policy import policy_names
 
     assert list(POLICY_NAMES) == policy_names()
     assert list(MODEL_NAMES) == list(MODELS)

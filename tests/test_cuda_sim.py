@@ -64,7 +64,7 @@ else:
 
     def test_the_simulator_is_on() -> None:
         assert gk.simulated()
-        assert type(gk.kernels("cuda")["encode"]).__name__ == "FakeCUDAKernel"
+        assert type(gk.kernels("cuda").encode).__name__ == "FakeCUDAKernel"
 
     def _values(dtype: str, n: int = 48, seed: int = 0) -> np.ndarray:
         """Specials, signed zeros, subnormals and values around fp8/fp16 ranges and ties, then

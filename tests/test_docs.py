@@ -117,7 +117,9 @@ def test_an_object_prefers_its_most_public_address() -> None:
         api.resolve_alias(index, "floatlab.gradhist.GradHistogram.verdict")
         == "floatlab.GradHistogram.verdict"
     )
-    assert api.resolve_alias(index, "floatlab.train.scaler.LossScaler") == "floatlab.train.LossScaler"
+    assert (
+        api.resolve_alias(index, "floatlab.train.precision.scaler.LossScaler") == "floatlab.train.LossScaler"
+    )
     assert api.resolve_alias(index, "floatlab.codec.no_such_name") is None
     assert api.names_private_object("floatlab.gradhist._kernels")
     assert not api.names_private_object("floatlab._no_such_module")

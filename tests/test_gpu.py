@@ -15,7 +15,7 @@ import pytest
 
 import floatlab as fl
 from floatlab.backend import cuda_available, get_backend, is_cupy, to_numpy
-from floatlab.train.matmul import matmul
+from floatlab.train.precision.matmul import matmul
 
 pytestmark = [
     pytest.mark.gpu,

@@ -312,9 +312,9 @@ def test_stochastic_rounding_of_wide_integers(tmp_path: Path) -> None:
 def test_integers_beyond_the_exact_limit_are_refused_before_the_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from floatlab.simulate import accumulation
+    from floatlab.rounding import integers
 
-    monkeypatch.setattr(accumulation, "MAX_EXACT_INTEGERS", 2)
+    monkeypatch.setattr(integers, "MAX_EXACT_INTEGERS", 2)
     path = _save(tmp_path / "ints.npy", np.array([2**60 + 1, 2**60 + 3, 2**60 + 5, 1], np.int64))
     err = _error_line(["round", str(path), "-f", "fp64"])
     assert "3 integers need more than float64's 53 bits" in err

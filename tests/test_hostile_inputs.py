@@ -431,7 +431,7 @@ def test_a_checkpoint_whose_array_header_claims_more_than_it_holds_is_refused_un
 
 
 def test_the_amax_history_is_bounded_in_the_recipe_itself() -> None:
-    from floatlab.train.policy import get_policy
+    from floatlab.train.precision.policy import get_policy
     from floatlab.train.recipes.recipe import MAX_AMAX_HISTORY, Fp8Recipe
 
     assert MAX_AMAX_HISTORY == 4096
@@ -445,9 +445,9 @@ def test_the_amax_history_is_bounded_in_the_recipe_itself() -> None:
 
 def test_sampling_refuses_too_many_characters_and_negative_seeds_before_the_first() -> None:
     from floatlab.cli.sample_cmd import register
-    from floatlab.train.model import MLP
-    from floatlab.train.sampling import MAX_CHARS, sample
-    from floatlab.train.text import load_text
+    from floatlab.train.analysis.sampling import MAX_CHARS, sample
+    from floatlab.train.data.text import load_text
+    from floatlab.train.models import MLP
     from floatlab.train.trainer import Trainer
 
     data = load_text(context=4)

@@ -193,3 +193,18 @@ if sorted(set(namespace) - {"__builtins__"}) != sorted(fl.__all__):
 print(json.dumps(problems))
 """
     assert json.loads(_stdout_of(code)) == []
+
+
+def test_the_old_module_addresses_of_floatlab_train_import_the_module_at_its_new_home() -> None:
+    import importlib
+
+    import floatlab.train
+    from floatlab.train._moved import MOVED
+
+    for old, new in MOVED.items():
+        module = importlib.import_module(old)
+        assert module is importlib.import_module(new)
+        assert module.__name__ == new
+        assert module.__spec__ is not None
+        assert module.__spec__.name == new
+    assert floatlab.train.get_policy is importlib.import_module("floatlab.train.policy").get_policy

@@ -33,7 +33,7 @@ from floatlab.sweeps import (
 )
 from floatlab.sweeps.table import run_rows, to_frame
 from floatlab.train import TrainConfig, Trainer
-from floatlab.train.policy import get_policy
+from floatlab.train.precision.policy import get_policy
 
 FIXED: dict[str, Any] = {"data": "underflow", "hidden": (4,), "steps": 2}
 TINY = ["--data", "underflow", "--hidden", "4", "--steps", "2", "--serial", "-q"]

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import floatlab as fl
-from floatlab.train.model import AttentionNet, cross_entropy_backward, cross_entropy_forward
-from floatlab.train.policy import FP32_OPS, Policy, get_policy
+from floatlab.train.models import AttentionNet, cross_entropy_backward, cross_entropy_forward
 from floatlab.train.precision import Precision
+from floatlab.train.precision.policy import FP32_OPS, Policy, get_policy
 
 pytest.importorskip("torch")
 

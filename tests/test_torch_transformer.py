@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from floatlab.train.data import Dataset
-from floatlab.train.model import cross_entropy_backward, cross_entropy_forward
+from floatlab.train.models import cross_entropy_backward, cross_entropy_forward
+from floatlab.train.models.transformer import TransformerLM
 from floatlab.train.optim import SGD
-from floatlab.train.policy import FP32_OPS, Policy, get_policy
 from floatlab.train.precision import Precision
+from floatlab.train.precision.policy import FP32_OPS, Policy, get_policy
 from floatlab.train.trainer import Trainer
-from floatlab.train.transformer import TransformerLM
 
 pytest.importorskip("torch")
 
@@ -157,7 +157,7 @@ def test_one_training_step_of_the_transformer_matches_the_numpy_trainer(name: st
       round(alpha round(ds k)) for floatlab's round(alpha ds k): the same unless it is an fp16
       subnormal;
     * the weight update: the pure policies' floatlab stores the update ``-lr g`` in the weight
-      format, then the sum (:func:`floatlab.train.update.add_update`); the twin does the same
+      format, then the sum (:func:`floatlab.train.precision.update.add_update`); the twin does the same
       with torch's casts (torch's own ``add_`` on a bf16 parameter would round once), so that a
       weight whose gradient is identical gets an identical new value (asserted). With fp32
       master weights torch's SGD adds ``-lr buf`` in one fused multiply-add, floatlab rounds

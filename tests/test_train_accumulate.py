@@ -15,7 +15,7 @@ from oracles import same_float32_bits as _same
 
 import floatlab as fl
 from floatlab.formats import FloatFormat, get_format
-from floatlab.train.accumulate import (
+from floatlab.train.precision.accumulate import (
     ACC14,
     accumulate_matmul,
     accumulate_matmul_reference,

@@ -18,8 +18,8 @@ from oracles import accumulate_oracle, same_float32_bits
 import floatlab as fl
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import accumulate_products
-from floatlab.train.accumulate import ACC14, accumulate_matmul, accumulate_matmul_reference
-from floatlab.train.matmul import gemm
+from floatlab.train.precision.accumulate import ACC14, accumulate_matmul, accumulate_matmul_reference
+from floatlab.train.precision.matmul import gemm
 
 BF16, FP16 = get_format("bf16"), get_format("fp16")
 MODES = ("rne", "rna", "rtz", "rup", "rdown", "rodd")

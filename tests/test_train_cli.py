@@ -17,7 +17,7 @@ import pytest
 from test_train_text import BigramLM
 
 import floatlab.cli as cli
-import floatlab.train.model as model_mod
+import floatlab.train.models.base as model_mod
 from floatlab.cli import train_cmds
 from floatlab.train import History, StepStats
 
@@ -363,7 +363,7 @@ def test_help_lists_the_new_options_and_the_sample_command(
 
 
 def test_a_preset_trains_and_an_override_is_reported(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
-    from floatlab.train.presets import get_preset
+    from floatlab.train.precision.presets import get_preset
 
     assert main(["train", *SMALL, "--preset", "apex-O3", "-q"]) == 0
     out = capsys.readouterr().out

@@ -13,11 +13,11 @@ import floatlab.train as ft
 from floatlab.formats import BF16
 from floatlab.train import Policy, TrainConfig, Trainer
 from floatlab.train.history import TrainingFaultWarning
-from floatlab.train.model import MLP
+from floatlab.train.models import MLP
 from floatlab.train.optim import make_optimizer
 from floatlab.train.precision import Precision
+from floatlab.train.precision.update import add_update, kahan_update
 from floatlab.train.state import check_state
-from floatlab.train.update import add_update, kahan_update
 
 # ---- an independent oracle: bf16 round-to-nearest-even on exact rationals ----------------------
 

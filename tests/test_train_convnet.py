@@ -18,10 +18,10 @@ import pytest
 from oracles import numeric_grad
 
 from floatlab.train import TrainConfig, Trainer, get_data
-from floatlab.train import convnet as C
-from floatlab.train.model import cross_entropy_backward, cross_entropy_forward, get_model
-from floatlab.train.policy import get_policy
+from floatlab.train.models import convnet as C
+from floatlab.train.models import cross_entropy_backward, cross_entropy_forward, get_model
 from floatlab.train.precision import Precision
+from floatlab.train.precision.policy import get_policy
 
 F64 = Precision("fp64")
 Arr = np.ndarray[Any, np.dtype[Any]]

@@ -23,7 +23,7 @@ import floatlab.train as ft
 from floatlab.train import TrainConfig, Trainer
 from floatlab.train import checkpoint as ck
 from floatlab.train.history import FAULTS, TrainingFaultWarning
-from floatlab.train.scaler import SCALE_COLLAPSE, LossScaler
+from floatlab.train.precision.scaler import SCALE_COLLAPSE, LossScaler
 
 
 @functools.cache

@@ -24,9 +24,9 @@ import floatlab.train as ft
 from floatlab.cli import train_cmds
 from floatlab.formats import BF16
 from floatlab.rounding import round_rational
-from floatlab.train.model import linear_forward
-from floatlab.train.policy import get_policy
+from floatlab.train.models import linear_forward
 from floatlab.train.precision import Precision
+from floatlab.train.precision.policy import get_policy
 from floatlab.train.recipes import OperandScaler
 
 Main = Callable[[list[str]], int]

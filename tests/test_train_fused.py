@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from oracles import numeric_grad
 
-from floatlab.train import fused
-from floatlab.train import model as M
+from floatlab.train import models as M
+from floatlab.train.models import fused
 from floatlab.train.precision import Precision
 
 Arr = np.ndarray[Any, Any]

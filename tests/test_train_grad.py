@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from oracles import numeric_grad
 
-from floatlab.train import model as M
+from floatlab.train import models as M
 from floatlab.train.precision import Precision
 
 F64 = Precision("fp64")

@@ -18,10 +18,7 @@ import pytest
 
 from floatlab.cli import main
 from floatlab.formats import FP16, FloatFormat, get_format
-from floatlab.train.config import TrainConfig
-from floatlab.train.convnet import ConvNet
-from floatlab.train.data import make_underflow_task
-from floatlab.train.memory import (
+from floatlab.train.analysis.memory import (
     LAYOUTS,
     Ledger,
     _saved_counts,
@@ -33,12 +30,15 @@ from floatlab.train.memory import (
     param_shapes,
     storage_bits,
 )
-from floatlab.train.model import MLP, AttentionNet, Model, cross_entropy_backward, cross_entropy_forward
-from floatlab.train.policy import Policy, get_policy, policy_names
+from floatlab.train.config import TrainConfig
+from floatlab.train.data import make_underflow_task
+from floatlab.train.models import MLP, AttentionNet, Model, cross_entropy_backward, cross_entropy_forward
+from floatlab.train.models.convnet import ConvNet
+from floatlab.train.models.transformer import TransformerLM
 from floatlab.train.precision import Precision
-from floatlab.train.presets import preset_names
+from floatlab.train.precision.policy import Policy, get_policy, policy_names
+from floatlab.train.precision.presets import preset_names
 from floatlab.train.trainer import Trainer
-from floatlab.train.transformer import TransformerLM
 
 TINY_LM = {"context": 8, "vocab": 11, "layers": 2, "d_model": 16, "heads": 2}
 

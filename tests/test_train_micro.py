@@ -17,8 +17,8 @@ import pytest
 import floatlab.train as ft
 from floatlab.blocks import mx_quantize
 from floatlab.cli import main
-from floatlab.train.policy import Policy, get_policy
 from floatlab.train.precision import Precision
+from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.recipes import (
     MICRO_KINDS,
     MicroRecipe,
@@ -362,7 +362,7 @@ def test_split_values_are_element_times_block_scale_as_ml_dtypes_decodes_them() 
 
 def test_the_memory_ledger_of_a_microscaling_run() -> None:
     # the ledger runs a forward pass of its own: nvfp4's first and last layers come from the model
-    from floatlab.train.memory import ledger_for
+    from floatlab.train.analysis.memory import ledger_for
 
     cfg = ft.TrainConfig(model="transformer", data="text", layers=1, d_model=32, heads=2, context=16)
     bf16 = ledger_for(dataclasses.replace(cfg, precision="mixed-bf16"))

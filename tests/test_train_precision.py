@@ -11,9 +11,9 @@ import pytest
 
 from floatlab.formats import BF16, FP16, FP32, get_format
 from floatlab.train.config import TrainConfig
-from floatlab.train.policy import FP32_OPS, Policy, get_policy, parse_fp32_ops, policy_names
 from floatlab.train.precision import Precision, gemm
-from floatlab.train.presets import preset_names
+from floatlab.train.precision.policy import FP32_OPS, Policy, get_policy, parse_fp32_ops, policy_names
+from floatlab.train.precision.presets import preset_names
 from floatlab.train.recipes import Fp8Recipe, MicroRecipe
 
 Arr = np.ndarray[Any, Any]

@@ -14,10 +14,17 @@ import pytest
 from floatlab.cli import main
 from floatlab.train.config import TrainConfig
 from floatlab.train.data import make_underflow_task
-from floatlab.train.model import MLP
-from floatlab.train.policy import FP32_OPS, PRESET_POLICIES, Policy, get_policy, parse_fp32_ops
-from floatlab.train.presets import Preset, get_preset, preset_names, preset_overrides, presets, resolve_policy
-from floatlab.train.scaler import LossScaler, make_scaler
+from floatlab.train.models import MLP
+from floatlab.train.precision.policy import FP32_OPS, PRESET_POLICIES, Policy, get_policy, parse_fp32_ops
+from floatlab.train.precision.presets import (
+    Preset,
+    get_preset,
+    preset_names,
+    preset_overrides,
+    presets,
+    resolve_policy,
+)
+from floatlab.train.precision.scaler import LossScaler, make_scaler
 from floatlab.train.trainer import Trainer
 
 ALL, LOSS, NORM_LOSS = FP32_OPS, frozenset({"loss"}), frozenset({"norm", "loss"})

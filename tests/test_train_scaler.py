@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from floatlab.train.policy import get_policy
-from floatlab.train.scaler import SCALER_PRESETS, SCALER_RULES, LossScaler, ScalerRules
+from floatlab.train.precision.policy import get_policy
+from floatlab.train.precision.scaler import SCALER_PRESETS, SCALER_RULES, LossScaler, ScalerRules
 
 
 def overflow_pattern(seed: int, n: int, p: float = 0.03, burst: float = 0.3) -> list[bool]:

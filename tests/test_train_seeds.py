@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from floatlab.train.analysis.seeds import final_metric, paired_gap, run_seeds, t_quantile
 from floatlab.train.history import History
-from floatlab.train.seeds import final_metric, paired_gap, run_seeds, t_quantile
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -53,7 +53,7 @@ def test_run_seeds_repeats_a_seed_exactly_and_separates_seeds() -> None:
 
 
 def test_late_phase_starts_every_variant_from_the_same_weights() -> None:
-    from floatlab.train.seeds import late_phase
+    from floatlab.train.analysis.seeds import late_phase
 
     lp = late_phase(
         {"fp32": ("fp32", {}), "bf16 stochastic": ("bf16", {"update_rounding": "stochastic"})},
@@ -78,7 +78,7 @@ def test_late_phase_starts_every_variant_from_the_same_weights() -> None:
 def test_late_phase_carries_batchnorm_statistics() -> None:
     from floatlab.formats import FP16
     from floatlab.train import TrainConfig, Trainer
-    from floatlab.train.seeds import late_phase
+    from floatlab.train.analysis.seeds import late_phase
 
     lp = late_phase(
         ["fp16"], [0], first={"steps": 3}, late={"steps": 1, "lr": 0.0}, model="convnet", data="underflow",

@@ -20,13 +20,13 @@ import pytest
 
 import floatlab
 from floatlab.train import History, TrainConfig, Trainer
-from floatlab.train import text as tx
+from floatlab.train.analysis.sampling import sample
 from floatlab.train.data import get_data
+from floatlab.train.data import text as tx
 from floatlab.train.history import CSV_FIELDS, bits_per_char
-from floatlab.train.model import Model, Params
+from floatlab.train.models import Model, Params
 from floatlab.train.optim import make_optimizer
 from floatlab.train.precision import Array, Precision
-from floatlab.train.sampling import sample
 
 CORPUS_FILE = Path(floatlab.__file__).parent / "data" / tx.CORPUS
 

@@ -103,7 +103,7 @@ def test_pure_fp16_loss_matches_float16_arithmetic() -> None:
     rng = np.random.default_rng(3)
     z = (rng.standard_normal((64, 10)) * 4).astype(np.float16)
     y = rng.integers(0, 10, 64)
-    loss, _ = ft.model.cross_entropy_forward(z.astype(np.float32), y, ft.Precision("fp16"))
+    loss, _ = ft.models.cross_entropy_forward(z.astype(np.float32), y, ft.Precision("fp16"))
     zs = z - z.max(axis=1, keepdims=True)
     e = np.exp(zs)
     s = _tree_sum_f16(e, 1)[:, None]
@@ -199,7 +199,7 @@ def test_fp32_ops_switch_changes_the_loss_arithmetic() -> None:
     z = (rng.standard_normal((64, 10)) * 4).astype(np.float16).astype(np.float32)
     y = rng.integers(0, 10, 64)
     keep = ft.get_policy("fp16").replace(fp32_ops=frozenset({"softmax", "log", "exp", "sum"}))
-    loss, _ = ft.model.cross_entropy_forward(z, y, ft.Precision(keep))
+    loss, _ = ft.models.cross_entropy_forward(z, y, ft.Precision(keep))
     z64 = z.astype(np.float64)
     exact = float(
         np.mean(

@@ -13,11 +13,11 @@ import pytest
 from oracles import numeric_grad
 
 import floatlab.train as ft
-from floatlab.train import model as M
-from floatlab.train import seq_layers as S
+from floatlab.train import models as M
 from floatlab.train.data import Dataset
+from floatlab.train.models import seq_layers as S
+from floatlab.train.models.transformer import TransformerLM
 from floatlab.train.precision import Precision
-from floatlab.train.transformer import TransformerLM
 
 F64 = Precision("fp64")
 Arr = np.ndarray[Any, Any]

@@ -10,7 +10,7 @@ import torch
 
 class StoredSoftmax(torch.autograd.Function):
     """Softmax whose backward uses its stored output ``p`` (rounded into the forward format by
-    ``store``), as floatlab's :func:`~floatlab.train.model.softmax_backward` does with the cached
+    ``store``), as floatlab's :func:`~floatlab.train.models.softmax_backward` does with the cached
     ``p``; torch's own softmax keeps its fp32 output (a difference of the models, not of simulate)."""
 
     @staticmethod

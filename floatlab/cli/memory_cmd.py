@@ -1,5 +1,5 @@
 """``floatlab memory``: the bytes of one training step, line by line, in the formats a real system
-stores, against the same step in fp32 (see :mod:`floatlab.train.memory`).
+stores, against the same step in fp32 (see :mod:`floatlab.train.analysis.memory`).
 
 >>> from floatlab.cli import main
 >>> main(["memory", "--data", "underflow", "--hidden", "8", "--precision", "bf16"])  # doctest: +ELLIPSIS
@@ -22,8 +22,8 @@ from floatlab.text import percent
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
+    from floatlab.train.analysis.memory import Ledger
     from floatlab.train.config import TrainConfig
-    from floatlab.train.memory import Ledger
 
 __all__ = ["NAME", "config_from_memory_args", "memory_view", "register", "run"]
 
@@ -89,8 +89,8 @@ def config_from_memory_args(args: argparse.Namespace) -> TrainConfig:
     """
     from floatlab.cli.train_cmds import _overrides
     from floatlab.train.config import TrainConfig
-    from floatlab.train.model import model_name
-    from floatlab.train.text import LANGUAGE_MODELS
+    from floatlab.train.data.text import LANGUAGE_MODELS
+    from floatlab.train.models import model_name
 
     data = args.data
     if data is None:
@@ -113,8 +113,8 @@ def config_from_memory_args(args: argparse.Namespace) -> TrainConfig:
 def memory_view(led: Ledger, *, color: bool = False) -> View:
     """The ledger as a table (what, format, elements, bytes, share) and its total against fp32.
 
-    >>> from floatlab.train.memory import ledger
-    >>> from floatlab.train.model import MLP
+    >>> from floatlab.train.analysis.memory import ledger
+    >>> from floatlab.train.models import MLP
     >>> print(memory_view(ledger(MLP(4, (3,), 2), "mixed-fp16", batch_size=5, optimizer="adamw")).text)
     mixed-fp16: mlp 4-3-2, adamw, batch 5
     layout: Apex O2: low-precision model weights and gradients, fp32 master copies of both
@@ -132,7 +132,7 @@ def memory_view(led: Ledger, *, color: bool = False) -> View:
     <BLANKLINE>
       0.000629 MiB, 0.959 of the same step in fp32 (0.000656 MiB)
     """
-    from floatlab.train.memory import LAYOUTS, mib_text
+    from floatlab.train.analysis.memory import LAYOUTS, mib_text
 
     total = led.total
     rows = [
@@ -152,7 +152,7 @@ def memory_view(led: Ledger, *, color: bool = False) -> View:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Print the ledger of the step the options describe."""
-    from floatlab.train.memory import ledger_for
+    from floatlab.train.analysis.memory import ledger_for
 
     ui.show(memory_view(ledger_for(config_from_memory_args(args)), color=ui.color))
     return 0

@@ -19,7 +19,7 @@ from floatlab.text import scale_text
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
-    from floatlab.train.presets import Preset, PresetScaler
+    from floatlab.train.precision.presets import Preset, PresetScaler
 
 __all__ = ["NAME", "preset_detail_view", "presets_table_view", "register", "run", "scaler_words"]
 
@@ -51,7 +51,7 @@ def _g(x: float) -> str:
 def scaler_words(s: PresetScaler) -> str:
     """A preset's loss scaler in a few words.
 
-    >>> from floatlab.train.presets import get_preset
+    >>> from floatlab.train.precision.presets import get_preset
     >>> scaler_words(get_preset("fastai").scaler)
     'dynamic 2^16, x2 after 1000 clean steps, x0.5 on overflow while above 1, max 2^24'
     >>> scaler_words(get_preset("mindspore-fixed-128-nodrop").scaler)
@@ -83,7 +83,7 @@ def _formats(p: Preset) -> str:
 
 
 def _ops(p: Preset) -> str:
-    from floatlab.train.policy import FP32_OPS
+    from floatlab.train.precision.policy import FP32_OPS
 
     ops = p.policy.fp32_ops
     if p.policy.is_wide:
@@ -98,7 +98,7 @@ def presets_table_view(*, color: bool = False) -> View:
     >>> v.data[0]["name"], v.data[0]["scaler"]["init_scale"]
     ('torch-amp', 65536.0)
     """
-    from floatlab.train.presets import presets
+    from floatlab.train.precision.presets import presets
 
     header = ["preset", "formats", "master weights", "BatchNorm", "fp32 ops", "loss scaler"]
     rows = [
@@ -136,7 +136,7 @@ def preset_detail_view(name: str, *, color: bool = False) -> View:
     >>> preset_detail_view("apex-O3").data["scaler"]["kind"]
     'none'
     """
-    from floatlab.train.presets import get_preset
+    from floatlab.train.precision.presets import get_preset
 
     p = get_preset(name)
     props = [

@@ -1,7 +1,7 @@
 """``floatlab sample CHECKPOINT``: text written by a character model trained with ``floatlab train``.
 
 The checkpoint is loaded as ``floatlab train --resume`` loads it (its config rebuilds the model
-and the data set), and :func:`floatlab.train.sampling.sample` runs the model in the precision policy
+and the data set), and :func:`floatlab.train.analysis.sampling.sample` runs the model in the precision policy
 it was trained in. A checkpoint of a model that was not trained on text is refused in one line.
 
 >>> from floatlab.cli import main
@@ -35,13 +35,13 @@ examples:
 
 
 def _chars(text: str) -> int:
-    """``--chars``: a count from 0 to :data:`~floatlab.train.sampling.MAX_CHARS`, checked before
+    """``--chars``: a count from 0 to :data:`~floatlab.train.analysis.sampling.MAX_CHARS`, checked before
     the checkpoint is read.
 
     >>> _chars("400")
     400
     """
-    from floatlab.train.sampling import MAX_CHARS
+    from floatlab.train.analysis.sampling import MAX_CHARS
 
     n = _whole(text)
     if n is None or not 0 <= n <= MAX_CHARS:
@@ -146,7 +146,7 @@ def sample_view(trainer: Trainer, prompt: str, text: str, *, color: bool = False
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Load the checkpoint, write the text, print it (see the module docstring)."""
     from floatlab.train import Trainer
-    from floatlab.train.sampling import sample
+    from floatlab.train.analysis.sampling import sample
 
     # a FIFO, a device or a folder is refused by name, and a zip bomb before it inflates
     check_archive(args.checkpoint, args.max_bytes)

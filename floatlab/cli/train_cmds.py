@@ -48,7 +48,7 @@ from floatlab.text import parse_scale, safe
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
     from floatlab.train import TrainConfig, Trainer
-    from floatlab.train.policy import Policy
+    from floatlab.train.precision.policy import Policy
 
 __all__ = [
     "NAME",
@@ -69,7 +69,7 @@ NAME = ", ".join(NAMES)
 
 # the policies and models the help texts name, written out so that `--help` needs no trainer (the
 # registries live in floatlab.train, whose import costs more than the rest of the command line); a
-# test holds them equal to floatlab.train.policy.policy_names() and floatlab.train.model.MODELS
+# test holds them equal to floatlab.train.precision.policy.policy_names() and floatlab.train.models.MODELS
 POLICY_NAMES: tuple[str, ...] = (
     "fp32", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "mixed-fp8", "fp8-tensorwise", "fp8-delayed",
     "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "fp64",
@@ -285,7 +285,7 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from floatlab.train.policy import parse_fp32_ops
+    from floatlab.train.precision.policy import parse_fp32_ops
 
     out: dict[str, Any] = {}
     for name in (
@@ -420,7 +420,7 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
 
     See the module docstring for an example.
     """
-    from floatlab.train.text import check_model_and_data
+    from floatlab.train.data.text import check_model_and_data
 
     cfg = config_from_args(args, args.preset or args.precision)
     cfg.make_policy()  # a bad switch fails here, before any work
@@ -474,7 +474,7 @@ def _train_plots(plot: str | None, policy: Policy) -> list[tuple[str, str]]:
 
 def _write_train_plots(trainer: Trainer, plots: list[tuple[str, str]]) -> list[tuple[str, str]]:
     from floatlab.train import compare
-    from floatlab.train.operands import plot_operands
+    from floatlab.train.analysis.operands import plot_operands
 
     h = trainer.history
     title = f"{trainer.model.describe()}, {trainer.policy.name}, seed {trainer.seed}"
@@ -526,7 +526,7 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
       fp16 ...  100.0 % ... MiB
     0
     """
-    from floatlab.train.text import check_model_and_data
+    from floatlab.train.data.text import check_model_and_data
 
     names = [*args.policies, *args.preset]
     if not names:

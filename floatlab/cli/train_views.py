@@ -23,7 +23,7 @@ __all__ = ["compare_view", "train_view"]
 
 def _override_lines(trainer: Trainer, color: bool) -> list[str]:
     """A line naming what the switches changed of a framework preset's recipe (none otherwise)."""
-    from floatlab.train.presets import get_preset, preset_overrides
+    from floatlab.train.precision.presets import get_preset, preset_overrides
 
     cfg = trainer.config
     if cfg is None or not cfg.policy:
@@ -39,7 +39,7 @@ def _override_lines(trainer: Trainer, color: bool) -> list[str]:
 def _operands_line(h: History, color: bool) -> str:
     """The recipe's GEMM operands in one line: how many, the range of their scales, the worst
     saturation and where it happened."""
-    from floatlab.train.operands import operand_summary
+    from floatlab.train.analysis.operands import operand_summary
 
     rows = operand_summary(h)
     lo = min((r["scale_min"] for r in rows if r["scale_min"] is not None), default=None)
@@ -132,7 +132,7 @@ def train_view(trainer: Trainer, *, color: bool = False) -> View:
 def compare_view(histories: list[History], *, color: bool = False) -> View:
     """The runs side by side (character models: validation bits per character and loss); a
     run that stopped early is named under the table. The memory column is the step's total from
-    :func:`floatlab.train.memory.ledger_for` (model, policy, optimizer and batch size of the run;
+    :func:`floatlab.train.analysis.memory.ledger_for` (model, policy, optimizer and batch size of the run;
     "-" for a history that does not record them).
 
     >>> from floatlab.train import History
@@ -140,7 +140,7 @@ def compare_view(histories: list[History], *, color: bool = False) -> View:
       policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale  memory
       fp32    -         -          -           0        -        -          -            -
     """
-    from floatlab.train.memory import ledger_for, mib_text
+    from floatlab.train.analysis.memory import ledger_for, mib_text
 
     text = bool(histories) and all(h.is_text for h in histories)
     rows = []

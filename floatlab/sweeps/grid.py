@@ -64,7 +64,7 @@ _EXTRA_KEYS = ("backend",)
 
 
 def _policy_keys() -> tuple[str, ...]:
-    from floatlab.train.policy import Policy, get_policy
+    from floatlab.train.precision.policy import Policy, get_policy
 
     fields = [f.name for f in dataclasses.fields(Policy) if f.name not in ("name", "recipe")]
     for name in ("fp8-delayed", "nvfp4"):  # the recipes' fields change the recipe
@@ -160,7 +160,7 @@ class Grid:
     """
 
     def __init__(self, axes: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any] | None = None) -> None:
-        from floatlab.train.text import check_model_and_data
+        from floatlab.train.data.text import check_model_and_data
 
         given: dict[str, Sequence[Any]] = {}
         for key, values in axes.items():
@@ -245,7 +245,7 @@ def _precision_name(name: str) -> str:
     >>> _precision_name("AMP"), _precision_name("apex_o2")
     ('mixed-fp16', 'apex-O2')
     """
-    from floatlab.train.presets import resolve_policy
+    from floatlab.train.precision.presets import resolve_policy
 
     return resolve_policy(name).name
 

@@ -83,7 +83,7 @@ def _train(task: Task, threads: int, data: Any) -> list[dict[str, Any]]:
     """:func:`execute` under the caller's warning filters (the filters are global: a thread that
     changed them while another thread did too could leave them changed)."""
     from floatlab.train import Trainer
-    from floatlab.train.text import check_model_and_data
+    from floatlab.train.data.text import check_model_and_data
 
     try:
         with _threads(threads):

@@ -2,7 +2,7 @@
 confidence interval, and the curves with their bands.
 
 A configuration is every configuration column but the seed (and the run's key). The interval is
-Student's t over the seeds that finished (:func:`floatlab.train.seeds.paired_gap` against zero: the
+Student's t over the seeds that finished (:func:`floatlab.train.analysis.seeds.paired_gap` against zero: the
 mean of one sample is the mean of its gaps to nothing); a run that failed or stopped early (its loss
 turned inf or NaN) has no final metric and is counted apart, never averaged in.
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from floatlab.sweeps.table import EVAL_COLUMNS, RUN_COLUMNS
-from floatlab.train.seeds import paired_gap
+from floatlab.train.analysis.seeds import paired_gap
 
 __all__ = ["METRICS", "config_columns", "final_rows", "plot_curves", "summarize"]
 

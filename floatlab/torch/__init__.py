@@ -5,7 +5,7 @@ each format does to each layer (needs torch).
 is missing. :func:`floatlab.round_array` and :func:`floatlab.encode_array` round torch tensors
 themselves, through the conversions of :mod:`floatlab.torch.tensors` (no need to import this
 package for them); :func:`simulate` (:mod:`floatlab.torch.simulate`) runs a model's GEMMs and
-embeddings as a :class:`~floatlab.train.policy.Policy` says; :func:`inspect`
+embeddings as a :class:`~floatlab.train.precision.policy.Policy` says; :func:`inspect`
 (:mod:`floatlab.torch.inspect`) runs a few training passes and reports, per layer and tensor
 kind, what fp16, bf16, fp8 or any floatlab format would flush, make subnormal or overflow, and
 the power-of-two scale that saves them (:class:`LayerReport`: text, DataFrame, heat map).

@@ -100,7 +100,7 @@ from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import round_array
 from floatlab.rounding.options import RNG, as_generator
 from floatlab.torch.tensors import FLOAT_DTYPES
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 __all__ = ["SIMULATED_LAYERS", "Simulation", "simulate"]
@@ -261,7 +261,7 @@ def _host(t: torch.Tensor) -> np.ndarray[Any, Any]:
 class _RecipeLinear(torch.autograd.Function):
     """``F.linear`` under a recipe: the forward GEMM ``x @ W^T``, and backward the data gradient
     ``dy @ W`` and the weight gradient ``dy^T x``, each through the simulation's scaling, exactly
-    as :func:`floatlab.train.model.linear_forward` and ``linear_backward`` call
+    as :func:`floatlab.train.models.linear_forward` and ``linear_backward`` call
     :meth:`~floatlab.train.precision.Precision.linear`: operands stored in the policy's formats
     (inputs and weights forward, gradients backward), the bias added in the epilogue, the output
     stored in the forward format and the gradients sent on in the backward format."""
@@ -673,9 +673,10 @@ class Simulation:
 def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> Simulation:
     """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
     module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``policy`` is a
-    :class:`~floatlab.train.policy.Policy` or any name :func:`~floatlab.train.policy.get_policy`
-    knows (a framework preset's too: ``"apex-O2"``). ``rng`` (a numpy Generator or an int seed; seed
-    0 by default) feeds stochastic rounding.
+    :class:`~floatlab.train.precision.policy.Policy` or any name
+    :func:`~floatlab.train.precision.policy.get_policy` knows (a framework preset's too:
+    ``"apex-O2"``). ``rng`` (a numpy Generator or an int seed; seed 0 by default) feeds stochastic
+    rounding.
 
     >>> import torch
     >>> _ = torch.manual_seed(0)

@@ -12,21 +12,22 @@ products and sums in fp32).
 (0, 'bf16', True)
 """
 
+from floatlab.train import _moved
+from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
+from floatlab.train.analysis.sampling import sample
+from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
-from floatlab.train.data import DATASETS, Dataset, get_data, load_digits, make_underflow_task
+from floatlab.train.data.datasets import DATASETS, Dataset, get_data, load_digits, make_underflow_task
+from floatlab.train.data.text import load_text
 from floatlab.train.history import History, compare
 from floatlab.train.hostmath import deterministic, host_matmul
-from floatlab.train.matmul import gemm
-from floatlab.train.memory import Ledger, ledger, ledger_for
-from floatlab.train.model import MLP, MODELS, AttentionNet, Model, get_model
+from floatlab.train.models import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm
-from floatlab.train.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
-from floatlab.train.precision import Precision
-from floatlab.train.presets import Preset, get_preset, preset_overrides
-from floatlab.train.sampling import sample
-from floatlab.train.scaler import SCALER_PRESETS, LossScaler, make_scaler
-from floatlab.train.seeds import late_phase, paired_gap, run_seeds
-from floatlab.train.text import load_text
+from floatlab.train.precision.matmul import gemm
+from floatlab.train.precision.policy import FP32_OPS, POLICIES, Policy, get_policy, policy_names
+from floatlab.train.precision.precision import Precision
+from floatlab.train.precision.presets import Preset, get_preset, preset_overrides
+from floatlab.train.precision.scaler import SCALER_PRESETS, LossScaler, make_scaler
 from floatlab.train.trainer import StepStats, TrainConfig, Trainer, train
 
 __all__ = [
@@ -79,3 +80,5 @@ __all__ = [
     "save_checkpoint",
     "train",
 ]
+
+_moved.install()

@@ -21,8 +21,8 @@ from floatlab.train._checks import (
     want_real_or_none,
     want_str,
 )
-from floatlab.train.model import model_name
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.models.base import model_name
+from floatlab.train.precision.policy import Policy, get_policy
 
 __all__ = ["DEFAULT_LR", "TrainConfig"]
 
@@ -98,7 +98,7 @@ class TrainConfig:
         set_(self, "deterministic", want_bool("deterministic", self.deterministic))
 
     def model_options(self) -> dict[str, Any]:
-        """The settings of :attr:`model` that :func:`~floatlab.train.model.get_model` takes.
+        """The settings of :attr:`model` that :func:`~floatlab.train.models.get_model` takes.
 
         >>> TrainConfig(model="transformer", layers=2, d_model=64).model_options()
         {'layers': 2, 'heads': 4, 'd_model': 64}

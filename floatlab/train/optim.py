@@ -22,7 +22,7 @@ import numpy as np
 
 from floatlab.backend import get_xp
 from floatlab.train._checks import shown, want_dict, want_int
-from floatlab.train.precision import Array
+from floatlab.train.precision.precision import Array
 
 __all__ = [
     "SGD",

@@ -19,7 +19,7 @@ import numpy as np
 
 from floatlab.train._checks import shown, want_dict, want_int
 from floatlab.train.history import History
-from floatlab.train.policy import Policy
+from floatlab.train.precision.policy import Policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 __all__ = ["STATE_FORMAT", "CheckedState", "check_state"]

@@ -43,22 +43,17 @@ import numpy as np
 from floatlab.backend import Backend, get_backend, settle_allocator, to_numpy, tree_map_arrays
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
-from floatlab.train.data import Dataset, get_data
+from floatlab.train.data.datasets import Dataset, get_data
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
 from floatlab.train.hostmath import deterministic
-from floatlab.train.model import (
-    Model,
-    Params,
-    cross_entropy_backward,
-    cross_entropy_forward,
-    get_model,
-)
+from floatlab.train.models.base import Model, get_model
+from floatlab.train.models.layers import cross_entropy_backward, cross_entropy_forward
 from floatlab.train.optim import Optimizer, Schedule, clip_grad_norm, make_optimizer
-from floatlab.train.policy import Policy, get_policy
-from floatlab.train.precision import Array, Precision
-from floatlab.train.scaler import LossScaler, make_scaler
+from floatlab.train.precision.policy import Policy, get_policy
+from floatlab.train.precision.precision import Array, Params, Precision
+from floatlab.train.precision.scaler import LossScaler, make_scaler
+from floatlab.train.precision.update import apply_updates
 from floatlab.train.state import STATE_FORMAT, check_state
-from floatlab.train.update import apply_updates
 
 __all__ = ["STEP_PHASES", "StepStats", "TrainConfig", "Trainer", "train"]
 
@@ -105,12 +100,12 @@ def _as_params(params: Params, dtype: np.dtype[Any]) -> Params:
 
 class Trainer:
     """Trains ``model`` on ``data`` under ``policy`` (a :class:`Policy`, or a name
-    :func:`~floatlab.train.policy.get_policy` knows: ``"mixed-fp16"``, a preset's ``"apex-O2"``);
+    :func:`~floatlab.train.precision.policy.get_policy` knows: ``"mixed-fp16"``, a preset's ``"apex-O2"``);
     :meth:`fit` runs epochs, :meth:`train_step` one step. ``seed`` fixes the initial weights, the
     batch order and the random bits of stochastic rounding.
 
-    >>> from floatlab.train.data import make_underflow_task
-    >>> from floatlab.train.model import MLP
+    >>> from floatlab.train.data.datasets import make_underflow_task
+    >>> from floatlab.train.models import MLP
     >>> data = make_underflow_task(n_train=128, n_test=64)
     >>> tr = Trainer(MLP(64, (16,), 10), data, "mixed-fp16", seed=0)
     >>> tr.params["W0"].dtype, tr.scaler.scale, tr.n_batches
@@ -217,7 +212,7 @@ class Trainer:
         counters and the history stay as they are; the compensation buffers of compensated
         updates start from zero (they belonged to the old weights).
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> a = Trainer.from_config(TrainConfig(data="underflow", precision="fp32", hidden=(4,)), d)
         >>> b = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(4,), seed=1), d)
@@ -256,12 +251,12 @@ class Trainer:
     ) -> Trainer:
         """Build model, data, optimizer, scaler and schedule from ``cfg`` (on ``backend``).
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp16"), make_underflow_task())
         >>> tr.opt.lr == 0.05 * 2**20   # SGD's lr for the loss weighted by 2^-20
         True
         """
-        from floatlab.train.text import check_model_and_data
+        from floatlab.train.data.text import check_model_and_data
 
         if data is None:  # (a data set given as an object is the caller's to match)
             check_model_and_data(cfg.model, cfg.data)
@@ -300,7 +295,7 @@ class Trainer:
     def train_step(self, x: Array, y: Array) -> StepStats:
         """One training step on the batch ``(x, y)``, in the order of the lesson.
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="fp16", hidden=(16,)), d)
         >>> st = tr.train_step(d.x_train, d.y_train)
@@ -424,7 +419,7 @@ class Trainer:
 
     def _apply(self, deltas: dict[str, Array]) -> tuple[float, bool]:
         """Add the updates to the weights in the weight format (compensated where the policy asks,
-        see :mod:`floatlab.train.update`); return the share of the non-zero updates that did not
+        see :mod:`floatlab.train.precision.update`); return the share of the non-zero updates that did not
         change their weight (swallowed: the update underflowed, or it was below half an ulp of the
         weight; with compensation it is carried, not lost) and whether every new weight is finite."""
         done = apply_updates(
@@ -450,7 +445,7 @@ class Trainer:
     def evaluate(self, x: Array, y: Array, batch_size: int = 1024) -> tuple[float, float]:
         """Loss and accuracy of the current weights on ``(x, y)``, forward in the policy's precision.
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(16,)), d)
         >>> loss, acc = tr.evaluate(d.x_test, d.y_test)
@@ -506,7 +501,7 @@ class Trainer:
         there: :attr:`stopped` says at which step and why (the history keeps every step up to it),
         because a diverging low-precision run is a result, not an error.
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=128, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="mixed-bf16", hidden=(16,)), d)
         >>> h = tr.fit(2, stop_after=3)
@@ -546,7 +541,7 @@ class Trainer:
         """Train for the length the config asks (:attr:`TrainConfig.steps`, or its epochs) and
         evaluate at the end; a resumed trainer goes on to the same end.
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> cfg = TrainConfig(data="underflow", precision="fp32", hidden=(8,), steps=5, eval_every=2)
         >>> h = Trainer.from_config(cfg, make_underflow_task(n_train=128, n_test=64)).run()
         >>> h.n_steps, h.evals["step"]
@@ -609,7 +604,7 @@ class Trainer:
         updates (empty unless the policy asks for them), optimizer and scaler state, counters,
         random-generator states and history: all that resuming needs to continue bit for bit.
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
         >>> sorted(tr.state_dict())[:5]
@@ -641,7 +636,7 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output into this trainer (same model and policy).
 
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> cfg = TrainConfig(data="underflow", hidden=(8,))
         >>> a, b = Trainer.from_config(cfg, d), Trainer.from_config(cfg, d)
@@ -681,7 +676,7 @@ class Trainer:
         and :meth:`load` read it.
 
         >>> import tempfile, os
-        >>> from floatlab.train.data import make_underflow_task
+        >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,), epochs=2), d)
         >>> _ = tr.fit(1)

@@ -23,6 +23,11 @@ from typing import Any
 PACKAGES = (
     "floatlab",
     "floatlab.train",
+    "floatlab.train.precision",
+    "floatlab.train.models",
+    "floatlab.train.data",
+    "floatlab.train.analysis",
+    "floatlab.train.recipes",
     "floatlab.rounding",
     "floatlab.codec",
     "floatlab.simulate",

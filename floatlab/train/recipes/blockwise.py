@@ -46,8 +46,8 @@ from numpy.typing import NDArray
 
 from floatlab.formats import FloatFormat
 from floatlab.rounding import ScaledRound, fma, fma_sum, round_current_tiles
-from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.hostmath import host_matmul
+from floatlab.train.precision.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast
 from floatlab.train.recipes._fp8_kernels import tile_amax
 from floatlab.train.recipes.scales import AMAX_EPS, E4M3, current_scale, saturating_cast

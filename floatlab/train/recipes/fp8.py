@@ -44,8 +44,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_dict, want_int, want_real, want_str
-from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.hostmath import host_matmul
+from floatlab.train.precision.accumulate import accumulate_matmul
 from floatlab.train.recipes._fp8_cast import scaled_cast, shares_of
 from floatlab.train.recipes._fp8_kernels import transposed_copy
 from floatlab.train.recipes.blockwise import Finish, block_cast, blockwise_matmul, expand_scales, tile_cast
@@ -418,7 +418,7 @@ def scaled_matmul(
 
     ``accumulate`` is the tensor core's accumulator (default: exact fp32): per tensor, the
     products are summed in it (promoted into fp32 every ``promote_every``, as
-    :func:`~floatlab.train.accumulate.accumulate_matmul`); blockwise, each tile's partial sum is,
+    :func:`~floatlab.train.precision.accumulate.accumulate_matmul`); blockwise, each tile's partial sum is,
     and the tile is the promotion (``promote_every`` must then be None or the block size).
     ``finish``: a blockwise GEMM's epilogue, as in
     :func:`~floatlab.train.recipes.blockwise.blockwise_matmul`.

@@ -11,7 +11,7 @@ weight, stored in the weight format like the weight itself, carries what the rou
 lost, and the next step adds it back. A thousand updates of 10^-4 to a bf16 weight of 1:
 
 >>> import numpy as np
->>> from floatlab.train.precision import Precision
+>>> from floatlab.train.precision.precision import Precision
 >>> P = Precision("bf16")
 >>> plain = w = np.ones(1, np.float32)
 >>> c = np.zeros(1, np.float32)
@@ -37,8 +37,7 @@ import numpy as np
 from floatlab.backend import get_xp, host_ints
 from floatlab.formats import FloatFormat
 from floatlab.rounding import add_count
-from floatlab.train.model import Params
-from floatlab.train.precision import Array, Precision
+from floatlab.train.precision.precision import Array, Params, Precision
 
 __all__ = ["Applied", "add_update", "apply_updates", "kahan_update"]
 
@@ -47,7 +46,7 @@ def add_update(P: Precision, w: Array, d: Array, fmt: FloatFormat, mode: str) ->
     """``w + d`` stored in ``fmt``: one rounding for wide weights, two for low-precision ones
     (the update is stored in the weight format first, then the sum), each in rounding ``mode``.
 
-    >>> from floatlab.train.precision import Precision
+    >>> from floatlab.train.precision.precision import Precision
     >>> P = Precision("bf16")
     >>> add_update(P, np.float32([1.0, 1.0]), np.float32([1e-3, 5e-3]), P.fwd, "rne").tolist()
     [1.0, 1.0078125]
@@ -78,7 +77,7 @@ def kahan_update(
     update is not lost but carried, and the next step adds it to its own. Wide weights have
     nothing to compensate: ``(w + d, c)``.
 
-    >>> from floatlab.train.precision import Precision
+    >>> from floatlab.train.precision.precision import Precision
     >>> P = Precision("bf16")
     >>> w, c = kahan_update(P, np.float32([1.0]), np.float32([1e-3]), np.float32([0.0]), P.fwd, "rne")
     >>> w.tolist(), c.tolist()   # swallowed by the sum, carried by c (1e-3 in bf16, negated)
@@ -135,7 +134,7 @@ def apply_updates(
     a swallowed update is carried in the buffer, not lost: it moves the weight in a later step
     (and a step whose update is zero can then move a weight; such a change counts for nothing).
 
-    >>> from floatlab.train.precision import Precision
+    >>> from floatlab.train.precision.precision import Precision
     >>> P = Precision("bf16")
     >>> w, d = {"w": np.float32([1.0, 2.0])}, {"w": np.float32([1e-3, 0.5])}
     >>> out = apply_updates(P, w, d, {"w": P.fwd}, "rne")

@@ -39,7 +39,7 @@ policy carries as data (its ``memory_layout``: a framework preset's is its frame
 Bytes per element: a format of at most 8 bits is packed (fp8: 1 byte, fp6: 3/4, fp4: 1/2); a
 wider one takes the next power of two of bits (fp16, bf16: 2; tf32, fp32: 4; fp64: 8).
 
->>> from floatlab.train.model import MLP
+>>> from floatlab.train.models import MLP
 >>> led = ledger(MLP(4, (3,), 2), "mixed-fp16", batch_size=5, optimizer="adamw")
 >>> led.total, led.fp32_bytes, [(e.what, e.format, e.bytes) for e in led.entries][:2]
 (660, 688, [('weights', 'fp16', 46), ('master weights', 'fp32', 92)])
@@ -59,8 +59,8 @@ import numpy as np
 
 from floatlab.formats import FloatFormat
 from floatlab.train._checks import shown, want_int, want_real
-from floatlab.train.model import Model, model_class
-from floatlab.train.policy import MEMORY_LAYOUTS, Policy, get_policy
+from floatlab.train.models.base import Model, model_class
+from floatlab.train.precision.policy import MEMORY_LAYOUTS, Policy, get_policy
 
 if TYPE_CHECKING:
     from floatlab.train.config import TrainConfig
@@ -156,7 +156,7 @@ class Ledger:
     """The bytes of one training step, line by line (:class:`Entry`), and the same model's total
     in fp32 (``fp32_bytes``: same optimizer, same batch size).
 
-    >>> from floatlab.train.model import MLP
+    >>> from floatlab.train.models import MLP
     >>> led = ledger(MLP(4, (3,), 2), "fp32", batch_size=5, optimizer="sgd", momentum=0.0)
     >>> led.bytes_of("weights"), led.bytes_of("gradients"), led.ratio
     (92, 92, 1.0)
@@ -187,7 +187,7 @@ class Ledger:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data.
 
-        >>> from floatlab.train.model import MLP
+        >>> from floatlab.train.models import MLP
         >>> sorted(ledger(MLP(4, (3,), 2), "bf16", batch_size=2).to_dict())[:4]
         ['batch_size', 'entries', 'fp32_bytes', 'layout']
         """
@@ -207,7 +207,7 @@ class Ledger:
 def layout_of(policy: Policy | str) -> str:
     """The layout (:data:`LAYOUTS`) of ``policy``'s framework, its ``memory_layout``:
     ``"autocast"`` for the presets whose framework keeps fp32 weights and casts them at use,
-    ``"apex-o2"`` otherwise. A name is looked up (:func:`~floatlab.train.policy.get_policy`); a
+    ``"apex-o2"`` otherwise. A name is looked up (:func:`~floatlab.train.precision.policy.get_policy`); a
     changed policy's name (``"mindspore-O2*"``) gives the layout of the one it was changed from.
 
     >>> layout_of("torch-amp"), layout_of("apex-O2"), layout_of("mixed-bf16"), layout_of("mindspore-O2*")
@@ -233,7 +233,7 @@ def ledger(
     0 keeping no state, or ``"adamw"``); ``layout`` (:data:`LAYOUTS`) defaults to the policy's
     ``memory_layout``, its framework's.
 
-    >>> from floatlab.train.transformer import TransformerLM
+    >>> from floatlab.train.models.transformer import TransformerLM
     >>> led = ledger(TransformerLM(16, 27, layers=1, d_model=16, heads=2), "mixed-bf16", batch_size=4)
     >>> led.bytes_of("master weights") == 2 * led.bytes_of("weights") and led.ratio < 1
     True
@@ -271,7 +271,7 @@ def ledger_for(run: TrainConfig | Trainer | History) -> Ledger:
     """
     from floatlab.train.config import TrainConfig
     from floatlab.train.history import History
-    from floatlab.train.model import get_model
+    from floatlab.train.models.base import get_model
     from floatlab.train.trainer import Trainer
 
     if isinstance(run, TrainConfig):
@@ -353,14 +353,15 @@ def param_shapes(model: Model) -> dict[str, tuple[int, ...]]:
     """The shape of each parameter of ``model``, by name, in the order of its ``init``, from its
     configuration alone: nothing is allocated, so a model of billions of weights costs nothing.
 
-    >>> from floatlab.train.model import MLP
+    >>> from floatlab.train.models import MLP
     >>> param_shapes(MLP(4, (3,), 2))
     {'W0': (4, 3), 'b0': (3,), 'W1': (3, 2), 'b1': (2,)}
     """
-    from floatlab.train.convnet import ConvNet
-    from floatlab.train.model import MLP, AttentionNet
-    from floatlab.train.seq_layers import block_shapes
-    from floatlab.train.transformer import TransformerLM
+    from floatlab.train.models.attention import AttentionNet
+    from floatlab.train.models.convnet import ConvNet
+    from floatlab.train.models.mlp import MLP
+    from floatlab.train.models.seq_layers import block_shapes
+    from floatlab.train.models.transformer import TransformerLM
 
     shapes: dict[str, tuple[int, ...]] = {}
     if isinstance(model, MLP):
@@ -393,11 +394,11 @@ def buffer_shapes(model: Model) -> dict[str, tuple[int, ...]]:
     """The shape of each buffer (state that is not trained: BatchNorm's running mean and
     variance) of ``model``, as its ``init_buffers`` makes them, from its configuration alone.
 
-    >>> from floatlab.train.convnet import ConvNet
+    >>> from floatlab.train.models.convnet import ConvNet
     >>> buffer_shapes(ConvNet(channels=(4,)))
     {'bn0_mean': (4,), 'bn0_var': (4,)}
     """
-    from floatlab.train.convnet import ConvNet
+    from floatlab.train.models.convnet import ConvNet
 
     param_shapes(model)  # (an unknown model is refused here too)
     if not isinstance(model, ConvNet):
@@ -418,13 +419,14 @@ def _saved_counts(model: Model, policy: Policy, batch_size: int) -> dict[tuple[s
     and statistics under "norm", BatchNorm's under ``batchnorm_fp32``, the loss's probabilities
     under its loss op); integer arrays (labels, token ids, max-pooling positions) at their dtype.
 
-    >>> from floatlab.train.model import MLP
+    >>> from floatlab.train.models import MLP
     >>> _saved_counts(MLP(4, (3,), 2), get_policy("mixed-fp16"), 5)
     {('activations', 'fp16', 16): 60, ('loss', 'fp32', 32): 10, ('indices', 'int64', 64): 5}
     """
-    from floatlab.train.convnet import ConvNet
-    from floatlab.train.model import MLP, AttentionNet
-    from floatlab.train.transformer import TransformerLM
+    from floatlab.train.models.attention import AttentionNet
+    from floatlab.train.models.convnet import ConvNet
+    from floatlab.train.models.mlp import MLP
+    from floatlab.train.models.transformer import TransformerLM
 
     held = policy.wide
     fwd = held if policy.forward == held else policy.forward  # what a store in the forward format keeps
@@ -484,7 +486,7 @@ def _saved_counts(model: Model, policy: Policy, batch_size: int) -> dict[tuple[s
 
 
 def _model_from_config(config: Mapping[str, Any]) -> Model:
-    """The model a :meth:`~floatlab.train.model.Model.config` describes (every model's config
+    """The model a :meth:`~floatlab.train.models.Model.config` describes (every model's config
     holds its constructor's arguments and its name)."""
     if not isinstance(config, Mapping) or "name" not in config:
         raise ValueError(f"model config {shown(config)}: expected a dict with the model's name")
@@ -500,8 +502,8 @@ def _model_from_config(config: Mapping[str, Any]) -> Model:
 def _data_shape(data: str, model: str, context: int, seed: int) -> tuple[int, int]:
     """(features, classes) of data set ``data`` as ``model`` reads it (the text's: its context and
     its vocabulary): the data set is loaded once and only its shapes kept."""
-    from floatlab.train.data import get_data
-    from floatlab.train.text import check_model_and_data
+    from floatlab.train.data.datasets import get_data
+    from floatlab.train.data.text import check_model_and_data
 
     check_model_and_data(model, data)
     d = get_data(data, seed=seed, context=context)

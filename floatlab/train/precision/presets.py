@@ -1,15 +1,15 @@
 """The frameworks' mixed-precision recipes as presets: a precision policy and a loss scaler each.
 
 A :class:`Preset` is data: a name, the source it follows (a framework's file, or the talk), and the
-:class:`~floatlab.train.policy.Policy` that says which formats the step uses, whether there are
+:class:`~floatlab.train.precision.policy.Policy` that says which formats the step uses, whether there are
 fp32 master weights, which ops and BatchNorm stay in fp32, which loss scaler runs and where the
 framework keeps the weights and gradients (``memory_layout``). The policy names its scaler through
-``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.scaler.SCALER_PRESETS` entry) and
+``loss_scaling``, ``scaler`` (a :data:`~floatlab.train.precision.scaler.SCALER_PRESETS` entry) and
 ``static_scale``, so a preset *is* a policy: its name is a policy name wherever one is taken
-(:func:`~floatlab.train.policy.get_policy`, the one lookup, knows it), and
+(:func:`~floatlab.train.precision.policy.get_policy`, the one lookup, knows it), and
 ``Trainer(model, data, "apex-O2")`` trains the way the framework does, as far as floatlab's op set
 can say it (the docs page "Framework presets" lists what is simulated and what is not). The
-policies themselves are :data:`~floatlab.train.policy.PRESET_POLICIES`; this module adds each one's
+policies themselves are :data:`~floatlab.train.precision.policy.PRESET_POLICIES`; this module adds each one's
 title, source and notes.
 
 >>> [p.name for p in presets()][:4]
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from floatlab.train._checks import shown
-from floatlab.train.policy import PRESET_POLICIES, Policy, _did_you_mean, _lookup_key, get_policy
-from floatlab.train.scaler import LossScaler, make_scaler
+from floatlab.train.precision.policy import PRESET_POLICIES, Policy, _did_you_mean, _lookup_key, get_policy
+from floatlab.train.precision.scaler import LossScaler, make_scaler
 
 __all__ = [
     "Preset",
@@ -309,7 +309,7 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str | Preset) -> Preset:
     """A preset's record (title, source, notes and policy) by name, read as
-    :func:`~floatlab.train.policy.get_policy` reads it (any case: ``"apex-o2"`` is ``"apex-O2"``); a
+    :func:`~floatlab.train.precision.policy.get_policy` reads it (any case: ``"apex-o2"`` is ``"apex-O2"``); a
     :class:`Preset` is returned as is. For the policy alone, ``get_policy(name)`` takes the name too.
 
     >>> get_preset("APEX-o2").name
@@ -331,7 +331,7 @@ def get_preset(name: str | Preset) -> Preset:
 
 
 def resolve_policy(name: str | Policy) -> Policy:
-    """Another name of :func:`~floatlab.train.policy.get_policy` (which knows the presets' names),
+    """Another name of :func:`~floatlab.train.precision.policy.get_policy` (which knows the presets' names),
     for code written against this one.
 
     >>> resolve_policy("apex-O2") is get_policy("apex-O2")

@@ -1,6 +1,6 @@
 """Data sets that need no download: scikit-learn's handwritten digits, a synthetic task tuned
 so that pure fp16 training fails through gradient underflow, and character-level text (a corpus
-shipped with the package: see :mod:`floatlab.train.text`).
+shipped with the package: see :mod:`floatlab.train.data.text`).
 
 >>> d = make_underflow_task(n_train=200, n_test=100, seed=0)
 >>> d.x_train.shape, d.x_train.dtype, d.n_classes, d.loss_weight == 2.0**-20
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.train.precision import Array
+from floatlab.train.precision.precision import Array
 
 __all__ = ["DATASETS", "Dataset", "data_name", "get_data", "load_digits", "make_underflow_task"]
 
@@ -153,7 +153,7 @@ def make_underflow_task(
 
 DATASETS: tuple[str, ...] = ("digits", "underflow", "text")
 #: data sets that live in their own modules, imported when first asked for (as the larger models are)
-_DATA_HOMES: dict[str, str] = {"text": "floatlab.train.text:load_text"}
+_DATA_HOMES: dict[str, str] = {"text": "floatlab.train.data.text:load_text"}
 _DATA_ALIASES = {"synthetic": "underflow", "chars": "text"}
 
 
@@ -178,7 +178,7 @@ def data_name(name: str) -> str:
 
 def get_data(name: str, *, seed: int = 0, context: int = 64) -> Dataset:
     """``"digits"``, ``"underflow"`` (the synthetic task) or ``"text"`` (the characters of the
-    corpus that ships with floatlab, see :func:`floatlab.train.text.load_text`) with its default
+    corpus that ships with floatlab, see :func:`floatlab.train.data.text.load_text`) with its default
     size; ``context`` is the length of a text data set's examples (the others ignore it).
 
     >>> get_data("underflow").name, get_data("text", context=32).x_train.shape[1]

@@ -1,6 +1,6 @@
 """A small conv net with BatchNorm: 3x3 convolutions, BatchNorm, ReLU, 2x2 max pooling, a linear head.
 
-Layers come in pairs as in :mod:`floatlab.train.model` (``*_forward(..., P)`` and
+Layers come in pairs as in :mod:`floatlab.train.models` (``*_forward(..., P)`` and
 ``*_backward(dy, ..., P)``, every storage point through ``P``). Images are NHWC arrays
 ``(n, height, width, channels)``. A convolution is one GEMM on the simulated tensor core: the
 3x3 neighbourhoods of each pixel laid out as rows (im2col, ``(n*H*W, 9*C_in)``) times the
@@ -33,7 +33,7 @@ statistics by momentum 0.1 towards the batch mean and the *unbiased* variance; e
 the running statistics: exactly :class:`torch.nn.BatchNorm2d`.
 
 >>> import numpy as np
->>> from floatlab.train.precision import Precision
+>>> from floatlab.train.precision.precision import Precision
 >>> m = ConvNet()
 >>> w, buffers = m.init(np.random.default_rng(0)), m.init_buffers()
 >>> logits, cache = m.forward(w, np.zeros((2, 64), np.float32), Precision("fp32"), buffers=buffers)
@@ -53,16 +53,15 @@ import numpy as np
 from floatlab.backend import get_xp
 from floatlab.formats import FloatFormat
 from floatlab.train.hostmath import host_matmul
-from floatlab.train.model import (
-    Model,
-    Params,
-    _uniform,
+from floatlab.train.models.base import Model
+from floatlab.train.models.layers import (
     linear_backward,
     linear_forward,
     relu_backward,
     relu_forward,
+    uniform_init,
 )
-from floatlab.train.precision import Array, Precision, Rounder
+from floatlab.train.precision.precision import Array, Params, Precision, Rounder
 
 __all__ = [
     "BN_EPS",
@@ -395,13 +394,13 @@ class ConvNet(Model):
         c_in = 1
         for i, c in enumerate(self.channels):
             # torch's defaults: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) weights, BatchNorm gamma 1, beta 0
-            w[f"conv{i}_W"] = _uniform(rng, (3, 3, c_in, c), 1.0 / math.sqrt(9 * c_in))
+            w[f"conv{i}_W"] = uniform_init(rng, (3, 3, c_in, c), 1.0 / math.sqrt(9 * c_in))
             w[f"bn{i}_g"] = np.ones(c, np.float32)
             w[f"bn{i}_b"] = np.zeros(c, np.float32)
             c_in = c
         f = self.n_features
-        w["Wc"] = _uniform(rng, (f, self.n_out), 1.0 / math.sqrt(f))
-        w["bc"] = _uniform(rng, (self.n_out,), 1.0 / math.sqrt(f))
+        w["Wc"] = uniform_init(rng, (f, self.n_out), 1.0 / math.sqrt(f))
+        w["bc"] = uniform_init(rng, (self.n_out,), 1.0 / math.sqrt(f))
         return w
 
     def init_buffers(self) -> Params:

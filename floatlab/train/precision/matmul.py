@@ -31,8 +31,8 @@ from numpy.typing import NDArray
 from floatlab.backend import Backend, get_backend
 from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_format
 from floatlab.rounding import round_array
-from floatlab.train.accumulate import accumulate_matmul, accumulator_format, check_promote_every
 from floatlab.train.hostmath import host_matmul
+from floatlab.train.precision.accumulate import accumulate_matmul, accumulator_format, check_promote_every
 
 __all__ = [
     "GEMM_FORMATS",
@@ -294,7 +294,7 @@ def gemm(
     accumulator as an fp8 tensor core does: the exact products are added in order, k = 0, 1, ...,
     each partial sum rounded to nearest even into that format, and with ``promote_every=N`` each
     chunk of N products is added into an fp32 total (DeepSeek-V3, arXiv 2412.19437, section
-    3.3.2); see :func:`floatlab.train.accumulate.accumulate_matmul`, which runs it (other rounding
+    3.3.2); see :func:`floatlab.train.precision.accumulate.accumulate_matmul`, which runs it (other rounding
     modes of the accumulator are there). A 14-bit accumulator stalls where the product is half an
     ulp of the sum (2^14 x 2^-6 = 256), and promotion every 128 products avoids it:
 

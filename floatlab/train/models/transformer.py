@@ -3,12 +3,12 @@
 :class:`TransformerLM` is GPT-2's shape at a small size: token and learned position embeddings,
 ``layers`` pre-LayerNorm blocks (multi-head causal self-attention, a GELU MLP of width 4 d,
 residual adds), a final LayerNorm, and logits from the token embedding itself (tied weights).
-The layers live in :mod:`floatlab.train.seq_layers` and reuse :mod:`floatlab.train.model`'s, so
+The layers live in :mod:`floatlab.train.models.seq_layers` and reuse :mod:`floatlab.train.models`'s, so
 softmax, the LayerNorm statistics and the loss follow the policy's fp32-op list as in the
 frameworks, and every GEMM runs on the simulated tensor core.
 
 >>> import numpy as np
->>> from floatlab.train.precision import Precision
+>>> from floatlab.train.precision.precision import Precision
 >>> m = TransformerLM(context=16, vocab=27, layers=2, d_model=32, heads=4)
 >>> m.describe(), m.n_params
 ('transformer 2 layers x 32, 4 heads, context 16', 26848)
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.train.model import Model, Params, layer_norm_backward, layer_norm_forward
-from floatlab.train.precision import Array, Precision
-from floatlab.train.seq_layers import (
+from floatlab.train.models.base import Model
+from floatlab.train.models.layers import layer_norm_backward, layer_norm_forward
+from floatlab.train.models.seq_layers import (
     BLOCK_PARAMS,
     block_backward,
     block_forward,
@@ -38,6 +38,7 @@ from floatlab.train.seq_layers import (
     embedding_backward,
     embedding_forward,
 )
+from floatlab.train.precision.precision import Array, Params, Precision
 
 __all__ = ["TransformerLM"]
 
@@ -56,7 +57,7 @@ class TransformerLM(Model):
     logits ``(n, t, vocab)`` out.
 
     Parameters (float32, names as in :meth:`init`): ``tok`` ``(vocab, d)``, ``pos``
-    ``(context, d)``; per block ``i`` the :data:`~floatlab.train.seq_layers.BLOCK_PARAMS` with
+    ``(context, d)``; per block ``i`` the :data:`~floatlab.train.models.seq_layers.BLOCK_PARAMS` with
     the prefix ``h{i}.`` (LayerNorms ``ln1``/``ln2``, the fused QKV projection ``Wqkv`` with its
     bias ``bqkv``, as GPT-2's ``c_attn``, the output projection ``Wo, bo``, the MLP ``W1, b1``
     ``(d, 4d)`` and ``W2, b2``); the final LayerNorm ``lnf_g, lnf_b``.
@@ -95,7 +96,7 @@ class TransformerLM(Model):
 
     @classmethod
     def build(cls, n_in: int, n_out: int, **kwargs: Any) -> TransformerLM:
-        """The model :func:`~floatlab.train.model.get_model` asks for: ``n_in`` is the context
+        """The model :func:`~floatlab.train.models.get_model` asks for: ``n_in`` is the context
         length, ``n_out`` the vocabulary size; ``kwargs``: ``layers``, ``d_model``, ``heads``.
 
         >>> TransformerLM.build(32, 65, layers=1, d_model=16, heads=2).config()["layers"]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from floatlab.train.data import Dataset, get_data
+from floatlab.train.data.datasets import Dataset, get_data
 from floatlab.train.history import History
 
 __all__ = ["Gap", "LatePhase", "final_metric", "late_phase", "paired_gap", "run_seeds", "t_quantile"]

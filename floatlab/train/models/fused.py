@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from floatlab.train.hostmath import host_exp, host_tanh
-from floatlab.train.precision import Array
+from floatlab.train.precision.precision import Array
 
 __all__ = [
     "fusable",

@@ -36,7 +36,7 @@ from floatlab.train._checks import (
 )
 
 if TYPE_CHECKING:
-    from floatlab.train.policy import Policy
+    from floatlab.train.precision.policy import Policy
 
 __all__ = [
     "FP32_SCALE_LIMIT",
@@ -550,9 +550,9 @@ class LossScaler:
 def make_scaler(policy: Policy) -> LossScaler:
     """A fresh loss scaler with the rules ``policy`` asks for through its ``loss_scaling``,
     ``scaler`` and ``static_scale`` (:meth:`LossScaler.for_policy`): what the trainer starts with,
-    and what a framework preset's :meth:`~floatlab.train.presets.Preset.make_scaler` gives.
+    and what a framework preset's :meth:`~floatlab.train.precision.presets.Preset.make_scaler` gives.
 
-    >>> from floatlab.train.policy import get_policy
+    >>> from floatlab.train.precision.policy import get_policy
     >>> make_scaler(get_policy("mixed-fp16")).scale, make_scaler(get_policy("fp16")).enabled
     (65536.0, False)
     >>> s = make_scaler(get_policy("tf1-static-128"))

@@ -34,9 +34,9 @@ from importlib import resources
 
 import numpy as np
 
-from floatlab.train.data import Dataset, data_name
-from floatlab.train.model import model_name
-from floatlab.train.precision import Array
+from floatlab.train.data.datasets import Dataset, data_name
+from floatlab.train.models.base import model_name
+from floatlab.train.precision.precision import Array
 
 __all__ = [
     "CORPUS",

@@ -20,7 +20,7 @@ technique of mixed-precision training:
   O2 and fastai); off, BatchNorm lives in the forward format like every other layer.
 * ``update_compensation``: add each update to the weights with Kahan's compensated summation,
   carrying what the rounding of the sum lost in a buffer stored in the weight format (Zamirai
-  et al., "Revisiting BFloat16 Training", 2020; see :mod:`floatlab.train.update`). Only weights
+  et al., "Revisiting BFloat16 Training", 2020; see :mod:`floatlab.train.precision.update`). Only weights
   stored below the holding precision have anything to compensate: with fp32 master weights
   (and for BatchNorm's parameters under ``batchnorm_fp32``) it does nothing.
 * ``recipe``: the scaled low-precision GEMMs of the linear layers: an fp8 training recipe
@@ -35,11 +35,11 @@ technique of mixed-precision training:
   its partial sums promoted into an fp32 total every ``promote_every`` products (0: never);
   ``""`` is exact fp32 accumulation, the default.
 * ``memory_layout``: where the framework keeps the weights and gradients of a step, for the
-  memory ledger (:mod:`floatlab.train.memory`); no value computed depends on it (see
+  memory ledger (:mod:`floatlab.train.analysis.memory`); no value computed depends on it (see
   :data:`MEMORY_LAYOUTS`).
 
 The named policies are the ones users know; the frameworks' recipes are policies too
-(:data:`PRESET_POLICIES`, whose sources and notes :mod:`floatlab.train.presets` holds), and
+(:data:`PRESET_POLICIES`, whose sources and notes :mod:`floatlab.train.precision.presets` holds), and
 :func:`get_policy` is the one lookup of them all:
 
 >>> [p for p in policy_names()]  # doctest: +NORMALIZE_WHITESPACE
@@ -67,7 +67,7 @@ import numpy as np
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import check_rounding
 from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale, want_str
-from floatlab.train.accumulate import accumulator_format
+from floatlab.train.precision.accumulate import accumulator_format
 from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 
 __all__ = [
@@ -490,8 +490,8 @@ def _framework(
 
 # the fp32 ops of Keras and MindSpore O2 (norms and the loss), and of a model output cast to fp32
 _NORM_LOSS, _LOSS = {"norm", "loss"}, {"loss"}
-#: the policies of the frameworks' recipes, in :func:`~floatlab.train.presets.presets` order (each
-#: one's source, and what floatlab simulates of it, are in :mod:`floatlab.train.presets`); the
+#: the policies of the frameworks' recipes, in :func:`~floatlab.train.precision.presets.presets` order (each
+#: one's source, and what floatlab simulates of it, are in :mod:`floatlab.train.precision.presets`); the
 #: layout is "autocast" where the framework keeps fp32 weights and casts them at use
 #: (:data:`MEMORY_LAYOUTS`)
 PRESET_POLICIES: dict[str, Policy] = {
@@ -562,7 +562,8 @@ _BY_KEY: dict[str, Policy] = {
 
 
 def policy_names() -> list[str]:
-    """The named policies, simplest first (the presets' are :func:`~floatlab.train.presets.preset_names`).
+    """The named policies, simplest first (the presets' are
+    :func:`~floatlab.train.precision.presets.preset_names`).
 
     >>> policy_names()[:3]
     ['fp32', 'fp16', 'bf16']

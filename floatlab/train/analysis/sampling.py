@@ -6,9 +6,9 @@ a time: the model reads the last ``context`` characters, its logits for the next
 by the temperature and turned into probabilities (softmax, in float64: drawing a character is not
 part of the simulated training), a character is drawn, and it joins the text the model reads next.
 
->>> from floatlab.train.text import load_text
+>>> from floatlab.train.data.text import load_text
 >>> from floatlab.train.trainer import Trainer
->>> from floatlab.train.model import MLP
+>>> from floatlab.train.models import MLP
 >>> data = load_text(context=4)
 >>> mlp = Trainer(MLP(4, (8,), data.n_classes), data, "fp32")   # (not a language model)
 >>> sample(mlp, "In the")  # doctest: +ELLIPSIS
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from floatlab.backend import to_numpy
+from floatlab.train.data.text import decode, encode
 from floatlab.train.hostmath import deterministic
-from floatlab.train.text import decode, encode
 
 if TYPE_CHECKING:
     from floatlab.train.trainer import Trainer

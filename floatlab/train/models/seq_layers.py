@@ -2,14 +2,14 @@
 storage point: token and position embedding, multi-head causal self-attention, and the pre-norm
 block that joins attention and a GELU MLP with residual adds.
 
-They follow :mod:`floatlab.train.model` and reuse its layers (linear, layer norm, softmax,
+They follow :mod:`floatlab.train.models` and reuse its layers (linear, layer norm, softmax,
 GELU): activations are stored in the forward format, gradients in the backward format, GEMMs
 run on the simulated tensor core, and softmax and layer-norm statistics follow the policy's
 fp32-op list. Token-wise layers take their tokens flattened to rows ``(n * t, d)`` (one GEMM
 per weight); attention views the rows as ``(n, heads, t, d_head)`` for its batched GEMMs.
 
 >>> import numpy as np
->>> from floatlab.train.precision import Precision
+>>> from floatlab.train.precision.precision import Precision
 >>> P = Precision("fp32")
 >>> rng = np.random.default_rng(0)
 >>> a = rng.standard_normal((2 * 3, 8), dtype=np.float32)         # 2 sequences of 3 tokens
@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.train.model import (
-    Params,
+from floatlab.train.models.layers import (
     gelu_backward,
     gelu_forward,
     layer_norm_backward,
@@ -37,7 +36,7 @@ from floatlab.train.model import (
     softmax_backward,
     softmax_forward,
 )
-from floatlab.train.precision import Array, Precision
+from floatlab.train.precision.precision import Array, Params, Precision
 
 __all__ = [
     "BLOCK_PARAMS",

@@ -1,6 +1,6 @@
 """The policy in action: every point of a training step where a value is stored in a format.
 
-:class:`Precision` is built from a :class:`~floatlab.train.policy.Policy` and is what the model
+:class:`Precision` is built from a :class:`~floatlab.train.precision.policy.Policy` and is what the model
 code calls: ``P.act(x)`` stores an activation in the forward format, ``P.grad(g)`` a gradient in
 the backward format, ``P.matmul`` is the simulated tensor-core GEMM, and ``P.rounder(fmt, op)``
 marks the rounding points inside one operation (none when the op is kept in fp32).
@@ -10,7 +10,7 @@ float32 arrays: fp16, bf16, tf32 and the fp8/fp6/fp4 formats are subsets of fp32
 their values in float32 loses nothing.
 
 >>> import numpy as np
->>> from floatlab.train.policy import get_policy
+>>> from floatlab.train.precision.policy import get_policy
 >>> P = Precision(get_policy("fp16"))
 >>> P.act(np.array([0.1, 1e-8, 70000.0], dtype=np.float32)).tolist()
 [0.0999755859375, 0.0, inf]
@@ -28,15 +28,17 @@ from numpy.typing import NDArray
 from floatlab.backend import Backend, get_backend, get_xp, host_ints, is_cupy
 from floatlab.formats import FP32, FloatFormat
 from floatlab.rounding import fma_sum, fma_sum_flushed, pairwise_sums, round_array, round_flushed, round_owned
-from floatlab.train.accumulate import accumulate_matmul
 from floatlab.train.hostmath import host_matmul
-from floatlab.train.matmul import gemm, gemm_format, matmul
-from floatlab.train.policy import Policy, get_policy
+from floatlab.train.precision.accumulate import accumulate_matmul
+from floatlab.train.precision.matmul import gemm, gemm_format, matmul
+from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
-__all__ = ["Array", "Precision", "Rounder", "gemm"]
+__all__ = ["Array", "Params", "Precision", "Rounder", "gemm"]
 
 Array = NDArray[Any]
+#: a model's parameters (or their gradients), arrays by name
+Params = dict[str, Array]
 
 
 class Precision:
@@ -50,7 +52,7 @@ class Precision:
     ``with P.backward():`` every stored gradient is counted: :attr:`grad_values` non-zero values
     were stored and :attr:`grad_flushed` of them became zero (underflow to zero).
 
-    >>> from floatlab.train.policy import get_policy
+    >>> from floatlab.train.precision.policy import get_policy
     >>> P = Precision(get_policy("fp16"))
     >>> with P.backward():
     ...     g = P.grad(np.array([1e-3, 1e-8, 3e-8, 0.0], dtype=np.float32))
@@ -255,7 +257,7 @@ class Precision:
         (:class:`~floatlab.train.recipes.Fp8Scaling`); under a microscaling recipe both are
         quantized in blocks along the reduction (:class:`~floatlab.train.recipes.MicroScaling`;
         a layer it keeps in bf16 is :meth:`matmul`); with a narrow accumulator the products
-        are summed in it (:func:`~floatlab.train.accumulate.accumulate_matmul`); otherwise, and
+        are summed in it (:func:`~floatlab.train.precision.accumulate.accumulate_matmul`); otherwise, and
         for a GEMM with no ``site``, it is :meth:`matmul`.
 
         >>> P = Precision("fp8-tensorwise")      # x is scaled by 448 / 3e-4 before its cast to E4M3
@@ -350,7 +352,7 @@ class Rounder:
     fp32 accumulator (``fp32_reductions`` or ``"sum"`` in the fp32 list) or a low-precision one.
     ``r.out`` stores the op's result in ``fmt`` whatever happened inside.
 
-    >>> from floatlab.train.policy import get_policy
+    >>> from floatlab.train.precision.policy import get_policy
     >>> r = Precision(get_policy("fp16")).rounder(FP32, "softmax")
     >>> r.fp32
     True

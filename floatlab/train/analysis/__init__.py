@@ -1,0 +1,31 @@
+"""What a run, or several, tell: the memory a step keeps, claims over seeds, text a model writes,
+the fp8 operands over training.
+
+* ``memory``: the memory ledger (:func:`ledger`, :func:`ledger_for`);
+* ``seeds``: runs over seeds and paired gaps with confidence intervals (:func:`run_seeds`,
+  :func:`paired_gap`, :func:`late_phase`);
+* ``sampling``: text from a trained character model (:func:`sample`);
+* ``operands``: the fp8 recipes' operand record as a table and a figure.
+
+>>> from floatlab.train.models import MLP
+>>> led = ledger(MLP(784, (256, 256), 10), "mixed-bf16", batch_size=64)
+>>> led.bytes_of("master weights") == 2 * led.bytes_of("weights")
+True
+"""
+
+from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
+from floatlab.train.analysis.operands import operand_summary, plot_operands
+from floatlab.train.analysis.sampling import sample
+from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
+
+__all__ = [
+    "Ledger",
+    "late_phase",
+    "ledger",
+    "ledger_for",
+    "operand_summary",
+    "paired_gap",
+    "plot_operands",
+    "run_seeds",
+    "sample",
+]
