@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from floatlab.backend import to_numpy, tree_map_arrays
 from floatlab.train._checks import shown, want_dict, want_int
 from floatlab.train.history import History
 from floatlab.train.precision.policy import Policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
-__all__ = ["STATE_FORMAT", "CheckedState", "check_state"]
+__all__ = ["STATE_FORMAT", "CheckedState", "check_state", "restore", "state_of"]
 
 #: the format tag of a trainer state (and of a checkpoint file's contents)
 STATE_FORMAT = "floatlab-trainer-1"
@@ -162,3 +163,55 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
         scaling.load_state_dict(saved_scaling)
     gen_states = (gens[0], gens[1])
     return CheckedState(params, buffers, counters, perm_copy, gen_states, history, compensation, scaling)
+
+
+def state_of(trainer: Any) -> dict[str, Any]:
+    """All that resuming ``trainer`` (a :class:`~floatlab.train.trainer.Trainer`) needs to
+    continue bit for bit, as plain data: what
+    :meth:`~floatlab.train.trainer.Trainer.state_dict` returns and a checkpoint stores."""
+    return {
+        "format": STATE_FORMAT,
+        "config": trainer.config.to_dict() if trainer.config is not None else None,
+        "policy": trainer.policy.to_dict(),
+        "params": {k: np.array(to_numpy(v)) for k, v in trainer.params.items()},
+        "buffers": {k: np.array(to_numpy(v)) for k, v in trainer.buffers.items()},
+        "compensation": {k: np.array(to_numpy(v)) for k, v in trainer.compensation.items()},
+        "optimizer": tree_map_arrays(trainer.opt.state_dict(), to_numpy)
+        if trainer.backend.is_gpu
+        else trainer.opt.state_dict(),
+        "scaler": trainer.scaler.state_dict(),
+        "counters": {
+            "step": trainer.step,
+            "opt_steps": trainer.opt_steps,
+            "epoch": trainer.epoch,
+            "batch_in_epoch": trainer.batch_in_epoch,
+        },
+        "perm": None if trainer.perm is None else np.array(trainer.perm),
+        "rng": {"order": trainer.order_rng.bit_generator.state, "round": trainer.P.rng.bit_generator.state},
+        "history": trainer.history.to_dict(),
+        "scaling": None if trainer.P.scaling is None else trainer.P.scaling.state_dict(),
+    }
+
+
+def restore(trainer: Any, state: dict[str, Any]) -> None:
+    """Load ``state`` (from :func:`state_of`) into ``trainer``: everything is checked by
+    :func:`check_state` first, so a bad state is one ValueError and the trainer is left as it was."""
+    checked = check_state(trainer, state)
+    trainer.scaler.load_state_dict(state["scaler"])  # the last check (it assigns only when all is well)
+
+    def on_device(arrays: dict[str, Any]) -> dict[str, Any]:
+        return {k: trainer.backend.asarray(np.array(v, dtype=trainer.P.dtype)) for k, v in arrays.items()}
+
+    trainer.params.update(on_device(checked.params))
+    trainer.buffers.update(on_device(checked.buffers))
+    trainer.compensation.update(on_device(checked.compensation))
+    trainer.opt.load_state_dict(state["optimizer"])  # (as checked on the twin)
+    if trainer.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
+        trainer.opt.state = tree_map_arrays(trainer.opt.state, trainer.backend.asarray)
+    counters = checked.counters
+    trainer.step, trainer.opt_steps = counters["step"], counters["opt_steps"]
+    trainer.epoch, trainer.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
+    trainer.perm = checked.perm
+    trainer.order_rng.bit_generator.state, trainer.P.rng.bit_generator.state = checked.generator_states
+    trainer.history = checked.history
+    trainer.P.scaling = checked.scaling

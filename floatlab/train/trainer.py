@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.backend import Backend, get_backend, settle_allocator, to_numpy, tree_map_arrays
+from floatlab.backend import Backend, get_backend, settle_allocator, to_numpy
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data.datasets import Dataset, get_data
@@ -53,7 +53,7 @@ from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.precision.precision import Array, Params, Precision
 from floatlab.train.precision.scaler import LossScaler, make_scaler
 from floatlab.train.precision.update import apply_updates
-from floatlab.train.state import STATE_FORMAT, check_state
+from floatlab.train.state import restore, state_of
 
 __all__ = ["STEP_PHASES", "StepStats", "TrainConfig", "Trainer", "train"]
 
@@ -454,18 +454,12 @@ class Trainer:
         """
         # an evaluation is a measurement: its stochastic roundings draw from a stream of their own
         # (seeded by the step), so that evaluating changes no training step's random bits
-        rng = self.P.rng.bit_generator
-        training_state = rng.state
-        rng.state = np.random.default_rng([self.seed, 3, self.step]).bit_generator.state
-        try:
-            with (
-                np.errstate(over="ignore", invalid="ignore", divide="ignore"),
-                self.P.inference(),
-                deterministic(self.deterministic),
-            ):
-                return self._evaluate(x, y, batch_size)
-        finally:
-            rng.state = training_state
+        with (
+            np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+            self.P.inference(stream=(self.seed, 3, self.step)),
+            deterministic(self.deterministic),
+        ):
+            return self._evaluate(x, y, batch_size)
 
     def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
         w = self.P.weights(self.params, self.model.norm_params)
@@ -602,7 +596,8 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Weights, BatchNorm's running statistics, the compensation buffers of compensated
         updates (empty unless the policy asks for them), optimizer and scaler state, counters,
-        random-generator states and history: all that resuming needs to continue bit for bit.
+        random-generator states and history: all that resuming needs to continue bit for bit
+        (see :func:`~floatlab.train.state.state_of`).
 
         >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64)
@@ -610,31 +605,12 @@ class Trainer:
         >>> sorted(tr.state_dict())[:5]
         ['buffers', 'compensation', 'config', 'counters', 'format']
         """
-        return {
-            "format": STATE_FORMAT,
-            "config": self.config.to_dict() if self.config is not None else None,
-            "policy": self.policy.to_dict(),
-            "params": {k: np.array(to_numpy(v)) for k, v in self.params.items()},
-            "buffers": {k: np.array(to_numpy(v)) for k, v in self.buffers.items()},
-            "compensation": {k: np.array(to_numpy(v)) for k, v in self.compensation.items()},
-            "optimizer": tree_map_arrays(self.opt.state_dict(), to_numpy)
-            if self.backend.is_gpu
-            else self.opt.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "counters": {
-                "step": self.step,
-                "opt_steps": self.opt_steps,
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-            },
-            "perm": None if self.perm is None else np.array(self.perm),
-            "rng": {"order": self.order_rng.bit_generator.state, "round": self.P.rng.bit_generator.state},
-            "history": self.history.to_dict(),
-            "scaling": None if self.P.scaling is None else self.P.scaling.state_dict(),
-        }
+        return state_of(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output into this trainer (same model and policy).
+        """Restore :meth:`state_dict`'s output into this trainer (same model and policy); a bad
+        state is one ValueError and leaves the trainer as it was (see
+        :func:`~floatlab.train.state.restore`).
 
         >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
@@ -643,33 +619,7 @@ class Trainer:
         >>> _ = a.fit(1); b.load_state_dict(a.state_dict()); b.step
         1
         """
-        # everything is read and checked before anything is assigned: a bad state is one
-        # ValueError saying what is wrong, and the trainer is left as it was
-        checked = check_state(self, state)
-        self.scaler.load_state_dict(state["scaler"])  # the last check (it assigns only when all is well)
-        params, counters = checked.params, checked.counters
-
-        self.params.update(
-            {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in params.items()}
-        )
-        self.buffers.update(
-            {k: self.backend.asarray(np.array(v, dtype=self.P.dtype)) for k, v in checked.buffers.items()}
-        )
-        self.compensation.update(
-            {
-                k: self.backend.asarray(np.array(v, dtype=self.P.dtype))
-                for k, v in checked.compensation.items()
-            }
-        )
-        self.opt.load_state_dict(state["optimizer"])  # (as checked on the twin)
-        if self.backend.is_gpu:  # the optimizer's buffers (momentum, moments) go to the device too
-            self.opt.state = tree_map_arrays(self.opt.state, self.backend.asarray)
-        self.step, self.opt_steps = counters["step"], counters["opt_steps"]
-        self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
-        self.perm = checked.perm
-        self.order_rng.bit_generator.state, self.P.rng.bit_generator.state = checked.generator_states
-        self.history = checked.history
-        self.P.scaling = checked.scaling
+        restore(self, state)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint atomically (see :mod:`floatlab.train.checkpoint`); :meth:`resume`

@@ -85,39 +85,33 @@ def sample(
     context = trainer.data.n_features
     rng = np.random.default_rng(seed)
     P, model = trainer.P, trainer.model
-    # the forward pass may draw random bits (stochastic rounding): put the trainer's back afterwards
-    saved = P.rng.bit_generator.state
     out: list[int] = []
-    try:
-        # (a deterministic run's checkpoint samples as it trained: the same bits on any machine)
-        with (
-            np.errstate(over="ignore", invalid="ignore", divide="ignore"),
-            P.inference(),
-            deterministic(trainer.deterministic),
-        ):
-            w = P.weights(trainer.params, model.norm_params)
-            for _ in range(int(n_chars)):
-                x = np.array([ids[-context:]], dtype=np.int64)
-                logits, _ = model.forward(
-                    w, trainer.backend.asarray(x), P, train=False, buffers=trainer.buffers
+    # (the forward pass may draw random bits, stochastic rounding: inference() puts the trainer's
+    # generator back afterwards; a deterministic run's checkpoint samples as it trained)
+    with (
+        np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+        P.inference(),
+        deterministic(trainer.deterministic),
+    ):
+        w = P.weights(trainer.params, model.norm_params)
+        for _ in range(int(n_chars)):
+            x = np.array([ids[-context:]], dtype=np.int64)
+            logits, _ = model.forward(w, trainer.backend.asarray(x), P, train=False, buffers=trainer.buffers)
+            shape = tuple(logits.shape)
+            if shape != (*x.shape, len(vocab)):
+                raise ValueError(
+                    f"the model gives {shape} logits for {x.shape} characters: expected "
+                    f"{(*x.shape, len(vocab))}, one prediction per character (a language model "
+                    "such as the transformer)"
                 )
-                shape = tuple(logits.shape)
-                if shape != (*x.shape, len(vocab)):
-                    raise ValueError(
-                        f"the model gives {shape} logits for {x.shape} characters: expected "
-                        f"{(*x.shape, len(vocab))}, one prediction per character (a language model "
-                        "such as the transformer)"
-                    )
-                nxt = _draw(np.asarray(to_numpy(logits), dtype=np.float64)[0, -1], float(temperature), rng)
-                if nxt < 0:
-                    raise ValueError(
-                        f"the model's logits are not finite (inf or NaN) at character {len(out) + 1}: its "
-                        "weights have diverged, there is nothing to sample"
-                    )
-                ids.append(nxt)
-                out.append(nxt)
-    finally:
-        P.rng.bit_generator.state = saved
+            nxt = _draw(np.asarray(to_numpy(logits), dtype=np.float64)[0, -1], float(temperature), rng)
+            if nxt < 0:
+                raise ValueError(
+                    f"the model's logits are not finite (inf or NaN) at character {len(out) + 1}: its "
+                    "weights have diverged, there is nothing to sample"
+                )
+            ids.append(nxt)
+            out.append(nxt)
     return decode(np.array(out, dtype=np.int64), vocab)
 
 

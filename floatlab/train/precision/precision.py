@@ -201,15 +201,30 @@ class Precision:
             self.grad_flushed += sum(c[0::2]) - sum(c[1::2])
 
     @contextmanager
-    def inference(self) -> Iterator[None]:
+    def inference(self, stream: Sequence[int] | None = None) -> Iterator[None]:
         """A forward pass that is not a training step (an evaluation, sampling): the fp8 recipe
         casts with the scales the next step would use and records nothing, so that evaluating
-        between steps changes no amax history."""
+        between steps changes no amax history. With ``stream`` (the words of a seed), stochastic
+        roundings inside draw from a generator of their own, and the training stream is left
+        where it was: a measurement changes no training step's random bits.
+
+        >>> P = Precision("fp16", rng=np.random.default_rng(0))
+        >>> before = P.rng.bit_generator.state
+        >>> with P.inference(stream=[0, 3, 1]):
+        ...     _ = P.rng.random()
+        >>> P.rng.bit_generator.state == before
+        True
+        """
+        bits = self.rng.bit_generator
+        training_state = bits.state
+        if stream is not None:
+            bits.state = np.random.default_rng(list(stream)).bit_generator.state
         self._training = False
         try:
             yield
         finally:
             self._training = True
+            bits.state = training_state
 
     @property
     def flushed_share(self) -> float:
