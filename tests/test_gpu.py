@@ -166,7 +166,7 @@ def test_flush_counts_on_the_gpu_equal_the_cpus(cp: Any, policy: str) -> None:
     counts, stored = [], []
     for backend, a in (("numpy", x), ("cupy", cp.asarray(x))):
         P = Precision(policy, backend=backend)
-        with P.backward():
+        with P.counting_flushes():
             stored.append(P.grad(a))
             P.grad(a[:1000])
         counts.append((P.grad_values, P.grad_flushed, P.flushed_share))

@@ -387,7 +387,7 @@ def test_one_training_step_matches_the_numpy_trainer(name: str) -> None:
     wf = P.weights(w)
     logits, cache = model.forward(wf, x, P)
     loss, loss_cache = cross_entropy_forward(logits, y, P)
-    with P.backward():
+    with P.counting_flushes():
         grads = model.backward(wf, cache, cross_entropy_backward(loss_cache, P), P)
 
     twin = AttentionTwin(w, tokens)

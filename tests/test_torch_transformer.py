@@ -185,7 +185,7 @@ def test_one_training_step_of_the_transformer_matches_the_numpy_trainer(name: st
     wf = P.weights(w)
     logits, cache = model.forward(wf, x, P)
     loss, loss_cache = cross_entropy_forward(logits, y, P)
-    with P.backward():
+    with P.counting_flushes():
         grads = model.backward(wf, cache, cross_entropy_backward(loss_cache, P, seed=scale), P)
     stats = trainer.train_step(x, y)
     assert stats.loss == loss

@@ -328,7 +328,7 @@ class Trainer:
         # 3. scale the loss: backward starts from d(S * loss) = S, so every gradient is S times larger
         scale = scaler.scale
         # 4. backward in the backward format, counting the gradients that underflow to zero
-        with P.backward():
+        with P.counting_flushes():
             dlogits = cross_entropy_backward(loss_cache, P, seed=scale)
             grads = self.model.backward(w, cache, dlogits, P)
         tick("backward")

@@ -49,12 +49,12 @@ class Precision:
     are cuBLAS GEMMs whose inputs enter in :attr:`gemm_compute`, the narrowest hardware format
     holding the forward and backward formats (fp16 for fp16 and fp8, bf16 for bf16), so the
     tensor cores multiply exactly the stored values and accumulate in fp32. Inside
-    ``with P.backward():`` every stored gradient is counted: :attr:`grad_values` non-zero values
+    ``with P.counting_flushes():`` every stored gradient is counted: :attr:`grad_values` non-zero values
     were stored and :attr:`grad_flushed` of them became zero (underflow to zero).
 
     >>> from floatlab.train.precision.policy import get_policy
     >>> P = Precision(get_policy("fp16"))
-    >>> with P.backward():
+    >>> with P.counting_flushes():
     ...     g = P.grad(np.array([1e-3, 1e-8, 3e-8, 0.0], dtype=np.float32))
     >>> P.grad_values, P.grad_flushed
     (3, 1)
@@ -135,7 +135,7 @@ class Precision:
         a plain bf16 or fp16 store then rounds it in its own memory (no new array).
 
         >>> P = Precision("bf16")
-        >>> with P.backward():
+        >>> with P.counting_flushes():
         ...     _ = P.store(np.array([1e-40, 1e-45, 2.0], np.float32), P.bwd)
         >>> P.grad_flushed, P.grad_values   # bf16 keeps fp32's subnormals down to 2^-133
         (1, 3)
@@ -181,7 +181,7 @@ class Precision:
         return {k: v if k in keep else self.cast(v, self.fwd) for k, v in params.items()}
 
     @contextmanager
-    def backward(self) -> Iterator[None]:
+    def counting_flushes(self) -> Iterator[None]:
         """Count the gradients stored inside the block (see :attr:`grad_flushed`)."""
         self.grad_values = self.grad_flushed = 0
         self._pending = []
