@@ -215,12 +215,11 @@ def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int, fmt: str | 
     (:func:`figure_metadata`) and, in SVG, clip-path names drawn from a fixed salt instead of
     random ones. The write itself is not atomic: give a path from :func:`atomic_output`.
 
-    >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    >>> from matplotlib.figure import Figure
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> fig = plt.figure(); _ = fig.add_subplot().plot([0, 1])
+    >>> fig = Figure(); _ = fig.add_subplot().plot([0, 1])
     >>> for name in ("a.svg", "b.svg"): save_figure(fig, folder / name, dpi=72)
-    >>> plt.close(fig)
     >>> (folder / "a.svg").read_bytes() == (folder / "b.svg").read_bytes()
     True
     """

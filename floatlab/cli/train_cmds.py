@@ -474,7 +474,7 @@ def _train_plots(plot: str | None, policy: Policy) -> list[tuple[str, str]]:
 
 def _write_train_plots(trainer: Trainer, plots: list[tuple[str, str]]) -> list[tuple[str, str]]:
     from floatlab.train import compare
-    from floatlab.train.analysis.operands import plot_operands
+    from floatlab.train.analysis.plots import plot_operands
 
     h = trainer.history
     title = f"{trainer.model.describe()}, {trainer.policy.name}, seed {trainer.seed}"

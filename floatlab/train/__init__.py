@@ -14,12 +14,13 @@ products and sums in fp32).
 
 from floatlab.train import _moved
 from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
+from floatlab.train.analysis.plots import compare
 from floatlab.train.analysis.sampling import sample
 from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.data.datasets import DATASETS, Dataset, get_data, load_digits, make_underflow_task
 from floatlab.train.data.text import load_text
-from floatlab.train.history import History, compare
+from floatlab.train.history import History
 from floatlab.train.hostmath import deterministic, host_matmul
 from floatlab.train.models import MLP, MODELS, AttentionNet, Model, get_model
 from floatlab.train.optim import SGD, AdamW, Optimizer, Proposal, Schedule, clip_grad_norm, global_norm

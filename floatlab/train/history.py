@@ -23,18 +23,18 @@ import io
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from floatlab.io import atomic_output, check_archive, save_figure, write_atomic
+from floatlab.io import check_archive, write_atomic
 from floatlab.train._checks import shown, want_dict, want_str
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 __all__ = [
     "CSV_FIELDS",
@@ -44,7 +44,6 @@ __all__ = [
     "History",
     "TrainingFaultWarning",
     "bits_per_char",
-    "compare",
 ]
 
 STEP_FIELDS: tuple[str, ...] = (
@@ -540,63 +539,3 @@ def _npz_value(key: str, v: Any) -> Any:
     if key == "grad_norm" and math.isnan(v):
         return None
     return v
-
-
-def compare(
-    histories: Sequence[History],
-    path: str | os.PathLike[str] | None = None,
-    *,
-    title: str | None = None,
-) -> Figure:
-    """Plot the runs side by side: training loss, test accuracy (for character models: validation
-    bits per character), loss scale, and the shares of flushed gradients and swallowed updates;
-    save to ``path`` when given.
-
-    >>> import tempfile, os
-    >>> h = History("a"); h.log_step(step=1, epoch=0, loss=1.0, accuracy=0.5, scale=1.0, skipped=False,
-    ...     flushed=0.0, swallowed=0.0, lr=0.1, grad_norm=None)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     fig = compare([h], os.path.join(d, "c.png")); os.path.exists(os.path.join(d, "c.png"))
-    True
-    """
-    if not histories:
-        raise ValueError("compare: expected at least one history")
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure as _Figure
-
-    text = all(h.is_text for h in histories)
-    fig = _Figure(figsize=(16, 4.2), layout="constrained")
-    axes = fig.subplots(1, 4)
-    for i, h in enumerate(histories):
-        color = f"C{i % 10}"  # one colour per run in every panel
-        steps = h.column("step")
-        axes[0].plot(steps, h.column("loss"), color=color, label=h.label, lw=1)
-        if h.evals["epoch"]:
-            axes[1].plot(
-                h.eval_column("step"),
-                h.eval_column("test_loss") / math.log(2.0) if text else 100 * h.eval_column("test_accuracy"),
-                marker="o",
-                ms=3,
-                color=color,
-                label=h.label,
-            )
-        axes[2].plot(steps, h.column("scale"), color=color, label=h.label, lw=1)
-        axes[3].plot(steps, h.column("flushed"), color=color, label=f"{h.label} flushed", lw=1)
-        axes[3].plot(steps, h.column("swallowed"), color=color, label=f"{h.label} swallowed", lw=1, ls="--")
-    axes[0].set(title="training loss", xlabel="step")
-    axes[1].set(title="validation bits per character" if text else "test accuracy (%)", xlabel="step")
-    axes[2].set(title="loss scale", xlabel="step", yscale="log")
-    axes[3].set(title="gradients flushed / updates swallowed", xlabel="step", ylim=(-0.02, 1.02))
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[3].legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    if path is not None:
-        with atomic_output(path) as tmp:  # (a full disk leaves any old figure as it was)
-            save_figure(fig, tmp, dpi=110, fmt=os.path.splitext(path)[1][1:] or "png")
-    return fig

@@ -5,7 +5,8 @@ the fp8 operands over training.
 * ``seeds``: runs over seeds and paired gaps with confidence intervals (:func:`run_seeds`,
   :func:`paired_gap`, :func:`late_phase`);
 * ``sampling``: text from a trained character model (:func:`sample`);
-* ``operands``: the fp8 recipes' operand record as a table and a figure.
+* ``operands``: the fp8 recipes' operand record as a table;
+* ``plots``: the figures: runs side by side, the fp8 operands over training.
 
 >>> from floatlab.train.models import MLP
 >>> led = ledger(MLP(784, (256, 256), 10), "mixed-bf16", batch_size=64)
@@ -14,12 +15,14 @@ True
 """
 
 from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
-from floatlab.train.analysis.operands import operand_summary, plot_operands
+from floatlab.train.analysis.operands import operand_summary
+from floatlab.train.analysis.plots import compare, plot_operands
 from floatlab.train.analysis.sampling import sample
 from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
 
 __all__ = [
     "Ledger",
+    "compare",
     "late_phase",
     "ledger",
     "ledger_for",
