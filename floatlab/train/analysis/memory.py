@@ -48,7 +48,6 @@ wider one takes the next power of two of bits (fp16, bf16: 2; tf32, fp32: 4; fp6
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -351,43 +350,19 @@ _UNKNOWN_MODEL = "the memory ledger counts the shapes of mlp, attention, transfo
 
 def param_shapes(model: Model) -> dict[str, tuple[int, ...]]:
     """The shape of each parameter of ``model``, by name, in the order of its ``init``, from its
-    configuration alone: nothing is allocated, so a model of billions of weights costs nothing.
+    configuration alone (:meth:`~floatlab.train.models.Model.param_shapes`): nothing is
+    allocated, so a model of billions of weights costs nothing.
 
     >>> from floatlab.train.models import MLP
     >>> param_shapes(MLP(4, (3,), 2))
     {'W0': (4, 3), 'b0': (3,), 'W1': (3, 2), 'b1': (2,)}
     """
-    from floatlab.train.models.attention import AttentionNet
-    from floatlab.train.models.convnet import ConvNet
-    from floatlab.train.models.mlp import MLP
-    from floatlab.train.models.seq_layers import block_shapes
-    from floatlab.train.models.transformer import TransformerLM
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    if isinstance(model, MLP):
-        for i, (a, b) in enumerate(itertools.pairwise(model.sizes)):
-            shapes[f"W{i}"], shapes[f"b{i}"] = (a, b), (b,)
-    elif isinstance(model, AttentionNet):
-        f, d, t, c = model.n_in // model.tokens, model.d_model, model.tokens, model.n_out
-        shapes = {
-            "We": (f, d), "be": (d,), "pos": (t, d), "ln1_g": (d,), "ln1_b": (d,), "Wqkv": (d, 3 * d),
-            "Wo": (d, d), "bo": (d,), "ln2_g": (d,), "ln2_b": (d,), "Wc": (d, c), "bc": (c,),
-        }  # fmt: skip
-    elif isinstance(model, TransformerLM):
-        d = model.d_model
-        shapes = {"tok": (model.vocab, d), "pos": (model.context, d)}
-        for i in range(model.layers):
-            shapes.update({f"h{i}.{k}": shape for k, shape in block_shapes(d).items()})
-        shapes["lnf_g"], shapes["lnf_b"] = (d,), (d,)
-    elif isinstance(model, ConvNet):
-        c_in = 1
-        for i, c in enumerate(model.channels):
-            shapes[f"conv{i}_W"], shapes[f"bn{i}_g"], shapes[f"bn{i}_b"] = (3, 3, c_in, c), (c,), (c,)
-            c_in = c
-        shapes["Wc"], shapes["bc"] = (model.n_features, model.n_out), (model.n_out,)
-    else:
-        raise ValueError(f"model {model.describe()!r}: {_UNKNOWN_MODEL}")
-    return shapes
+    try:
+        return model.param_shapes()
+    except NotImplementedError:
+        raise ValueError(
+            f"model {model.describe()!r}: {_UNKNOWN_MODEL} (a model of your own: give it param_shapes())"
+        ) from None
 
 
 def buffer_shapes(model: Model) -> dict[str, tuple[int, ...]]:
@@ -398,12 +373,8 @@ def buffer_shapes(model: Model) -> dict[str, tuple[int, ...]]:
     >>> buffer_shapes(ConvNet(channels=(4,)))
     {'bn0_mean': (4,), 'bn0_var': (4,)}
     """
-    from floatlab.train.models.convnet import ConvNet
-
     param_shapes(model)  # (an unknown model is refused here too)
-    if not isinstance(model, ConvNet):
-        return {}
-    return {f"bn{i}_{s}": (c,) for i, c in enumerate(model.channels) for s in ("mean", "var")}
+    return model.buffer_shapes()
 
 
 def _saved_counts(model: Model, policy: Policy, batch_size: int) -> dict[tuple[str, str, int], int]:

@@ -69,6 +69,13 @@ class AttentionNet(Model):
     def build(cls, n_in: int, n_out: int, **kwargs: Any) -> AttentionNet:
         return cls(n_in, n_out, **kwargs)
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        f, d, t, c = self.n_in // self.tokens, self.d_model, self.tokens, self.n_out
+        return {
+            "We": (f, d), "be": (d,), "pos": (t, d), "ln1_g": (d,), "ln1_b": (d,), "Wqkv": (d, 3 * d),
+            "Wo": (d, d), "bo": (d,), "ln2_g": (d,), "ln2_b": (d,), "Wc": (d, c), "bc": (c,),
+        }  # fmt: skip
+
     def init(self, rng: np.random.Generator) -> Params:
         f, d, t, c = self.n_in // self.tokens, self.d_model, self.tokens, self.n_out
         return {

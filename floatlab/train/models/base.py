@@ -67,6 +67,17 @@ class Model:
         """The state that is not trained (running statistics), at its initial values."""
         return {}
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of each parameter, by name, in the order of :meth:`init`, from the
+        configuration alone: nothing is allocated, so a model of billions of weights costs
+        nothing to describe (the memory ledger reads it)."""
+        raise NotImplementedError
+
+    def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of each buffer, as :meth:`init_buffers` makes them, from the configuration
+        alone."""
+        return {}
+
     def forward(
         self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
     ) -> tuple[Array, Cache]:

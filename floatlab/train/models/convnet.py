@@ -389,6 +389,23 @@ class ConvNet(Model):
         """The linear head (the convolutions are GEMMs the recipes leave alone)."""
         return ("Wc",)
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes: dict[str, tuple[int, ...]] = {}
+        c_in = 1
+        for i, c in enumerate(self.channels):
+            shapes[f"conv{i}_W"], shapes[f"bn{i}_g"], shapes[f"bn{i}_b"] = (3, 3, c_in, c), (c,), (c,)
+            c_in = c
+        shapes["Wc"], shapes["bc"] = (self.n_features, self.n_out), (self.n_out,)
+        return shapes
+
+    def buffer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """BatchNorm's running mean and variance of each convolution.
+
+        >>> ConvNet(channels=(4,)).buffer_shapes()
+        {'bn0_mean': (4,), 'bn0_var': (4,)}
+        """
+        return {f"bn{i}_{s}": (c,) for i, c in enumerate(self.channels) for s in ("mean", "var")}
+
     def init(self, rng: np.random.Generator) -> Params:
         w: Params = {}
         c_in = 1

@@ -74,6 +74,17 @@ class MLP(Model):
             "activation": self.activation,
         }
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``W{i}`` ``(fan_in, fan_out)`` and ``b{i}`` for each layer.
+
+        >>> MLP(4, (3,), 2).param_shapes()
+        {'W0': (4, 3), 'b0': (3,), 'W1': (3, 2), 'b1': (2,)}
+        """
+        shapes: dict[str, tuple[int, ...]] = {}
+        for i, (a, b) in enumerate(itertools.pairwise(self.sizes)):
+            shapes[f"W{i}"], shapes[f"b{i}"] = (a, b), (b,)
+        return shapes
+
     def init(self, rng: np.random.Generator) -> Params:
         w: Params = {}
         s = self.sizes

@@ -134,6 +134,14 @@ class TransformerLM(Model):
         """
         return tuple(f"h{i}.{k}" for i in range(self.layers) for k in ("Wqkv", "Wo", "W1", "W2"))
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.d_model
+        shapes: dict[str, tuple[int, ...]] = {"tok": (self.vocab, d), "pos": (self.context, d)}
+        for i in range(self.layers):
+            shapes.update({f"h{i}.{k}": shape for k, shape in block_shapes(d).items()})
+        shapes["lnf_g"], shapes["lnf_b"] = (d,), (d,)
+        return shapes
+
     def init(self, rng: np.random.Generator) -> Params:
         d, f32 = self.d_model, np.float32
 
