@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Literal
 
 from floatlab.exact import pow2
+from floatlab.registry import Registry
 
 __all__ = [
     "BF16",
@@ -272,12 +273,15 @@ def _to_float(q: Fraction) -> float:
 
 
 # ---- the registry ---------------------------------------------------------------------------
-FORMATS: dict[str, FloatFormat] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def _norm(name: str) -> str:
-    return name.strip().lower().replace("-", "_").replace(" ", "_")
+#: every registered format by name (case, ``-`` and spaces are read as ``_``), with its aliases:
+#: :func:`get_format` looks a name up here, :func:`register_format` adds one
+FORMATS: Registry[FloatFormat] = Registry(
+    "format",
+    alike="- ",
+    sep="_",
+    listing=lambda names: f"(known: {', '.join(names[:5])}, ...)",
+    kind="a format name or a FloatFormat",
+)
 
 
 def register_format(fmt: FloatFormat, *aliases: str, replace: bool = False) -> FloatFormat:
@@ -295,19 +299,17 @@ def register_format(fmt: FloatFormat, *aliases: str, replace: bool = False) -> F
     Traceback (most recent call last):
     ...
     ValueError: format name 'FP16' is the built-in fp16: expected a name of its own
-    >>> _ = FORMATS.pop("e6m9"), _ALIASES.pop("my_e6m9"), _ALIASES.pop("e6m9")  # (undo, for other examples)
+    >>> FORMATS.remove("e6m9")  # (undo, for other examples)
     """
     if not isinstance(fmt, FloatFormat):
         raise ValueError(f"register_format({fmt!r}): expected a FloatFormat")
     if not isinstance(replace, bool):
         raise ValueError(f"replace={replace!r}: expected True or False")
-    key = _norm(fmt.name)
-    names = [fmt.name, *aliases]
-    for name in names:
-        if not isinstance(name, str) or not _norm(name):
+    for name in (fmt.name, *aliases):
+        if not isinstance(name, str) or not FORMATS.key(name):
             raise ValueError(f"format name {name!r}: expected a non-empty string")
-        taken = _ALIASES.get(_norm(name))
-        if taken is None or (FORMATS[taken] == fmt and taken == key):
+        taken = FORMATS.find(name)
+        if taken is None or (taken == fmt.name and FORMATS[taken] == fmt):
             continue
         if taken in _BUILTIN_ALIASES:
             raise ValueError(f"format name {name!r} is the built-in {taken}: expected a name of its own")
@@ -315,10 +317,7 @@ def register_format(fmt: FloatFormat, *aliases: str, replace: bool = False) -> F
             raise ValueError(
                 f"format name {name!r} is already {FORMATS[taken]!r}: expected a new name (or replace=True)"
             )
-    FORMATS[key] = fmt
-    _ALIASES[key] = key
-    for a in aliases:
-        _ALIASES[_norm(a)] = key
+    FORMATS.add(fmt.name, fmt, aliases=aliases)
     return fmt
 
 
@@ -343,17 +342,7 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
     """
     if isinstance(fmt, FloatFormat):
         return fmt
-    if not isinstance(fmt, str):
-        raise ValueError(f"format {fmt!r}: expected a format name or a FloatFormat")
-    key = _ALIASES.get(_norm(fmt))
-    if key is not None:
-        return FORMATS[key]
-    import difflib  # only a misspelt name needs it: kept off the start-up of every command
-
-    close = difflib.get_close_matches(_norm(fmt), list(_ALIASES), n=1, cutoff=0.5)
-    hint = f"did you mean {FORMATS[_ALIASES[close[0]]].name}? " if close else ""
-    known = ", ".join(list(FORMATS)[:5])
-    raise ValueError(f"unknown format {fmt!r}: {hint}(known: {known}, ...)")
+    return FORMATS.lookup(fmt)
 
 
 #: the other names of the built-in formats (get_format takes any of them, in any case)

@@ -18,7 +18,6 @@ import pytest
 from oracles import ORACLE_TYPES, gfloat_info
 
 import floatlab as fl
-from floatlab import formats
 from floatlab.codec import decode, encode
 from floatlab.formats import FloatFormat
 
@@ -197,13 +196,11 @@ def test_unknown_format_without_a_close_match_lists_known_names() -> None:
 
 @pytest.fixture
 def registry() -> Iterator[None]:
-    """Restore the registry after a test registers formats."""
-    saved_formats, saved_aliases = dict(formats.FORMATS), dict(formats._ALIASES)
+    """Remove the formats a test registers, with their aliases."""
+    before = set(fl.FORMATS)
     yield
-    formats.FORMATS.clear()
-    formats.FORMATS.update(saved_formats)
-    formats._ALIASES.clear()
-    formats._ALIASES.update(saved_aliases)
+    for name in set(fl.FORMATS) - before:
+        fl.FORMATS.remove(name)
 
 
 @pytest.mark.usefixtures("registry")
@@ -270,9 +267,7 @@ def test_register_format_never_takes_a_name_silently() -> None:
         second = fl.register_format(FloatFormat(6, 4, name="mine6"), replace=True)
         assert fl.get_format("mine6") is second
     finally:
-        for k in ("mine6", "my_six"):
-            fl.formats._ALIASES.pop(k, None)
-        fl.formats.FORMATS.pop("mine6", None)
+        fl.FORMATS.remove("mine6")
     with pytest.raises(ValueError, match="expected strings"):
         FloatFormat(5, 2, name=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="expected a non-empty string"):
