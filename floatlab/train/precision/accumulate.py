@@ -195,11 +195,20 @@ def accumulate_matmul(
         rows = a32.reshape(1, math.prod(lead) * m, k)
         out = accumulate_products(rows, b32[None], f, mode, promote_every=n_every)
         return out.reshape(*lead, m, n)
+    batch, a3, b3 = _stacked(a32, b32)
+    return accumulate_products(a3, b3, f, mode, promote_every=n_every).reshape(*batch, m, n)
+
+
+def _stacked(
+    a32: NDArray[np.float32], b32: NDArray[np.float32]
+) -> tuple[tuple[int, ...], NDArray[np.float32], NDArray[np.float32]]:
+    """The broadcast leading shape, and both operands as C-contiguous stacks (B, M, K), (B, K, N)."""
+    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
     batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
     nb = math.prod(batch)
     a3 = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k)).reshape(nb, m, k))
     b3 = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n)).reshape(nb, k, n))
-    return accumulate_products(a3, b3, f, mode, promote_every=n_every).reshape(*batch, m, n)
+    return batch, a3, b3
 
 
 def accumulate_matmul_reference(
@@ -229,10 +238,9 @@ def _numpy_sums(
 ) -> NDArray[np.float32]:
     """The reference's work, on checked arguments."""
     m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
-    batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
+    batch, a32s, b32s = _stacked(a32, b32)
     nb = math.prod(batch)
-    a3 = np.broadcast_to(a32, (*batch, m, k)).reshape(nb, m, k).astype(np.float64)
-    b3 = np.broadcast_to(b32, (*batch, k, n)).reshape(nb, k, n).astype(np.float64)
+    a3, b3 = a32s.astype(np.float64), b32s.astype(np.float64)
     at = np.ascontiguousarray(np.moveaxis(a3, -1, 0))  # (K, B, M): at[k] is column k of every a
     bt = np.ascontiguousarray(np.moveaxis(b3, -2, 0))  # (K, B, N)
     chunk = k if n_every is None else n_every
