@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from floatlab.exact import floor_log2
 from floatlab.formats import FloatFormat, get_format
+from floatlab.registry import Registry
 
 __all__ = [
     "BLOCK_FORMATS",
@@ -147,8 +148,10 @@ MX_FORMATS: dict[str, BlockFormat] = {
 }
 #: NVIDIA's NVFP4: E2M1 elements in blocks of 16, an E4M3 scale per block, an fp32 scale per tensor
 NVFP4 = BlockFormat("nvfp4", get_format("float4_e2m1fn"), 16, "e4m3")
-#: every block format by name: the MX formats and NVFP4
-BLOCK_FORMATS: dict[str, BlockFormat] = {**MX_FORMATS, NVFP4.name: NVFP4}
+#: every block format by name, the MX formats and NVFP4 (case is ignored and ``-`` read as ``_``)
+BLOCK_FORMATS: Registry[BlockFormat] = Registry(
+    "MX format", {**MX_FORMATS, NVFP4.name: NVFP4}, alike="-", sep="_", kind="a block format name"
+)
 
 
 def get_mx_format(fmt: BlockFormat | str, block_size: int | None = None) -> BlockFormat:
@@ -160,15 +163,9 @@ def get_mx_format(fmt: BlockFormat | str, block_size: int | None = None) -> Bloc
     >>> get_mx_format("mxfp16")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown MX format 'mxfp16': expected one of mxfp8_e5m2, mxfp8_e4m3, ..., nvfp4
+    ValueError: unknown MX format 'mxfp16': did you mean mxfp6_e3m2? expected one of mxfp8_e5m2, ..., nvfp4
     """
-    if isinstance(fmt, BlockFormat):
-        f = fmt
-    else:
-        key = str(fmt).strip().lower().replace("-", "_")
-        if key not in BLOCK_FORMATS:
-            raise ValueError(f"unknown MX format {fmt!r}: expected one of {', '.join(BLOCK_FORMATS)}")
-        f = BLOCK_FORMATS[key]
+    f = fmt if isinstance(fmt, BlockFormat) else BLOCK_FORMATS.lookup(fmt)
     if block_size is not None and block_size != f.block_size:
         f = BlockFormat(f.name, f.element, block_size, f.scale)
     return f
