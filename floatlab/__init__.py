@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from floatlab import formats
+from floatlab._lazy import lazy_exports
 from floatlab.codec import Decoded, decode, parse_value
 from floatlab.formats import *  # noqa: F403
 
@@ -60,18 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(source)
-    value = module if source == f"{__name__}.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), __name__, _LAZY)
 
 
 # the formats' public names, then the rest

@@ -2,15 +2,14 @@
 
 :func:`decode` takes a code (the bit pattern as an integer) and returns a :class:`Decoded`
 holding its three fields, its class, its exact value as a :class:`~fractions.Fraction`, its
-exact decimal expansion, its ulp and its neighbours; it shows itself as a terminal report,
-as coloured bit boxes in a notebook and as a LaTeX formula. :func:`encode` rounds a value
-(a float, an int, a Fraction or a string parsed exactly) into a format with the rounding
-reference of :mod:`floatlab.rounding` and returns the code. :func:`decode_array` is the
-vectorised twin of :func:`decode` for NumPy arrays of codes.
+exact decimal expansion, its ulp and its neighbours; it prints as a terminal report and shows
+as coloured bit boxes in a notebook (both drawn by :mod:`floatlab.text.codec`) and as a LaTeX
+formula. :func:`encode` rounds a value (a float, an int, a Fraction or a string parsed exactly)
+into a format with the rounding reference of :mod:`floatlab.rounding` and returns the code.
+:func:`decode_array` is the vectorised twin of :func:`decode` for NumPy arrays of codes.
 
-One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts), ``views``
-(how it is drawn: terminal text and HTML), ``encoded`` (:func:`encode` and the
-:class:`Encoded` code it returns) and ``arrays`` (:func:`decode_array`).
+One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts), ``encoded``
+(:func:`encode` and the :class:`Encoded` code it returns) and ``arrays`` (:func:`decode_array`).
 
 >>> d = decode(0x7BFF, "fp16")
 >>> d.kind, d.decimal, hex(d.next_up)
@@ -27,9 +26,9 @@ One idea a module: ``decoded`` (the :class:`Decoded` value and its exact facts),
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from floatlab._lazy import lazy_exports
 from floatlab.codec.decoded import Decoded, Kind, decode
 from floatlab.exact import parse_value
 
@@ -48,18 +47,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(source)
-    value = module if source == f"{__name__}.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), __name__, _LAZY)
 
 
 __all__ = [
