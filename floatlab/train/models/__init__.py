@@ -10,49 +10,10 @@
 ('mlp 64-16-10', ('mlp', 'attention', 'transformer', 'convnet'))
 """
 
-from floatlab.train.models.attention import AttentionNet
-from floatlab.train.models.base import MODELS, Model, Params, get_model, model_class, model_name
-from floatlab.train.models.layers import (
-    Cache,
-    cross_entropy_backward,
-    cross_entropy_forward,
-    gelu_backward,
-    gelu_forward,
-    layer_norm_backward,
-    layer_norm_forward,
-    linear_backward,
-    linear_forward,
-    mean_pool_backward,
-    mean_pool_forward,
-    relu_backward,
-    relu_forward,
-    softmax_backward,
-    softmax_forward,
-)
-from floatlab.train.models.mlp import MLP
+from floatlab.train.models import attention, base, layers, mlp
+from floatlab.train.models.attention import *  # noqa: F403
+from floatlab.train.models.base import *  # noqa: F403
+from floatlab.train.models.layers import *  # noqa: F403
+from floatlab.train.models.mlp import *  # noqa: F403
 
-__all__ = [
-    "MLP",
-    "MODELS",
-    "AttentionNet",
-    "Cache",
-    "Model",
-    "Params",
-    "cross_entropy_backward",
-    "cross_entropy_forward",
-    "gelu_backward",
-    "gelu_forward",
-    "get_model",
-    "layer_norm_backward",
-    "layer_norm_forward",
-    "linear_backward",
-    "linear_forward",
-    "mean_pool_backward",
-    "mean_pool_forward",
-    "model_class",
-    "model_name",
-    "relu_backward",
-    "relu_forward",
-    "softmax_backward",
-    "softmax_forward",
-]
+__all__ = [*attention.__all__, *base.__all__, *layers.__all__, *mlp.__all__]
