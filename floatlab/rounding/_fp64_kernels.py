@@ -6,9 +6,8 @@ A float64 result rounded to odd at 53 bits, then rounded once more to p <= 51 bi
 equals one rounding of the exact result (Boldo and Melquiond, IEEE Trans. Computers 57(4), 2008):
 these loops give the simulators exact arithmetic for every format of up to 26 significand bits.
 The accumulator's loop does that second rounding itself, for IEEE formats, with integer operations
-on the float64 bits (:func:`_round_ieee64_py`), so that its loop over outputs vectorises; the
-tests hold it to the rounding door. The file needs nothing from the other kernel file: numba's
-cache notices a change in the file of a loop, not in the files of the functions it inlines.
+on the float64 bits (:func:`_round_ieee64`), so that its loop over outputs vectorises; the
+tests hold it to the rounding door.
 """
 
 from __future__ import annotations
@@ -16,16 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import prange
 
+from floatlab.rounding._intrinsics import element, parallel_loop, serial_loop
 from floatlab.rounding.params import EncodeParams
 
-prange: Any = range
-_prod_err: Any = None
-_odd_sum_bits: Any = None
-_round_ieee64: Any = None
 
-
-def _add_count_kernel_py(w: Any, d: Any, out: Any) -> Any:
+@serial_loop
+def add_count(w: Any, d: Any, out: Any) -> Any:
     """out = w + d in w's dtype (the hardware's rounding), with the counts of non-zero d, of
     elements whose value changed and of non-finite results: one pass where numpy needs four."""
     intended = 0
@@ -40,7 +37,8 @@ def _add_count_kernel_py(w: Any, d: Any, out: Any) -> Any:
     return intended, changed, nonfinite
 
 
-def _odd_sum_bits_py(a: Any, b: Any, rdown: Any) -> Any:
+@element
+def _odd_sum_bits(a: Any, b: Any, rdown: Any) -> Any:
     """The bits of a + b rounded to odd at 53 bits (float64 as uint64): TwoSum gives the float64
     sum s and its exact error e; an inexact s with an even last bit steps one ulp toward e (adjacent
     doubles alternate in the last bit, across binades too). With ``rdown`` an exact zero sum is -0
@@ -60,13 +58,15 @@ def _odd_sum_bits_py(a: Any, b: Any, rdown: Any) -> Any:
     return u
 
 
-def _odd_sum_kernel_py(x: Any, y: Any, out: Any, out_bits: Any, rdown: Any) -> None:
+@parallel_loop
+def odd_sum(x: Any, y: Any, out: Any, out_bits: Any, rdown: Any) -> None:
     """out = x + y rounded to odd at 53 bits (float64; ``out_bits`` is the same memory as uint64)."""
     for i in prange(x.size):
         out_bits[i] = _odd_sum_bits(x[i], y[i], rdown)
 
 
-def _prod_err_py(a: Any, b: Any, p: Any) -> Any:
+@element
+def _prod_err(a: Any, b: Any, p: Any) -> Any:
     """e with a * b = p + e exactly, p = fl(a * b) (Dekker's product with Veltkamp's splitting:
     no fused multiply-add needed; exact while nothing overflows or underflows)."""
     c = 134217729.0 * a  # 2^27 + 1 splits a double into two 26-bit halves
@@ -78,7 +78,8 @@ def _prod_err_py(a: Any, b: Any, p: Any) -> Any:
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-def _odd_div_kernel_py(x: Any, y: Any, out: Any, out_bits: Any) -> None:
+@parallel_loop
+def odd_div(x: Any, y: Any, out: Any, out_bits: Any) -> None:
     """out = x / y rounded to odd at 53 bits (``out_bits`` is out's memory as uint64). The
     remainder x - q*y = (x - h) - e with q*y = h + e exactly; x - h is exact (Sterbenz), so the
     remainder's sign, times y's, says on which side of q the exact quotient lies."""
@@ -98,7 +99,8 @@ def _odd_div_kernel_py(x: Any, y: Any, out: Any, out_bits: Any) -> None:
                     out_bits[i] -= np.uint64(1)
 
 
-def _odd_sqrt_kernel_py(x: Any, out: Any, out_bits: Any) -> None:
+@parallel_loop
+def odd_sqrt(x: Any, out: Any, out_bits: Any) -> None:
     """out = sqrt(x) rounded to odd at 53 bits: sqrt(x) > r exactly when x > r*r = h + e."""
     for i in prange(x.size):
         a = x[i]
@@ -113,7 +115,8 @@ def _odd_sqrt_kernel_py(x: Any, out: Any, out_bits: Any) -> None:
                 out_bits[i] -= np.uint64(1)
 
 
-def _round_ieee64_py(u: Any, p: Any) -> Any:
+@element
+def _round_ieee64(u: Any, p: Any) -> Any:
     """The float64 bit pattern ``u`` rounded into the IEEE format of ``p`` (deterministic mode,
     subnormals kept, at most 51 fraction bits, values within float64's range) and back, as float64
     bits: what the rounding door gives for the same value, in a few integer operations.
@@ -162,7 +165,8 @@ def _round_ieee64_py(u: Any, p: Any) -> Any:
     return np.uint64(sign | r)
 
 
-def _accumulate_kernel_py(a: Any, b: Any, out: Any, every: Any, rdown: Any, pt: Any, p32t: Any) -> None:
+@parallel_loop
+def accumulate(a: Any, b: Any, out: Any, every: Any, rdown: Any, pt: Any, p32t: Any) -> None:
     """out[g, i, j] = the sum of a[g, i, k] * b[g, k, j] (b[0] when b holds one matrix) over k in
     order, every addition rounded once into the accumulator (``pt``: an IEEE format within fp32).
     With ``every`` > 0, after each ``every`` products and after the last, the accumulator is added
@@ -196,7 +200,8 @@ def _accumulate_kernel_py(a: Any, b: Any, out: Any, every: Any, rdown: Any, pt: 
             out[g, i, j] = total[j] if every > 0 else acc[j]
 
 
-def _fma_kernel_py(x: Any, y: Any, z: Any, out: Any, pt: Any) -> None:
+@parallel_loop
+def fma(x: Any, y: Any, z: Any, out: Any, pt: Any) -> None:
     """out = x * y + z for float32 x, y, z, rounded once by ``pt`` (an IEEE format within fp32):
     the product of two fp32 values is exact in float64, the sum is formed rounded to odd at 53
     bits, then rounded into the format: a fused multiply-add."""
@@ -204,17 +209,3 @@ def _fma_kernel_py(x: Any, y: Any, z: Any, out: Any, pt: Any) -> None:
     for i in prange(x.size):
         u = _odd_sum_bits(np.float64(x[i]) * np.float64(y[i]), np.float64(z[i]), False)
         out[i] = np.uint64(_round_ieee64(u, p)).view(np.float64)
-
-
-def compile_into(numba: Any, out: dict[str, Any]) -> None:
-    """Compile the loops into ``out`` by name (once per process)."""
-    g = globals()
-    g["prange"] = numba.prange
-    # forceinline: a loop with a call does not vectorise
-    helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in ("_prod_err", "_odd_sum_bits", "_round_ieee64"):
-        g[name] = helper(g[name + "_py"])
-    parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("odd_sum", "odd_div", "odd_sqrt", "accumulate", "fma"):
-        out[name] = parallel(g[f"_{name}_kernel_py"])
-    out["add_count"] = numba.njit(cache=True, nogil=True, error_model="numpy")(_add_count_kernel_py)

@@ -1,23 +1,20 @@
 """Round to nearest even in place, in the input's own bit pattern (numba source, private to
 :mod:`floatlab.rounding`): the element routine of the scaled casts' and the block loops' fast
-paths, and two small helpers of those loops. Plain Python until
-:func:`floatlab.rounding._block_kernels.compile_into` binds the intrinsics here and compiles
-them; the loops that inline them carry a fingerprint of this file in their names
-(:func:`floatlab.rounding._block_kernels.fingerprint`), so that a change here compiles them anew.
+paths, and two small helpers of those loops, compiled to be inlined
+(:data:`floatlab.rounding._intrinsics.element`); the loops that inline them carry a fingerprint
+of this file in their names (:data:`floatlab.rounding._intrinsics.STAMP`), so that a change here
+compiles them anew.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# Names bound to numba objects by floatlab.rounding._block_kernels.compile_into().
-_u: Any = None
-_s: Any = None
-_shl: Any = None
-_shr: Any = None
+from floatlab.rounding._intrinsics import _s, _shl, _shr, _u, element
 
 
-def _nearest_py(a: Any, z: Any, m_in: Any, m_t: Any, ebias: Any, top: Any) -> Any:
+@element
+def _nearest(a: Any, z: Any, m_in: Any, m_t: Any, ebias: Any, top: Any) -> Any:
     """(the rounded magnitude's bits, overflowed) of the magnitude bits ``a`` (a number, of an
     IEEE input format with ``m_in`` fraction bits) rounded to nearest even into an element format
     with ``m_t`` fraction bits whose smallest normal number has the input's biased exponent
@@ -47,10 +44,11 @@ def _nearest_py(a: Any, z: Any, m_in: Any, m_t: Any, ebias: Any, top: Any) -> An
     return (top if over else r), over
 
 
-def _stochastic_py(a: Any, z: Any, rnd: Any, rm: Any, m_t: Any, ebias: Any, top: Any) -> Any:
+@element
+def _stochastic(a: Any, z: Any, rnd: Any, rm: Any, m_t: Any, ebias: Any, top: Any) -> Any:
     """(the rounded magnitude's bits, overflowed) of the float32 magnitude bits ``a`` (a number
     or an infinity) rounded stochastically into an element format with ``m_t`` fraction bits,
-    as :func:`_nearest_py` rounds to nearest even (same ``ebias`` and ``top``), in float32's own
+    as :func:`_nearest` rounds to nearest even (same ``ebias`` and ``top``), in float32's own
     bit pattern, and with the door's rule for the random word ``rnd`` (uint32): the bits below
     the element's last place read as a 32-bit fraction of it, both cut to the mask ``rm`` (the
     word's top random_bits bits), and the value rounds up when the two add up to one place or
@@ -79,8 +77,9 @@ def _stochastic_py(a: Any, z: Any, rnd: Any, rm: Any, m_t: Any, ebias: Any, top:
     return (top if over else res), over
 
 
-def _nearest_code_py(r: Any, z: Any, m_in: Any, m_t: Any, ebias: Any) -> Any:
-    """The element code's magnitude of a magnitude ``r`` that :func:`_nearest_py` rounded (same
+@element
+def _nearest_code(r: Any, z: Any, m_in: Any, m_t: Any, ebias: Any) -> Any:
+    """The element code's magnitude of a magnitude ``r`` that :func:`_nearest` rounded (same
     ``m_in``, ``m_t`` and ``ebias``): a normal element's fields read off r's by a shift and a
     rebias, a subnormal one's significand shifted down to its quantum."""
     one = _u(1, z)
@@ -93,9 +92,10 @@ def _nearest_code_py(r: Any, z: Any, m_in: Any, m_t: Any, ebias: Any) -> Any:
     return high if normal else low
 
 
-def _moved_py(sh: Any, z: Any, p: Any, lo_bias: Any) -> Any:
+@element
+def _moved(sh: Any, z: Any, p: Any, lo_bias: Any) -> Any:
     """(the element's smallest normal and its largest finite magnitude's bits) moved by the block
-    shift ``sh``, for :func:`_nearest_py` (``lo_bias``: the element's emin plus the input's bias;
+    shift ``sh``, for :func:`_nearest` (``lo_bias``: the element's emin plus the input's bias;
     a shift that moves the range below the input's normals is clamped: its blocks are zeros)."""
     eb = _s(max(_s(lo_bias + _s(sh, z), z), _s(1, z)), z)
     m_in = p.in_mantissa_bits
@@ -103,7 +103,8 @@ def _moved_py(sh: Any, z: Any, p: Any, lo_bias: Any) -> Any:
     return eb, top
 
 
-def _add5_py(c: Any, f: Any) -> Any:
+@element
+def _add5(c: Any, f: Any) -> Any:
     """Five lane-wide counters ``c`` plus five flags ``f``."""
     z = c[0]
     return (

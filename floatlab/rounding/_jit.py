@@ -1,50 +1,110 @@
-"""The compiled CPU loops: built on first use, launched on one thread when the array is small.
+"""The compiled CPU loops as one typed table, built on first use: :func:`kernels`.
 
-numba is imported here on first use only (``import floatlab`` must stay light). The loop sources
-live in :mod:`floatlab.rounding._kernels` (the rounding loops, on the element functions),
-:mod:`floatlab.rounding._block_kernels` (block scaling, on the same element functions) and
-:mod:`floatlab.rounding._fp64_kernels` (exact float64 arithmetic); each gives its compiled loops
-by name through ``compile_into``.
+numba is imported on first use only (``import floatlab`` must stay light): the kernel modules
+import it, and :func:`kernels` imports them. The loop sources live in
+:mod:`floatlab.rounding._kernels` (the rounding loops, on the element functions),
+:mod:`floatlab.rounding._block_kernels` and :mod:`floatlab.rounding._e4m3_kernels` (block
+scaling, on the same element functions), :mod:`floatlab.rounding._scaled_kernels` (the fp8
+recipes' scaled casts) and :mod:`floatlab.rounding._fp64_kernels` (exact float64 arithmetic).
+Each loop compiles on its first call for the types of its arguments, or loads from numba's cache.
+A parallel loop runs on one thread when the array is small: its caller wraps the call in
+:func:`floatlab.rounding.threads.loop_threads`.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from floatlab.rounding.threads import loop_threads
-
-_lock = threading.Lock()
-_compiled: dict[str, Any] = {}
+Loop = Callable[..., Any]
 
 
-def loops() -> dict[str, Any]:
-    """Every compiled loop by name (compiled, or loaded from numba's cache, once per process)."""
-    if _compiled:
-        return _compiled
-    with _lock:
-        if not _compiled:
-            import numba
+class Kernels(NamedTuple):
+    """The compiled CPU loops, each a field (see its module for its arguments)."""
 
-            from floatlab.rounding import _block_kernels, _fp64_kernels, _kernels, _scaled_kernels
+    # floatlab.rounding._kernels: the door's loops, the plain casts, the running sums
+    encode: Loop
+    round_back: Loop
+    full: Loop
+    general: Loop
+    decode: Loop
+    gather: Loop
+    half_encode: Loop
+    half_round: Loop
+    bf16_encode: Loop
+    bf16_round: Loop
+    round_count: Loop
+    round_count_inplace: Loop
+    sequential: Loop
+    kahan: Loop
+    # floatlab.rounding._block_kernels and _e4m3_kernels: block scaling
+    e8m0_blocks: Loop
+    e4m3_blocks: Loop
+    finite_amax: Loop
+    # floatlab.rounding._scaled_kernels: the scaled casts, the block GEMM's sums, the tree sums
+    scaled_round: Loop
+    scaled_round_t: Loop
+    tile_cast: Loop
+    fma_sum: Loop
+    fma_one: Loop
+    fma_sum_store: Loop
+    fma_one_store: Loop
+    tree_rows: Loop
+    tree_cols: Loop
+    # floatlab.rounding._fp64_kernels: exact float64 arithmetic
+    add_count: Loop
+    odd_sum: Loop
+    odd_div: Loop
+    odd_sqrt: Loop
+    accumulate: Loop
+    fma: Loop
 
-            built: dict[str, Any] = {}
-            _kernels.compile_into(numba, built)
-            _block_kernels.compile_into(numba, built)  # (on the element functions just bound)
-            _scaled_kernels.compile_into(numba, built)  # (and on the block loops' intrinsics)
-            _fp64_kernels.compile_into(numba, built)
-            _compiled.update(built)
-        return _compiled
 
+@functools.cache
+def kernels() -> Kernels:
+    """The table of compiled loops (its modules imported once per process).
 
-def loop(name: str) -> Any:
-    """The compiled loop ``name``."""
-    return (_compiled or loops())[name]
+    >>> kernels().encode is kernels().encode
+    True
+    """
+    from floatlab.rounding import _block_kernels as b
+    from floatlab.rounding import _e4m3_kernels as e
+    from floatlab.rounding import _fp64_kernels as f
+    from floatlab.rounding import _kernels as k
+    from floatlab.rounding import _scaled_kernels as s
 
-
-def launch(name: str, n: int, *args: Any) -> Any:
-    """Run compiled loop ``name`` over ``n`` elements: on one thread when ``n`` is small
-    (:func:`floatlab.rounding.threads.loop_threads`)."""
-    fn = loop(name)
-    with loop_threads(n):
-        return fn(*args)
+    return Kernels(
+        encode=k.encode,
+        round_back=k.round_back,
+        full=k.full,
+        general=k.general,
+        decode=k.decode,
+        gather=k.gather,
+        half_encode=k.half_encode,
+        half_round=k.half_round,
+        bf16_encode=k.bf16_encode,
+        bf16_round=k.bf16_round,
+        round_count=k.round_count,
+        round_count_inplace=k.round_count_inplace,
+        sequential=k.sequential,
+        kahan=k.kahan,
+        e8m0_blocks=b.e8m0_blocks,
+        e4m3_blocks=e.e4m3_blocks,
+        finite_amax=b.finite_amax,
+        scaled_round=s.scaled_round,
+        scaled_round_t=s.scaled_round_t,
+        tile_cast=s.tile_cast,
+        fma_sum=s.fma_sum,
+        fma_one=s.fma_one,
+        fma_sum_store=s.fma_sum_store,
+        fma_one_store=s.fma_one_store,
+        tree_rows=s.tree_rows,
+        tree_cols=s.tree_cols,
+        add_count=f.add_count,
+        odd_sum=f.odd_sum,
+        odd_div=f.odd_div,
+        odd_sqrt=f.odd_sqrt,
+        accumulate=f.accumulate,
+        fma=f.fma,
+    )

@@ -8,18 +8,12 @@ format, input or target, enters as the named integers of
 So one compiled loop serves every format and rounding mode, and ``cache=True`` keeps it across
 runs (numba honours ``NUMBA_CACHE_DIR``).
 
-Arithmetic runs in "lanes": uint32 when the input and the codes fit in 32 bits (AVX-512 then
-holds 16 elements per register), uint64 otherwise. numba widens every integer operation to 64
-bits, so the loops spell their operations through small intrinsics (:func:`_u`, :func:`_s`,
-:func:`_shl`, :func:`_shr`, :func:`_clz`) that keep the lane width.
-
-The element functions (``_core``, ``_encode_one``, ``_decode_one``, ``_random32``,
-``_flags_one``) are plain Python until :func:`compile_into` wraps them: for the CPU here, and
-for CUDA by :mod:`floatlab.rounding.cuda`, which binds the same functions to device functions.
-The loops and the element functions stay in this one file: numba's cache notices a change in
-the file of a loop, not in the files of the functions it inlines (the block loops of
-:mod:`floatlab.rounding._block_kernels`, which inline them too, are compiled under names that
-carry a fingerprint of this file).
+Arithmetic runs in lanes (:mod:`floatlab.rounding._intrinsics`): the element functions
+(``_core``, ``_encode_one``, ``_decode_one``, ``_random32``, ``_flags_one``) keep the lane
+width through its intrinsics. They are compiled here for the CPU and inlined into the loops;
+:mod:`floatlab.rounding.cuda` compiles the same Python functions (their ``py_func``) for CUDA.
+This module imports numba: it is imported on first use, by
+:func:`floatlab.rounding._jit.kernels`.
 """
 
 from __future__ import annotations
@@ -27,123 +21,29 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+from numba import prange
 
+from floatlab.rounding._intrinsics import (
+    _clz,
+    _half,
+    _s,
+    _shl,
+    _shr,
+    _u,
+    _unhalf,
+    element,
+    parallel_loop,
+    serial_loop,
+)
 from floatlab.rounding.params import DecodeParams, EncodeParams
 
-# Names bound to numba objects by compile_into(); plain placeholders until then.
-prange: Any = range
-_u: Any = None
-_s: Any = None
-_shl: Any = None
-_shr: Any = None
-_clz: Any = None
-_half: Any = None
-_unhalf: Any = None
-_core: Any = None
-_encode_one: Any = None
-_decode_one: Any = None
-_random32: Any = None
-_mix32: Any = None
-_flags_one: Any = None
-_bf16: Any = None
-_step: Any = None
-_nonzero: Any = None
 
-#: the element functions, bound per target (CPU here, CUDA in floatlab.rounding.cuda)
-ELEMENT_FUNCTIONS = ("_core", "_encode_one", "_decode_one", "_mix32", "_random32", "_flags_one")
-INTRINSICS = ("_u", "_s", "_shl", "_shr", "_clz")
-
-
-# ---- intrinsics: integer operations that keep the lane width ----------------------------------
-def _u_typer(typingctx: Any, v: Any, z: Any) -> Any:
-    """Cast ``v`` to the unsigned integer type as wide as ``z``."""
-    from numba.core import types
-
-    ut = types.Integer.from_bitwidth(z.bitwidth, signed=False)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return context.cast(builder, args[0], sig.args[0], ut)
-
-    return ut(v, z), codegen
-
-
-def _s_typer(typingctx: Any, v: Any, z: Any) -> Any:
-    """Cast ``v`` to the signed integer type as wide as ``z``."""
-    from numba.core import types
-
-    st = types.Integer.from_bitwidth(z.bitwidth, signed=True)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return context.cast(builder, args[0], sig.args[0], st)
-
-    return st(v, z), codegen
-
-
-def _shl_typer(typingctx: Any, a: Any, n: Any) -> Any:
-    """a << n in a's width; the callers keep 0 <= n < width (a wider shift is undefined)."""
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        k = context.cast(builder, args[1], sig.args[1], sig.args[0])
-        return builder.shl(args[0], k)
-
-    return a(a, n), codegen
-
-
-def _shr_typer(typingctx: Any, a: Any, n: Any) -> Any:
-    """Logical a >> n in a's width; the callers keep 0 <= n < width."""
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        k = context.cast(builder, args[1], sig.args[1], sig.args[0])
-        return builder.lshr(args[0], k)
-
-    return a(a, n), codegen
-
-
-def _half_typer(typingctx: Any, bits: Any) -> Any:
-    """fp16 code (as uint16) of the float32 with bit pattern ``bits``: the CPU's own conversion.
-
-    LLVM's ``fptrunc float to half`` is IEEE round-to-nearest-even with subnormals, inf and
-    quiet NaNs (payload's top bits kept); on x86 with F16C it is one vector instruction
-    (vcvtps2ph) that ignores MXCSR's flush-to-zero. The generic loops must give the same bits:
-    a test compares the two on every float32.
-    """
-    from llvmlite import ir
-    from numba.core import types
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        f = builder.bitcast(args[0], ir.FloatType())
-        return builder.bitcast(builder.fptrunc(f, ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(bits), codegen
-
-
-def _unhalf_typer(typingctx: Any, code: Any) -> Any:
-    """float32 bit pattern (uint32) of the fp16 code ``code`` (exact: every fp16 is a float32)."""
-    from llvmlite import ir
-    from numba.core import types
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        h = builder.bitcast(args[0], ir.HalfType())
-        return builder.bitcast(builder.fpext(h, ir.FloatType()), ir.IntType(32))
-
-    return types.uint32(code), codegen
-
-
-def _clz_typer(typingctx: Any, a: Any) -> Any:
-    """Count of leading zero bits; the full width for 0 (one AVX-512 instruction, vplzcnt)."""
-    from numba.core import cgutils
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return builder.ctlz(args[0], cgutils.false_bit)  # "false": ctlz(0) is defined
-
-    return a(a), codegen
-
-
-# ---- the element functions (plain Python until compile_into wraps them) -----------------------
+# ---- the element functions ---------------------------------------------------------------------
 # Conventions: bit patterns and codes are unsigned lane integers (the type of ``z``),
 # exponents are signed lane integers, format parameters arrive as int64 fields, and
 # every numba operation is cast back to the lane width (numba would widen it to 64 bits).
-def _core_py(
+@element
+def _core(
     sig: Any, e: Any, sgn: Any, rnd: Any, z: Any, m_in: Any, norm: Any, m_t: Any, emin_t: Any,
     cl: Any, c_rne: Any, c_rna: Any, c_dp: Any, c_dn: Any, c_odd: Any, c_st: Any, rmask: Any,
 ) -> Any:  # fmt: skip
@@ -196,7 +96,7 @@ def _core_py(
 
 
 class Rounded(NamedTuple):
-    """One element rounded by :func:`_encode_one_py`: the code and what the flag loops need."""
+    """One element rounded by :func:`_encode_one`: the code and what the flag loops need."""
 
     code: Any  # the target code (sign included)
     sign: Any  # the input's sign bit
@@ -210,7 +110,8 @@ class Rounded(NamedTuple):
     flushed: Any  # a subnormal result flushed to zero
 
 
-def _encode_one_py(u: Any, z: Any, rnd: Any, p: Any, shift: Any) -> Any:
+@element
+def _encode_one(u: Any, z: Any, rnd: Any, p: Any, shift: Any) -> Any:
     """Round the IEEE bit pattern ``u`` (format described by ``p``) to a code of the target.
 
     ``shift`` moves the target's exponent range (emin and emax) up by that many binades: MX
@@ -258,7 +159,8 @@ def _encode_one_py(u: Any, z: Any, rnd: Any, p: Any, shift: Any) -> Any:
     return Rounded(code, sgn, special, f, sig, e, inexact, et, ovf, flushed)
 
 
-def _decode_one_py(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> Any:
+@element
+def _decode_one(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> Any:
     """Bits, in the IEEE format described by ``d``, of the code ``c``.
 
     With ``exact`` (every value of the code's format is one of the output format) the value
@@ -311,7 +213,8 @@ def _decode_one_py(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> 
     return _u(_shl(sgn, d.out_sign_bit) | mag, z)
 
 
-def _mix32_py(x: Any) -> Any:
+@element
+def _mix32(x: Any) -> Any:
     """The "lowbias32" integer hash, as floatlab.rounding._mix32, in uint32 arithmetic."""
     x = _u(x ^ _shr(x, 16), x)
     x = _u(x * _u(0x7FEB352D, x), x)
@@ -320,7 +223,8 @@ def _mix32_py(x: Any) -> Any:
     return _u(x ^ _shr(x, 16), x)
 
 
-def _random32_py(i: Any, k0: Any, k1: Any) -> Any:
+@element
+def _random32(i: Any, k0: Any, k1: Any) -> Any:
     """The 32-bit word whose top bits are random_bits_at(key, i, k) (counter-based, any order)."""
     lo = _u(i, k0)
     hi = _u(i >> 32, k0)
@@ -329,7 +233,8 @@ def _random32_py(i: Any, k0: Any, k1: Any) -> Any:
 
 
 # ---- the loops ---------------------------------------------------------------------------------
-def _encode_kernel_py(x: Any, out: Any, z: Any, pt: Any) -> None:
+@parallel_loop
+def encode(x: Any, out: Any, z: Any, pt: Any) -> None:
     """Deterministic modes: codes of x (bits) into out."""
     # the parameters come in as plain tuples (numba dispatches those 2 us faster than a NamedTuple)
     p = EncodeParams(*pt)
@@ -337,19 +242,22 @@ def _encode_kernel_py(x: Any, out: Any, z: Any, pt: Any) -> None:
         out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0).code
 
 
-def _half_encode_kernel_py(x: Any, out: Any) -> None:
+@serial_loop
+def half_encode(x: Any, out: Any) -> None:
     """float32 bits to fp16 codes, round to nearest even (the hardware conversion)."""
     for i in prange(x.size):
         out[i] = _half(x[i])
 
 
-def _half_round_kernel_py(x: Any, out: Any) -> None:
+@serial_loop
+def half_round(x: Any, out: Any) -> None:
     """float32 bits rounded to fp16 and back, round to nearest even (the hardware conversion)."""
     for i in prange(x.size):
         out[i] = _unhalf(_half(x[i]))
 
 
-def _bf16_py(u: Any) -> Any:
+@element
+def _bf16(u: Any) -> Any:
     """bfloat16 code of the float32 with bit pattern ``u``, round to nearest even, in integer
     arithmetic: bfloat16 is the top half of a float32, so adding 0x7FFF plus the kept half's
     lowest bit and dropping the low half rounds to nearest even, subnormals and the overflow to
@@ -362,13 +270,15 @@ def _bf16_py(u: Any) -> Any:
     )
 
 
-def _bf16_encode_kernel_py(x: Any, out: Any) -> None:
+@serial_loop
+def bf16_encode(x: Any, out: Any) -> None:
     """float32 bits to bfloat16 codes, round to nearest even (integer arithmetic)."""
     for i in prange(x.size):
         out[i] = _bf16(x[i])
 
 
-def _bf16_round_kernel_py(x: Any, out: Any) -> None:
+@serial_loop
+def bf16_round(x: Any, out: Any) -> None:
     """float32 bits rounded to bfloat16 and back, round to nearest even (integer arithmetic)."""
     for i in prange(x.size):
         out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
@@ -380,7 +290,8 @@ def _bf16_round_kernel_py(x: Any, out: Any) -> None:
 _CHUNK = 1024
 
 
-def _nonzero_py(u: Any) -> int:
+@element
+def _nonzero(u: Any) -> int:
     """The non-zero values among the float32 bit patterns ``u`` (a NaN is one, -0 is a zero)."""
     n = 0
     for j in range(u.size):
@@ -388,10 +299,22 @@ def _nonzero_py(u: Any) -> int:
     return n
 
 
-def _half_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
-    """:func:`_half_round_kernel_py` and the non-zero values of its input and of its result (a
-    NaN is non-zero, -0 a zero), counted while each block is in the cache: what a rounding
-    flushed."""
+@element
+def _cast16(u: Any, bf16: Any) -> Any:
+    """The float32 bits ``u`` rounded to nearest even into bfloat16 (``bf16`` not None: integer
+    arithmetic) or fp16 (``bf16`` None: the CPU's conversion) and back, as float32 bits. ``bf16``
+    is a type, None or a number: each format is a loop of its own (a format read at run time
+    would keep the loop from vectorising)."""
+    if bf16 is not None:
+        return np.uint32(np.uint32(_bf16(u)) << np.uint32(16))
+    return _unhalf(_half(u))
+
+
+@serial_loop
+def round_count(x: Any, out: Any, bf16: Any) -> tuple[int, int]:
+    """:func:`half_round` (``bf16`` None) or :func:`bf16_round` (``bf16`` a number) and the
+    non-zero values of its input and of its result (a NaN is non-zero, -0 a zero), counted while
+    each block is in the cache: what a rounding flushed."""
     nx = 0
     nr = 0
     for lo in range(0, x.size, _CHUNK):
@@ -399,54 +322,28 @@ def _half_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
         rs = out[lo : lo + _CHUNK]
         nx += _nonzero(xs)
         for i in range(xs.size):
-            rs[i] = _unhalf(_half(xs[i]))
+            rs[i] = _cast16(xs[i], bf16)
         nr += _nonzero(rs)
     return nx, nr
 
 
-def _bf16_round_count_kernel_py(x: Any, out: Any) -> tuple[int, int]:
-    """:func:`_bf16_round_kernel_py` and the non-zero values of its input and of its result,
-    counted as :func:`_half_round_count_kernel_py` counts."""
-    nx = 0
-    nr = 0
-    for lo in range(0, x.size, _CHUNK):
-        xs = x[lo : lo + _CHUNK]
-        rs = out[lo : lo + _CHUNK]
-        nx += _nonzero(xs)
-        for i in range(xs.size):
-            rs[i] = np.uint32(_bf16(xs[i])) << np.uint32(16)
-        nr += _nonzero(rs)
-    return nx, nr
-
-
-def _half_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
-    """:func:`_half_round_count_kernel_py` in the input's own memory: ``x`` is overwritten by its
-    rounded values (one array: a second one that is the same memory keeps the loop scalar)."""
+@serial_loop
+def round_count_inplace(x: Any, bf16: Any) -> tuple[int, int]:
+    """:func:`round_count` in the input's own memory: ``x`` is overwritten by its rounded values
+    (one array: a second one that is the same memory keeps the loop scalar)."""
     nx = 0
     nr = 0
     for lo in range(0, x.size, _CHUNK):
         xs = x[lo : lo + _CHUNK]
         nx += _nonzero(xs)
         for i in range(xs.size):
-            xs[i] = _unhalf(_half(xs[i]))
+            xs[i] = _cast16(xs[i], bf16)
         nr += _nonzero(xs)
     return nx, nr
 
 
-def _bf16_round_count_inplace_kernel_py(x: Any) -> tuple[int, int]:
-    """:func:`_bf16_round_count_kernel_py` in the input's own memory."""
-    nx = 0
-    nr = 0
-    for lo in range(0, x.size, _CHUNK):
-        xs = x[lo : lo + _CHUNK]
-        nx += _nonzero(xs)
-        for i in range(xs.size):
-            xs[i] = np.uint32(_bf16(xs[i])) << np.uint32(16)
-        nr += _nonzero(xs)
-    return nx, nr
-
-
-def _round_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
+@parallel_loop
+def round_back(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
     """Deterministic modes: x (bits) rounded to the target and converted back to x's format."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
@@ -455,7 +352,8 @@ def _round_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any) -> None:
         out[i] = _decode_one(r.code, r.sign, z, d, True)
 
 
-def _flags_one_py(xi: Any, i: Any, z: Any, p: Any) -> Any:
+@element
+def _flags_one(xi: Any, i: Any, z: Any, p: Any) -> Any:
     """Element ``i`` (bits ``xi``) of the flag-counting loops, any mode: (code, sign, flags) with
     flags 1 inexact, 2 underflow, 4 overflow, 8 invalid (the CPU and GPU loops share it)."""
     key0 = _u(p.key0, np.uint32(0))
@@ -494,7 +392,8 @@ def _flags_one_py(xi: Any, i: Any, z: Any, p: Any) -> Any:
     return r.code, r.sign, flags
 
 
-def _full_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> Any:
+@parallel_loop
+def full(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> Any:
     """Every mode, stochastic included, with the IEEE flags counted; out has the lane type."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
@@ -515,7 +414,8 @@ def _full_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) 
     return n_inexact, n_underflow, n_overflow, n_invalid
 
 
-def _general_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> None:
+@parallel_loop
+def general(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: bool) -> None:
     """Any mode (stochastic above all) without flags: codes, or values back in x's format.
 
     out has the lane type; the random word is drawn for every mode and used by stochastic only.
@@ -529,7 +429,8 @@ def _general_kernel_py(x: Any, out: Any, z: Any, pt: Any, dt: Any, to_input: boo
         out[i] = _decode_one(r.code, r.sign, z, d, True) if to_input else r.code
 
 
-def _decode_kernel_py(c: Any, out: Any, z: Any, dt: Any) -> None:
+@parallel_loop
+def decode(c: Any, out: Any, z: Any, dt: Any) -> None:
     """Codes c into out (the bits of the output format, usually float64 as uint64)."""
     d = DecodeParams(*dt)
     for i in prange(c.size):
@@ -537,13 +438,15 @@ def _decode_kernel_py(c: Any, out: Any, z: Any, dt: Any) -> None:
         out[i] = _decode_one(v, _u(_shr(v, d.sign_bit) & _u(1, z), z), z, d, False)
 
 
-def _gather_kernel_py(c: Any, table: Any, out: Any) -> None:
+@parallel_loop
+def gather(c: Any, table: Any, out: Any) -> None:
     """out[i] = table[c[i]]: decoding 8- and 16-bit codes through a table of all their values."""
     for i in prange(c.size):
         out[i] = table[c[i]]
 
 
-def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
+@element
+def _step(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, p: Any, d: Any,
              fbuf: Any, ubuf: Any) -> Any:  # fmt: skip
     """One simulated addition x + y (float64 values of the target), rounded once into the target
     described by ``p`` and decoded back by ``d``; ``i`` numbers the random word of stochastic
@@ -567,9 +470,8 @@ def _step_py(x: Any, y: Any, i: Any, key0: Any, key1: Any, stoch: Any, rdown: An
     return fbuf[0]
 
 
-def _sequential_kernel_py(
-    t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, pt: Any, dt: Any
-) -> None:
+@serial_loop
+def sequential(t: Any, run: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, pt: Any, dt: Any) -> None:
     """Running sums of ``t`` into ``run``, each addition rounded once (step i uses random word i)."""
     p = EncodeParams(*pt)
     d = DecodeParams(*dt)
@@ -582,7 +484,8 @@ def _sequential_kernel_py(
         run[i] = s
 
 
-def _kahan_kernel_py(
+@serial_loop
+def kahan(
     t: Any, run: Any, comp: Any, key0: Any, key1: Any, stoch: Any, rdown: Any, pt: Any, dt: Any
 ) -> None:
     """Kahan's compensated running sums of ``t`` (into ``run``) and compensations (into ``comp``),
@@ -606,27 +509,5 @@ def _kahan_kernel_py(
         comp[i] = c
 
 
-def compile_into(numba: Any, out: dict[str, Any]) -> None:
-    """Wrap the element functions and compile the loops into ``out`` by name (once per process)."""
-    from numba.extending import intrinsic
-
-    g = globals()
-    g["prange"] = numba.prange
-    for name in (*INTRINSICS, "_half", "_unhalf"):
-        g[name] = intrinsic(g[name + "_typer"])
-    # forceinline marks them LLVM "alwaysinline": left to its cost model LLVM keeps the big
-    # element functions as calls, and a loop with a call does not vectorise
-    helper = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*ELEMENT_FUNCTIONS, "_bf16", "_step", "_nonzero"):
-        g[name] = helper(g[name + "_py"])
-    parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    for name in ("encode", "round", "full", "general", "decode", "gather"):
-        out[name] = parallel(g[f"_{name}_kernel_py"])
-    # the hardware conversions run at memory speed on one core: no threads to wake; the running
-    # sums are serial by nature
-    serial = numba.njit(cache=True, nogil=True, error_model="numpy")
-    for name in (
-        "half_encode", "half_round", "half_round_count", "bf16_encode", "bf16_round", "bf16_round_count",
-        "half_round_count_inplace", "bf16_round_count_inplace", "sequential", "kahan",
-    ):  # fmt: skip
-        out[name] = serial(g[f"_{name}_kernel_py"])
+#: the element functions that :mod:`floatlab.rounding.cuda` compiles for CUDA too
+ELEMENT_FUNCTIONS: tuple[Any, ...] = (_core, _encode_one, _decode_one, _mix32, _random32, _flags_one, _bf16)

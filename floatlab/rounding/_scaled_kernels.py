@@ -11,47 +11,26 @@ never asks which block a value is in.
 Beside them, the reduction of a low-precision policy: a tree of pairwise sums, each rounded to
 nearest even into bfloat16 or fp16 (:func:`floatlab.rounding.pairwise_sums`).
 
-Like the block loops, the loops here are compiled under names that carry a fingerprint of the
-element functions' file and the block loops' (whose in-place rounding they inline), so that a
-change there compiles them anew.
+Each format and each rounding routine is a loop of its own, chosen by the type of an argument
+(``rne``, ``bf16``: None or a number): a choice read at run time would keep the element loop from
+vectorising.
 """
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
+from numba import prange
 
-from floatlab.rounding import _block_kernels, _kernels
+from floatlab.rounding._inplace import _add5, _nearest
+from floatlab.rounding._intrinsics import _bits32, _f32, _fma32, _s, _shl, _u, element, parallel_loop
+from floatlab.rounding._kernels import _cast16, _decode_one, _encode_one, _nonzero
 from floatlab.rounding.params import DecodeParams, EncodeParams
 
-# Names bound to numba objects by compile_into(); plain placeholders until then.
-prange: Any = range
-_u: Any = None
-_encode_one: Any = None
-_decode_one: Any = None
-_f32: Any = None
-_bits32: Any = None
-_shl: Any = None
-_s: Any = None
-_nearest: Any = None
-_fma32: Any = None
-_add5: Any = None
-_cast_one: Any = None
-_cast_row: Any = None
-_tile_scale: Any = None
-_half: Any = None
-_unhalf: Any = None
-_bf16: Any = None
-_round16: Any = None
-_finish_row: Any = None
-_fma_row: Any = None
-_scale_row: Any = None
-_nonzero: Any = None
 
-
-def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+@element
+def _cast_one_door(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     """The float32 ``v`` (already scaled) rounded by ``p`` and decoded back by ``d``, exactly as
     the door's round loop does; with the flags (overflowed, not NaN), (result 0), (result
     subnormal: 0 < |q| < ``tiny``)."""
@@ -63,12 +42,13 @@ def _cast_one_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     return q, over, q == 0, (q != 0) & (q > -tiny) & (q < tiny), False
 
 
-def _cast_one_rne_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
-    """:func:`_cast_one_py` for round to nearest even with saturation into a format without
+@element
+def _cast_one_rne(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+    """:func:`_cast_one_door` for round to nearest even with saturation into a format without
     flush-to-zero or fnuz zeros, for a finite ``v``: rounded in place in float32's bit pattern
-    (:func:`floatlab.rounding._inplace._nearest_py`), in about a quarter of the operations.
+    (:func:`floatlab.rounding._inplace._nearest`), in about a quarter of the operations.
     The fifth flag says ``v`` was an infinity or a NaN, whose results here are not the door's:
-    the caller then casts the whole array again by :func:`_cast_one_py`. ``tiny`` is unused:
+    the caller then casts the whole array again by :func:`_cast_one_door`. ``tiny`` is unused:
     the smallest normal's bits come from ``p``."""
     m_t = p.mantissa_bits
     yb = _bits32(v)
@@ -81,16 +61,29 @@ def _cast_one_rne_py(v: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
     return q, over, r == _u(0, z), (r != _u(0, z)) & (r < _shl(_u(ebias, z), 23)), a >= _u(0x7F800000, z)
 
 
-def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any, d: Any, tiny: Any) -> Any:
+@element
+def _cast_one(v: Any, z: Any, p: Any, d: Any, tiny: Any, rne: Any) -> Any:
+    """:func:`_cast_one_rne` when ``rne`` is not None, else :func:`_cast_one_door`: ``rne`` is a
+    type, so that each is a loop of its own."""
+    if rne is not None:
+        return _cast_one_rne(v, z, p, d, tiny)
+    return _cast_one_door(v, z, p, d, tiny)
+
+
+@element
+def _cast_row(
+    xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any, d: Any, tiny: Any, rne: Any
+) -> Any:
     """One row: ``qs = round(xs * scale of its block)``, the scales ``srow`` one per block (bc > 1)
-    or one per column (bc == 1); the row's counts in lane-wide integers (overflowed, zero inputs,
-    zero results, subnormal results, infinities and NaNs among the products)."""
+    or one per column (bc == 1), rounded by :func:`_cast_one`; the row's counts in lane-wide
+    integers (overflowed, zero inputs, zero results, subnormal results, infinities and NaNs among
+    the products)."""
     zero = _u(0, z)
     cnt = (zero, zero, zero, zero, zero)
     if bc == 1:
         for c in range(xs.size):
             xv = xs[c]
-            q, over, zq, sub, sp = _cast_one(xv * srow[c], z, p, d, tiny)
+            q, over, zq, sub, sp = _cast_one(xv * srow[c], z, p, d, tiny, rne)
             qs[c] = q
             cnt = _add5(cnt, (over, xv == 0, zq, sub, sp))
     else:
@@ -100,14 +93,15 @@ def _cast_row_py(xs: Any, qs: Any, srow: Any, bc: Any, nbc: Any, z: Any, p: Any,
             qseg = qs[b * bc : b * bc + bc]
             for c in range(seg.size):
                 xv = seg[c]
-                q, over, zq, sub, sp = _cast_one(xv * s, z, p, d, tiny)
+                q, over, zq, sub, sp = _cast_one(xv * s, z, p, d, tiny, rne)
                 qseg[c] = q
                 cnt = _add5(cnt, (over, xv == 0, zq, sub, sp))
     return cnt
 
 
-def _scaled_round_kernel_py(
-    x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any
+@parallel_loop
+def scaled_round(
+    x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any, rne: Any
 ) -> Any:
     """out = round(x * scale of its block) for the float32 values ``x`` of an (outer, R, C) array
     (flat), ``scales`` flat over (outer, ceil(R / br), ceil(C / bc)); returns the counts
@@ -130,7 +124,7 @@ def _scaled_round_kernel_py(
         xs = x[rr * cols : rr * cols + cols]
         qs = out[rr * cols : rr * cols + cols]
         # (per row in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
-        c_over, c_zx, c_zq, c_sub, c_sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+        c_over, c_zx, c_zq, c_sub, c_sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny, rne)
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)
@@ -143,8 +137,9 @@ def _scaled_round_kernel_py(
 GROUP = 16
 
 
-def _scaled_round_t_kernel_py(
-    xt: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any
+@parallel_loop
+def scaled_round_t(
+    xt: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any, rne: Any
 ) -> Any:
     """The loop above for an (R, C) array held transposed: ``xt`` is its (C, R) transpose,
     C-contiguous (flat), and ``out`` gets the (R, C) values C-contiguous. A task is GROUP rows of
@@ -178,7 +173,7 @@ def _scaled_round_t_kernel_py(
             s0 = (r // br) * nbc
             srow = scales[s0 : s0 + nbc]
             qs = out[r * cols : r * cols + cols]
-            cnt = _add5(cnt, _cast_row(buf[k], qs, srow, bc, nbc, z, p, d, tiny))
+            cnt = _add5(cnt, _cast_row(buf[k], qs, srow, bc, nbc, z, p, d, tiny, rne))
         c_over, c_zx, c_zq, c_sub, c_sp = cnt
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
@@ -188,7 +183,8 @@ def _scaled_round_t_kernel_py(
     return n_over, n_zx, n_zq, n_sub, n_sp
 
 
-def _tile_scale_py(m: Any, z: Any, fmax: Any, eps: Any, keep: Any) -> Any:
+@element
+def _tile_scale(m: Any, z: Any, fmax: Any, eps: Any, keep: Any) -> Any:
     """The current scale of a tile whose largest magnitude has the bits ``m``:
     float32(fmax / max(float64 amax, eps)), the division in float64 and one rounding to float32
     (torchao's ``amax_to_scale``; NumPy's conversion rounds to nearest even, as LLVM's does),
@@ -198,13 +194,14 @@ def _tile_scale_py(m: Any, z: Any, fmax: Any, eps: Any, keep: Any) -> Any:
     return _f32(_u(_bits32(np.float32(fmax / max(a, eps))) & keep, z))
 
 
-def _tile_cast_kernel_py(
+@parallel_loop
+def tile_cast(
     x: Any, shape: Any, block: Any, rule: Any, out: Any, scales: Any, counts: Any, z: Any, pt: Any, dt: Any,
-    tiny: Any,
+    tiny: Any, rne: Any,
 ) -> None:  # fmt: skip
     """The scaled cast of current tile scaling in one pass: each tile of the float32 values ``x``
     of a C-contiguous (outer, R, C) array (flat) gets the scale of its own amax
-    (:func:`_tile_scale_py`, ``rule`` = (fmax, eps, keep)), written to ``scales`` (flat over
+    (:func:`_tile_scale`, ``rule`` = (fmax, eps, keep)), written to ``scales`` (flat over
     (outer, ceil(R / br), ceil(C / bc))), and is cast as the scaled_round loop casts, while it is
     still in the cache: tiles of 1 x bc along the rows (br == 1, a task per row) or br x 1 down
     them (bc == 1, a task per strip of br rows, one running maximum per column). Each task's row
@@ -237,7 +234,7 @@ def _tile_cast_kernel_py(
                 tmax = max(tmax, np.int64(m))
                 bad += np.int64(m >= inf)
                 srow[b] = _tile_scale(m, z, fmax, eps, keep)
-            cnt = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny)
+            cnt = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny, rne)
         else:
             o = task // nbr
             r0 = (task - o * nbr) * br
@@ -256,7 +253,7 @@ def _tile_cast_kernel_py(
             for r in range(r0, r1):
                 at = (o * rows + r) * cols
                 cnt = _add5(
-                    cnt, _cast_row(x[at : at + cols], out[at : at + cols], srow, 1, cols, z, p, d, tiny)
+                    cnt, _cast_row(x[at : at + cols], out[at : at + cols], srow, 1, cols, z, p, d, tiny, rne)
                 )
         for j in range(5):
             counts[task, j] = cnt[j]
@@ -264,8 +261,9 @@ def _tile_cast_kernel_py(
         counts[task, 6] = bad
 
 
-def _fma_row_py(partials: Any, a_scale: Any, b_scale: Any, i: Any, acc: Any) -> None:
-    """Output row i of :func:`_fma_sum_kernel_py` into ``acc``."""
+@element
+def _fma_row(partials: Any, a_scale: Any, b_scale: Any, i: Any, acc: Any) -> None:
+    """Output row i of :func:`fma_sum` into ``acc``."""
     a0 = a_scale[i, 0]
     b0 = b_scale[0]
     p0 = partials[0, i]
@@ -279,13 +277,15 @@ def _fma_row_py(partials: Any, a_scale: Any, b_scale: Any, i: Any, acc: Any) -> 
             acc[j] = _fma32(np.float32(at * bt[j]), pt_[j], acc[j])
 
 
-def _scale_row_py(row: Any, a0: Any, b0: Any) -> None:
-    """A row of a single term scaled in its own memory (:func:`_fma_one_kernel_py`)."""
+@element
+def _scale_row(row: Any, a0: Any, b0: Any) -> None:
+    """A row of a single term scaled in its own memory (:func:`fma_one`)."""
     for j in range(row.size):
         row[j] = np.float32(np.float32(a0 * b0[j]) * row[j]) + np.float32(0.0)
 
 
-def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:
+@parallel_loop
+def fma_sum(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> None:
     """out[i, j] = the sum over t of s * partials[t, i, j], s = a_scale[i, t] * b_scale[t, j] in
     float32: the first term the float32 product (plus +0, as an FMA's sum of it and +0 gives),
     each later one added by a float32 fused multiply-add (LLVM's fma: rounded once, to nearest
@@ -294,8 +294,9 @@ def _fma_sum_kernel_py(partials: Any, a_scale: Any, b_scale: Any, out: Any) -> N
         _fma_row(partials, a_scale, b_scale, i, out[i])
 
 
-def _fma_one_kernel_py(partial: Any, a_scale: Any, b_scale: Any) -> None:
-    """:func:`_fma_sum_kernel_py` for one term (T = 1), in the partial's own memory:
+@parallel_loop
+def fma_one(partial: Any, a_scale: Any, b_scale: Any) -> None:
+    """:func:`fma_sum` for one term (T = 1), in the partial's own memory:
     partial[i, j] = float32(a_scale[i, 0] * b_scale[0, j]) * partial[i, j] + 0 in float32 (one array:
     a second one that is the same memory would keep the loop from vectorising)."""
     b0 = b_scale[0]
@@ -303,10 +304,12 @@ def _fma_one_kernel_py(partial: Any, a_scale: Any, b_scale: Any) -> None:
         _scale_row(partial[i], a_scale[i, 0], b0)
 
 
-def _finish_row_py(acc: Any, bias: Any) -> tuple[int, int]:
+@element
+def _finish_row(acc: Any, bias: Any, bf16: Any) -> tuple[int, int]:
     """A GEMM's output row, finished while it is in the cache: ``bias`` added (float32; an empty
-    ``bias`` adds nothing), each value rounded by ``_round16`` in place; (the values that were
-    not zero before the rounding, those not zero after it: a NaN is not a zero)."""
+    ``bias`` adds nothing), each value rounded in place to nearest even into bfloat16 (``bf16``
+    not None) or fp16 (None); (the values that were not zero before the rounding, those not zero
+    after it: a NaN is not a zero)."""
     if bias.size:
         for j in range(acc.size):
             acc[j] = acc[j] + bias[j]
@@ -314,55 +317,46 @@ def _finish_row_py(acc: Any, bias: Any) -> tuple[int, int]:
     u = acc.view(np.uint32)
     nonzero = _nonzero(u)
     for j in range(acc.size):
-        acc[j] = _round16(acc[j])
+        acc[j] = _f32(_cast16(_bits32(acc[j]), bf16))
     return nonzero, _nonzero(u)
 
 
-def _fma_sum_store_kernel_py(
-    partials: Any, a_scale: Any, b_scale: Any, out: Any, bias: Any, counts: Any
+@parallel_loop
+def fma_sum_store(
+    partials: Any, a_scale: Any, b_scale: Any, out: Any, bias: Any, counts: Any, bf16: Any
 ) -> None:
-    """:func:`_fma_sum_kernel_py`, then each output row finished by ``_finish_row`` (bias, the
+    """:func:`fma_sum`, then each output row finished by ``_finish_row`` (bias, the
     store's rounding); counts[i] = its two counts of row i."""
     for i in prange(partials.shape[1]):
         acc = out[i]
         _fma_row(partials, a_scale, b_scale, i, acc)
-        counts[i, 0], counts[i, 1] = _finish_row(acc, bias)
+        counts[i, 0], counts[i, 1] = _finish_row(acc, bias, bf16)
 
 
-def _fma_one_store_kernel_py(partial: Any, a_scale: Any, b_scale: Any, bias: Any, counts: Any) -> None:
-    """:func:`_fma_one_kernel_py`, then each row finished by ``_finish_row``, in the partial's own
+@parallel_loop
+def fma_one_store(partial: Any, a_scale: Any, b_scale: Any, bias: Any, counts: Any, bf16: Any) -> None:
+    """:func:`fma_one`, then each row finished by ``_finish_row``, in the partial's own
     memory; counts[i] = its two counts of row i."""
     b0 = b_scale[0]
     for i in prange(partial.shape[0]):
         row = partial[i]
         _scale_row(row, a_scale[i, 0], b0)
-        counts[i, 0], counts[i, 1] = _finish_row(row, bias)
+        counts[i, 0], counts[i, 1] = _finish_row(row, bias, bf16)
 
 
-def _bf16_one_py(v: Any) -> Any:
-    """float32 ``v`` rounded to nearest even into bfloat16 (integer arithmetic), as float32."""
-    return _f32(np.uint32(_bf16(_bits32(v))) << np.uint32(16))
+@element
+def _sum16(a: Any, b: Any, bf16: Any) -> Any:
+    """fl(a + b) in float32, rounded to nearest even into bfloat16 (``bf16`` not None) or fp16
+    (None), as float32: the correctly rounded sum of two values of the format (24 >= 2p + 2
+    bits, no double rounding)."""
+    return _f32(_cast16(_bits32(a + b), bf16))
 
 
-def _half_one_py(v: Any) -> Any:
-    """float32 ``v`` rounded to nearest even into fp16 (the CPU's conversion), as float32."""
-    return _f32(_unhalf(_half(_bits32(v))))
-
-
-def _bf16_sum_py(a: Any, b: Any) -> Any:
-    """fl(a + b) in float32, rounded to nearest even into bfloat16 (integer arithmetic)."""
-    return _f32(np.uint32(_bf16(_bits32(a + b))) << np.uint32(16))
-
-
-def _half_sum_py(a: Any, b: Any) -> Any:
-    """fl(a + b) in float32, rounded to nearest even into fp16 (the CPU's conversion)."""
-    return _f32(_unhalf(_half(_bits32(a + b))))
-
-
-def _tree_rows_kernel_py(w: Any) -> None:
-    """Sum each row of the C-contiguous float32 (pre, n) ``w`` (n >= 1, values of the format that
-    ``_round16`` rounds into) as a tree of pairwise sums: at a level of m values, value i < m // 2
-    becomes ``_round16(v[i], v[i + m // 2])``, and an odd level's last value moves to place
+@parallel_loop
+def tree_rows(w: Any, bf16: Any) -> None:
+    """Sum each row of the C-contiguous float32 (pre, n) ``w`` (n >= 1, values of bfloat16, ``bf16``
+    not None, or of fp16, None) as a tree of pairwise sums: at a level of m values, value i < m // 2
+    becomes ``_sum16(v[i], v[i + m // 2], bf16)``, and an odd level's last value moves to place
     m // 2; the sums land in ``w[:, 0]``. A task per row."""
     pre, n = w.shape
     for a in prange(pre):
@@ -371,14 +365,15 @@ def _tree_rows_kernel_py(w: Any) -> None:
         while m > 1:
             h = m // 2
             for i in range(h):
-                v[i] = _round16(v[i], v[i + h])
+                v[i] = _sum16(v[i], v[i + h], bf16)
             if m % 2:
                 v[h] = v[2 * h]
             m = h + m % 2
 
 
-def _tree_cols_kernel_py(w: Any) -> None:
-    """:func:`_tree_rows_kernel_py` down the middle axis of the C-contiguous (pre, n, post) ``w``,
+@parallel_loop
+def tree_cols(w: Any, bf16: Any) -> None:
+    """:func:`tree_rows` down the middle axis of the C-contiguous (pre, n, post) ``w``,
     the post columns side by side; the sums land in ``w[:, 0, :]``. A task per outer index."""
     pre, n, post = w.shape
     for a in prange(pre):
@@ -389,59 +384,7 @@ def _tree_cols_kernel_py(w: Any) -> None:
                 x = w[a, i]
                 y = w[a, i + h]
                 for j in range(post):
-                    x[j] = _round16(x[j], y[j])
+                    x[j] = _sum16(x[j], y[j], bf16)
             if m % 2:
                 w[a, h] = w[a, 2 * h]
             m = h + m % 2
-
-
-def compile_into(numba: Any, out: dict[str, Any]) -> None:
-    """Compile the scaled-cast loops into ``out``, on the element functions and intrinsics that
-    :func:`floatlab.rounding._kernels.compile_into` and
-    :func:`floatlab.rounding._block_kernels.compile_into` have bound (they run first): each loop
-    twice, on the door's element routine (``scaled_round``, ``scaled_round_t``) and on the
-    round-to-nearest-even one (the same names with ``_rne``), and the current tile scaling's
-    cast on the latter (``tile_cast_rne``)."""
-    g = globals()
-    g["prange"] = numba.prange
-    for name in ("_u", "_s", "_shl", "_encode_one", "_decode_one", "_half", "_unhalf", "_bf16", "_nonzero"):
-        g[name] = getattr(_kernels, name)
-    for name in ("_f32", "_bits32", "_nearest", "_fma32", "_add5"):
-        g[name] = getattr(_block_kernels, name)
-    inline = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    parallel = numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-
-    def rebound(fn: Any, names: dict[str, Any], suffix: str) -> Any:
-        # the same code on globals where ``names`` are bound; numba's cache files are named after
-        # the function: the fingerprint of the element functions' file in the name makes a change
-        # there a new name, so the loop is compiled anew
-        f = types.FunctionType(fn.__code__, {**g, **names}, fn.__name__, fn.__defaults__, fn.__closure__)
-        f.__qualname__ = f"{fn.__name__}{suffix}"
-        return f
-
-    stamp = _block_kernels.fingerprint()
-    g["_tile_scale"] = inline(_tile_scale_py)
-    for element, suffix in ((_cast_one_py, ""), (_cast_one_rne_py, "_rne")):
-        row = inline(rebound(_cast_row_py, {"_cast_one": inline(element)}, suffix))
-        for name in ("scaled_round", "scaled_round_t"):
-            kernel = rebound(g[f"_{name}_kernel_py"], {"_cast_row": row}, f"{suffix}_{stamp}")
-            out[name + suffix] = parallel(kernel)
-        if suffix:  # (current tile scaling: the fp8 recipes' cast, to nearest even only)
-            out["tile_cast" + suffix] = parallel(
-                rebound(_tile_cast_kernel_py, {"_cast_row": row}, f"{suffix}_{stamp}")
-            )
-    g["_fma_row"] = inline(_fma_row_py)
-    g["_scale_row"] = inline(_scale_row_py)
-    out["fma_sum"] = parallel(rebound(_fma_sum_kernel_py, {}, f"_{stamp}"))
-    out["fma_one"] = parallel(rebound(_fma_one_kernel_py, {}, f"_{stamp}"))
-    # the reductions, each compiled for its format (a format read at run time would keep the
-    # element loop from vectorising)
-    for fmt, sum16, one16 in (("bf16", _bf16_sum_py, _bf16_one_py), ("half", _half_sum_py, _half_one_py)):
-        for shape in ("rows", "cols"):
-            kernel = rebound(g[f"_tree_{shape}_kernel_py"], {"_round16": inline(sum16)}, f"_{fmt}_{stamp}")
-            out[f"tree_{shape}_{fmt}"] = parallel(kernel)
-        # a block GEMM's scale-and-sum with its bias and its store in the format, in one pass
-        finish = inline(rebound(_finish_row_py, {"_round16": inline(one16)}, f"_{fmt}"))
-        for name in ("fma_sum_store", "fma_one_store"):
-            kernel = rebound(g[f"_{name}_kernel_py"], {"_finish_row": finish}, f"_{fmt}_{stamp}")
-            out[f"{name}_{fmt}"] = parallel(kernel)

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from floatlab.formats import FP64, FloatFormat
-from floatlab.rounding._block_kernels import TILE
-from floatlab.rounding._jit import launch, loop
-from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params
+from floatlab.rounding._jit import kernels
+from floatlab.rounding.params import TILE, DecodeParams, EncodeParams, code_dtype, decode_params
 from floatlab.rounding.plan import Plan, widen16
+from floatlab.rounding.threads import loop_threads
 
 __all__ = [
     "add_count",
@@ -46,6 +46,16 @@ __all__ = [
     "run_tile_cast",
     "run_tree_sum",
 ]
+
+
+#: the value of a loop's choice argument (``sr``, ``ip``, ``rne``, ``bf16``) that turns it on; None
+#: turns it off. The choice is a type, so that each is a compiled loop of its own.
+_ON = np.uint8(1)
+
+
+def _bf16_marker(cast: str) -> Any:
+    """The ``bf16`` argument of the loops that round into bfloat16 or fp16 for the plan's cast."""
+    return _ON if cast == "fp32->bf16" else None
 
 
 def zero(lanes: int) -> Any:
@@ -87,20 +97,24 @@ def execute(
     z = zero(plan.lanes)
     n = bits.size
     out = np.empty(n, plan.out_dtype)
+    k = kernels()
     if plan.loop == "encode":
-        launch("encode", n, bits, out, z, tuple(plan.p))
+        with loop_threads(n):
+            k.encode(bits, out, z, tuple(plan.p))
         return out, none
     if plan.loop == "round":
-        launch("round", n, bits, out, z, tuple(plan.p), tuple(plan.d))
+        with loop_threads(n):
+            k.round_back(bits, out, z, tuple(plan.p), tuple(plan.d))
         return out, none
     if plan.widen:
         bits = widen16(bits, plan.src, plan.options.subnormals, np)
-    if plan.loop == "full":
-        c = launch("full", n, bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
-        counts = (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
-    else:
-        launch("general", n, bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
-        counts = none
+    with loop_threads(n):
+        if plan.loop == "full":
+            c = k.full(bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
+            counts = (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+        else:
+            k.general(bits, out, z, tuple(plan.p), tuple(plan.d), plan.back)
+            counts = none
     return out.astype(plan.result_dtype, copy=False), counts
 
 
@@ -136,7 +150,8 @@ def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     [15360, 31744]
     """
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
-    loop("half_round" if back else "half_encode")(bits, out)
+    k = kernels()
+    (k.half_round if back else k.half_encode)(bits, out)
     return out
 
 
@@ -149,7 +164,8 @@ def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
     [1.0, 1.015625, inf, -inf]
     """
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
-    loop("bf16_round" if back else "bf16_encode")(bits, out)
+    k = kernels()
+    (k.bf16_round if back else k.bf16_encode)(bits, out)
     return out
 
 
@@ -191,12 +207,12 @@ def run_counting_nonzero(
     cast = _one_pass(plan)
     if not plan.back or not cast:
         return None
-    name = "bf16_round_count" if cast == "fp32->bf16" else "half_round_count"
+    bf16 = _bf16_marker(cast)
     if overwrite:
-        nx, nr = loop(name + "_inplace")(bits)
+        nx, nr = kernels().round_count_inplace(bits, bf16)
         return bits, int(nx), int(nr)
     out = np.empty(bits.size, np.uint32)
-    nx, nr = loop(name)(bits, out)
+    nx, nr = kernels().round_count(bits, out, bf16)
     return out, int(nx), int(nr)
 
 
@@ -209,7 +225,8 @@ def odd_sum(x: np.ndarray, y: np.ndarray, rdown: bool) -> np.ndarray:
     [1.0000000000000002, 0.9999999999999999, -0.0]
     """
     out = np.empty_like(x)
-    launch("odd_sum", x.size, x, y, out, out.view(np.uint64), bool(rdown))
+    with loop_threads(x.size):
+        kernels().odd_sum(x, y, out, out.view(np.uint64), bool(rdown))
     return out
 
 
@@ -220,7 +237,8 @@ def odd_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     [0.09999999999999999, 2.0]
     """
     out = np.empty_like(x)
-    launch("odd_div", x.size, x, y, out, out.view(np.uint64))
+    with loop_threads(x.size):
+        kernels().odd_div(x, y, out, out.view(np.uint64))
     return out
 
 
@@ -231,7 +249,8 @@ def odd_sqrt(x: np.ndarray) -> np.ndarray:
     [1.7320508075688774, 2.0, -0.0, nan]
     """
     out = np.empty_like(x)
-    launch("odd_sqrt", x.size, x, out, out.view(np.uint64))
+    with loop_threads(x.size):
+        kernels().odd_sqrt(x, out, out.view(np.uint64))
     return out
 
 
@@ -247,7 +266,7 @@ def add_count(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, int, int, int]:
     """
     wc, dc = np.ascontiguousarray(w).reshape(-1), np.ascontiguousarray(d, dtype=w.dtype).reshape(-1)
     out = np.empty_like(wc)
-    intended, changed, nonfinite = loop("add_count")(wc, dc, out)
+    intended, changed, nonfinite = kernels().add_count(wc, dc, out)
     return out.reshape(w.shape), int(intended), int(changed), int(nonfinite)
 
 
@@ -301,15 +320,17 @@ def run_blocks(
     z = zero(8 * bits.itemsize)
     args = ((outer, rows, cols), (br, bc), chunk, rule, element_codes, scales, out)
     # (stochastic rounding is compiled apart: its random words cost the other modes nothing)
-    sr = np.uint32(1) if p.mode_stochastic else None
-    if ps is None:
-        launch("e8m0_blocks", bits.size, bits, *args, counts, z, tuple(p), sr)
-    else:
-        # (stochastic codes come faster from the general routine than read off the in-place
-        # value: measured 580 against 550 M values/s; the values, and values with counts, in place)
-        sr_in_place = in_place(p, True) and not (codes and not count)
-        name = "e4m3_blocks_rne" if in_place(p) else "e4m3_blocks_sr" if sr_in_place else "e4m3_blocks"
-        launch(name, bits.size, bits, *args, counts, z, tuple(p), tuple(ps), sr)
+    sr = _ON if p.mode_stochastic else None
+    k = kernels()
+    with loop_threads(bits.size):
+        if ps is None:
+            k.e8m0_blocks(bits, *args, counts, z, tuple(p), sr)
+        else:
+            # (stochastic codes come faster from the general routine than read off the in-place
+            # value: measured 580 against 550 M values/s; the values, and values with counts, in place)
+            sr_in_place = in_place(p, True) and not (codes and not count)
+            ip = _ON if in_place(p) or sr_in_place else None
+            k.e4m3_blocks(bits, *args, counts, z, tuple(p), tuple(ps), sr, ip)
     total = counts.sum(axis=0)
     n = [int(c) for c in total] if counts.shape[1] else [0] * 5
     back = out if values is not None else None
@@ -326,7 +347,8 @@ def finite_amax(bits: np.ndarray, fmt: FloatFormat) -> int:
     """
     out = np.zeros(-(-bits.size // TILE), bits.dtype)
     z = zero(8 * bits.itemsize)
-    launch("finite_amax", bits.size, bits, out, z, fmt.exponent_mask)
+    with loop_threads(bits.size):
+        kernels().finite_amax(bits, out, z, fmt.exponent_mask)
     return int(out.max()) if out.size else 0
 
 
@@ -351,10 +373,10 @@ def run_running_sums(
     args = (np.uint32(key[0]), np.uint32(key[1]), stochastic, rdown, tuple(p), tuple(d))
     run = np.empty_like(t)
     if not kahan:
-        loop("sequential")(t, run, *args)
+        kernels().sequential(t, run, *args)
         return run, None
     comp = np.empty_like(t)
-    loop("kahan")(t, run, comp, *args)
+    kernels().kahan(t, run, comp, *args)
     return run, comp
 
 
@@ -376,11 +398,12 @@ def run_tree_sum(w: np.ndarray, plan: Plan) -> np.ndarray | None:
     if not cast:
         return None
     pre, n, post = w.shape
-    fmt = "bf16" if cast == "fp32->bf16" else "half"
-    if post == 1:
-        launch(f"tree_rows_{fmt}", w.size, w.reshape(pre, n))
-    else:
-        launch(f"tree_cols_{fmt}", w.size, w)
+    bf16 = _bf16_marker(cast)
+    with loop_threads(w.size):
+        if post == 1:
+            kernels().tree_rows(w.reshape(pre, n), bf16)
+        else:
+            kernels().tree_cols(w, bf16)
     out: np.ndarray = w[:, 0, :]
     return out
 
@@ -398,7 +421,8 @@ def run_fma(x: np.ndarray, y: np.ndarray, z: np.ndarray, p: EncodeParams) -> np.
     [5.960464477539063e-08]
     """
     out = np.empty(x.size, np.float64)
-    launch("fma", x.size, x, y, z, out, tuple(p))
+    with loop_threads(x.size):
+        kernels().fma(x, y, z, out, tuple(p))
     return out.astype(np.float32)  # (exact: the values are fp32 values)
 
 
@@ -413,7 +437,8 @@ def run_fma_sum(partials: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) 
     """
     nt, m, n = partials.shape
     out = np.empty((m, n), np.float32)
-    launch("fma_sum", nt * m * n, partials, a_scale, b_scale, out)
+    with loop_threads(nt * m * n):
+        kernels().fma_sum(partials, a_scale, b_scale, out)
     return out
 
 
@@ -425,7 +450,8 @@ def run_fma_one(partial: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) -
     >>> run_fma_one(p, np.float32([[2.0]]), np.float32([[0.5, 1.0]])) is p, p.tolist()
     (True, [[3.0, 0.0]])
     """
-    launch("fma_one", partial.size, partial, a_scale, b_scale)
+    with loop_threads(partial.size):
+        kernels().fma_one(partial, a_scale, b_scale)
     return partial
 
 
@@ -456,16 +482,18 @@ def run_fma_store(
     cast = _one_pass(plan)
     if not cast:
         return None
-    fmt = "bf16" if cast == "fp32->bf16" else "half"
+    bf16 = _bf16_marker(cast)
     nt, m, n = partials.shape
     counts = np.empty((m, 2), np.int64)
     b = bias if bias is not None else np.empty(0, np.float32)
     if overwrite and nt == 1:
         out: np.ndarray = partials[0]
-        launch(f"fma_one_store_{fmt}", out.size, out, a_scale, b_scale, b, counts)
+        with loop_threads(out.size):
+            kernels().fma_one_store(out, a_scale, b_scale, b, counts, bf16)
     else:
         out = np.empty((m, n), np.float32)
-        launch(f"fma_sum_store_{fmt}", nt * m * n, partials, a_scale, b_scale, out, b, counts)
+        with loop_threads(nt * m * n):
+            kernels().fma_sum_store(partials, a_scale, b_scale, out, b, counts, bf16)
     nonzero, kept = (int(c) for c in counts.sum(axis=0))
     return out, nonzero, kept
 
@@ -499,15 +527,16 @@ def run_scaled_round(
     ([2.0, 0.0, 448.0, 0.0], (1, 1, 2, 0))
     """
     out = np.empty(x.size, np.float32)
-    loop = "scaled_round_t" if transposed else "scaled_round"
+    loop = kernels().scaled_round_t if transposed else kernels().scaled_round
     args = (x, scales, shape, block, out, zero(32), tuple(p), tuple(d), np.float32(tiny))
     # round to nearest even with saturation (the fp8 recipes' cast) has a loop of its own, four
     # times as fast, whose results are the door's for every finite product: where a product is
     # an infinity or a NaN (a step that overflowed), the array is cast again by the door's loop
     nearest = in_place(p) and p.overflow_to_max and p.in_bits == 32
-    counts = launch(loop + "_rne", x.size, *args) if nearest else (0, 0, 0, 0, 1)
-    if counts[4]:
-        counts = launch(loop, x.size, *args)
+    with loop_threads(x.size):
+        counts = loop(*args, _ON) if nearest else (0, 0, 0, 0, 1)
+        if counts[4]:
+            counts = loop(*args, None)
     return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
 
 
@@ -546,7 +575,8 @@ def run_tile_cast(
     # per task (a row, or a strip of br rows): five counts, the largest amax's bits, bad tiles
     counts = np.empty((outer * (rows if br == 1 else -(-rows // br)), 7), np.int64)
     args = (x, shape, block, (float(rule[0]), float(rule[1]), np.uint32(rule[2])), out, scales, counts)
-    launch("tile_cast_rne", x.size, *args, zero(32), tuple(p), tuple(d), np.float32(tiny))
+    with loop_threads(x.size):
+        kernels().tile_cast(*args, zero(32), tuple(p), tuple(d), np.float32(tiny), _ON)
     over, zx, zq, sub, sp, _, bad = (int(c) for c in counts.sum(axis=0))
     top = int(counts[:, 5].max()) if counts.size else 0
     return out, scales, (over, zx, zq, sub), top, not (sp or bad)
@@ -573,7 +603,8 @@ def run_accumulate(
     nb, m, k = a.shape
     n = b.shape[2]
     out = np.empty((nb, m, n), np.float32)
-    launch("accumulate", nb * m * n * k, a, b, out, every, rdown, tuple(p), tuple(p32))
+    with loop_threads(nb * m * n * k):
+        kernels().accumulate(a, b, out, every, rdown, tuple(p), tuple(p32))
     return out
 
 
@@ -581,7 +612,8 @@ def run_decode(codes: np.ndarray, d: DecodeParams, lanes: int = 64) -> np.ndarra
     """Output-format bit patterns (uint64 for 64 lanes) of the 1-d contiguous ``codes``."""
     z = zero(lanes)
     out = np.empty(codes.size, z.dtype)
-    launch("decode", codes.size, codes, out, z, tuple(d))
+    with loop_threads(codes.size):
+        kernels().decode(codes, out, z, tuple(d))
     return out
 
 
@@ -621,7 +653,9 @@ def decode_codes(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     c = np.ascontiguousarray(a.astype(cdt, copy=False)).reshape(-1)
     if cdt.itemsize <= 2:
         out = np.empty(c.size, np.float64)
-        launch("gather", c.size, c, _decode_table(fmt, 8 * cdt.itemsize), out)
+        table = _decode_table(fmt, 8 * cdt.itemsize)
+        with loop_threads(c.size):
+            kernels().gather(c, table, out)
         return out.reshape(a.shape)
     bits = run_decode(c, decode_params(fmt, FP64, 64))
     return bits.view(np.float64).reshape(a.shape)

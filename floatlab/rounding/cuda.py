@@ -4,8 +4,9 @@
 arrays here, with the same :class:`~floatlab.rounding.plan.Plan` the CPU executor runs. The
 element functions of :mod:`floatlab.rounding._kernels` (``_encode_one``,
 ``_decode_one``, ``_core``, ``_random32`` and their lane-width intrinsics) are the
-specification of every bit; this module does not restate them. It binds the same Python
-functions, through a fresh globals table, to CUDA device functions, and launches one thread
+specification of every bit; this module does not restate them. It compiles the same Python
+functions (each one's ``py_func``), looked up in a globals table of their own, to CUDA device
+functions, and launches one thread
 per element: numba-cuda compiles each kernel to PTX for the launch's argument types, once per
 process, and CuPy loads it and launches it on its current stream (:func:`flat_args` lays the
 arguments out as numba's calling convention has them; numba-cuda's own launcher cost about
@@ -40,13 +41,15 @@ import threading
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from floatlab.backend import is_cupy
 from floatlab.formats import FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import _kernels as k
+from floatlab.rounding._intrinsics import _half, _shl, _shr, _u, _unhalf
+from floatlab.rounding._kernels import _bf16, _decode_one, _encode_one, _flags_one, _random32
 from floatlab.rounding.cpu import zero
 from floatlab.rounding.options import FORMAT_OF_DTYPE_NAME, RoundingOptions, RoundingStats
 from floatlab.rounding.params import decode_params, encode_params
@@ -54,6 +57,7 @@ from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target, widen1
 
 __all__ = [
     "THREADS_PER_BLOCK",
+    "GpuKernels",
     "compile_ptx",
     "flat_args",
     "kernel_ptx",
@@ -67,24 +71,13 @@ __all__ = [
 
 THREADS_PER_BLOCK = 256
 
-# Names bound by _bind() in each target's globals table; placeholders here.
-_u: Any = None
-_s: Any = None
-_shr: Any = None
-_shl: Any = None
-_core: Any = None
-_encode_one: Any = None
-_decode_one: Any = None
-_random32: Any = None
-_flags_one: Any = None
+# The names that only each target's globals table binds (_bind): numba.cuda, and this module's
+# element functions compiled for the target.
 cuda: Any = None
 _encode_at: Any = None
 _round_at: Any = None
 _general_at: Any = None
 _full_at: Any = None
-_half: Any = None
-_unhalf: Any = None
-_bf16: Any = None
 _half_code: Any = None
 _half_bits: Any = None
 _cast_code_at: Any = None
@@ -312,9 +305,22 @@ def simulated() -> bool:
     return bool(getattr(getattr(numba_cuda, "config", None), "ENABLE_CUDASIM", False))
 
 
-_NAMES = ("encode", "round", "general", "full", "cast_code", "cast_round")
+class GpuKernels(NamedTuple):
+    """The launchers of one target (:func:`kernels`), each a field: the deterministic modes' codes
+    (``encode``) and values (``round``), any mode without flags (``general``) and with them
+    (``full``), and the plain fp16 and bfloat16 casts (``cast_code``, ``cast_round``)."""
+
+    encode: Any
+    round: Any
+    general: Any
+    full: Any
+    cast_code: Any
+    cast_round: Any
+
+
+_NAMES = GpuKernels._fields
 _lock = threading.Lock()
-_built: dict[str, dict[str, Any]] = {}
+_built: dict[str, GpuKernels] = {}
 
 
 def _rebind(fn: Callable[..., Any], table: dict[str, Any]) -> Callable[..., Any]:
@@ -338,16 +344,11 @@ def _numba_cuda() -> Any:
 
 def _bind(target: str) -> dict[str, Any]:
     """A globals table where the element functions are compiled for ``target`` ("cuda", "cpu")."""
-    import importlib
-
     numba = _numba()
-    intrinsic = importlib.import_module("numba.extending").intrinsic
     table = dict(vars(k))
     table.update({name: obj for name, obj in globals().items() if name.endswith("_py")})
     table["np"] = np
     table["k"] = k
-    for name in (*k.INTRINSICS, "_half", "_unhalf"):
-        table[name] = intrinsic(getattr(k, name + "_typer"))
     if target == "cuda" and simulated():
         table.update(sim_intrinsics())  # the simulator runs the element functions as Python
     if target == "cuda":
@@ -356,8 +357,8 @@ def _bind(target: str) -> dict[str, Any]:
         device = numba_cuda.jit(device=True, inline=True)
     else:
         device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for name in (*k.ELEMENT_FUNCTIONS, "_bf16"):
-        table[name] = device(_rebind(getattr(k, name + "_py"), table))
+    for fn in k.ELEMENT_FUNCTIONS:
+        table[fn.__name__] = device(_rebind(fn.py_func, table))
     for name in ("_half_code", "_half_bits"):
         table[name] = device(_rebind(globals()[name + "_py"], table))
     for name in _NAMES:
@@ -365,15 +366,15 @@ def _bind(target: str) -> dict[str, Any]:
     return table
 
 
-def kernels(target: str = "cuda") -> dict[str, Any]:
+def kernels(target: str = "cuda") -> GpuKernels:
     """The launchers (encode, round, general, full; cast_code and cast_round, the plain fp16
     and bfloat16 casts) for ``target``, built once per process.
 
     ``"cuda"`` gives numba-cuda kernels (compiled on first launch, per argument types);
     ``"cpu"`` gives serial numba loops around the same element functions.
 
-    >>> sorted(kernels("cpu"))
-    ['cast_code', 'cast_round', 'encode', 'full', 'general', 'round']
+    >>> kernels("cpu")._fields
+    ('encode', 'round', 'general', 'full', 'cast_code', 'cast_round')
     """
     if target not in ("cuda", "cpu"):
         raise ValueError(f"kernel target {target!r}: expected cuda or cpu")
@@ -382,7 +383,9 @@ def kernels(target: str = "cuda") -> dict[str, Any]:
             return _built[target]
         table = _bind(target)
         wrap = _numba_cuda().jit if target == "cuda" else _numba().njit(nogil=True, error_model="numpy")
-        _built[target] = {name: wrap(_rebind(globals()[f"_{name}_{target}_py"], table)) for name in _NAMES}
+        _built[target] = GpuKernels(
+            *(wrap(_rebind(globals()[f"_{name}_{target}_py"], table)) for name in _NAMES)
+        )
         return _built[target]
 
 
@@ -531,9 +534,13 @@ def kernel_ptx(name: str, args: tuple[Any, ...], cc: tuple[int, int]) -> tuple[s
     >>> entry in ptx and ".target sm_90" in ptx
     True
     """
-    table = _bind("cuda")
-    fn = _rebind(globals()[f"_{name}_cuda_py"], table)
-    ptx, _ = _numba_cuda().compile_ptx(fn, _argtypes(args), cc=cc)
+    return _ptx(getattr(kernels("cuda"), name), args, cc)
+
+
+def _ptx(kernel: Any, args: tuple[Any, ...], cc: tuple[int, int]) -> tuple[str, str]:
+    """The PTX of the CUDA launcher ``kernel`` (a field of :func:`kernels`) for the types of
+    ``args`` and compute capability ``cc``, and its entry's name."""
+    ptx, _ = _numba_cuda().compile_ptx(kernel.py_func, _argtypes(args), cc=cc)
     return ptx, ptx_entry(ptx)[0]
 
 
@@ -550,17 +557,18 @@ def ptx_entry(ptx: str) -> tuple[str, list[int]]:
     return m.group(1), widths
 
 
-def _cupy_kernel(name: str, key: tuple[Any, ...], args: tuple[Any, ...], xp: Any) -> Any:
-    """CuPy's handle on kernel ``name`` compiled for the argument types ``key`` (of ``args``) and
-    the current GPU, loaded once per process and device. Its parameters are checked against the
-    launch's layout when it is loaded."""
+def _cupy_kernel(kernel: Any, key: tuple[Any, ...], args: tuple[Any, ...], xp: Any) -> Any:
+    """CuPy's handle on the CUDA launcher ``kernel`` compiled for the argument types ``key`` (of
+    ``args``) and the current GPU, loaded once per process and device. Its parameters are checked
+    against the launch's layout when it is loaded."""
     device = int(xp.cuda.runtime.getDevice())
+    name = kernel.py_func.__name__
     fn = _loaded.get((name, key, device))
     if fn is not None:
         return fn
     with _lock:
         cc_text = str(xp.cuda.Device(device).compute_capability)
-        ptx, entry = kernel_ptx(name, args, (int(cc_text[:-1]), int(cc_text[-1])))
+        ptx, entry = _ptx(kernel, args, (int(cc_text[:-1]), int(cc_text[-1])))
         want = [np.asarray(v).dtype.itemsize for v in flat_args(args)]
         if ptx_entry(ptx)[1] != want:
             raise RuntimeError(
@@ -578,26 +586,27 @@ def _cupy_kernel(name: str, key: tuple[Any, ...], args: tuple[Any, ...], xp: Any
         return fn
 
 
-def _launch(name: str, n: int, args: tuple[Any, ...], xp: Any, target: str) -> None:
+def _launch(kernel: Any, n: int, args: tuple[Any, ...], xp: Any, target: str) -> None:
+    """Run the launcher ``kernel`` (a field of :func:`kernels` for ``target``) over ``n``
+    elements: a CPU loop as it is, a CUDA kernel one thread per element."""
     if n == 0:
         return
     if target == "cpu":
-        kernels("cpu")[name](*args)
+        kernel(*args)
         return
     blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     if xp is np:
         # NumPy arrays: the CUDA simulator, or numba-cuda copying host arrays to the device
         # and back around the launch (synchronous, on the default stream)
-        kern = kernels(target)[name]
         with warnings.catch_warnings():
             # under the simulator the lane integers are NumPy scalars, whose wrap-around (the
             # modular arithmetic the kernels mean) NumPy reports as an overflow
             warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
-            kern[blocks, THREADS_PER_BLOCK](*args)
+            kernel[blocks, THREADS_PER_BLOCK](*args)
         return
     # CuPy arrays: on CuPy's current stream, ordered with CuPy's own work
     key, params = _layout(args)
-    _cupy_kernel(name, key, args, xp)((blocks,), (THREADS_PER_BLOCK,), tuple(params))
+    _cupy_kernel(kernel, key, args, xp)((blocks,), (THREADS_PER_BLOCK,), tuple(params))
 
 
 def run_array(
@@ -647,22 +656,25 @@ def run_array(
     z = zero(plan.lanes)
     out = xp.empty(n, plan.out_dtype)
     counts = (0, 0, 0, 0)
+    ks = kernels(target)
     if plan.cast:  # float32 to fp16 or bfloat16, nearest even, no flags: a loop of its own
-        _launch("cast_round" if back else "cast_code", n, (bits, out, plan.cast == "fp32->bf16"), xp, target)
+        _launch(
+            ks.cast_round if back else ks.cast_code, n, (bits, out, plan.cast == "fp32->bf16"), xp, target
+        )
     elif plan.loop == "encode":
-        _launch("encode", n, (bits, out, z, plan.p), xp, target)
+        _launch(ks.encode, n, (bits, out, z, plan.p), xp, target)
     elif plan.loop == "round":
-        _launch("round", n, (bits, out, z, plan.p, plan.d), xp, target)
+        _launch(ks.round, n, (bits, out, z, plan.p, plan.d), xp, target)
     else:
         if plan.widen:
             bits = widen16(bits, src, options.subnormals, xp)
         if plan.loop == "full":
             fl = xp.empty(n, xp.uint8)
-            _launch("full", n, (bits, out, fl, z, plan.p, plan.d, back), xp, target)
+            _launch(ks.full, n, (bits, out, fl, z, plan.p, plan.d, back), xp, target)
             c = [int(xp.count_nonzero(fl & xp.uint8(1 << j))) for j in range(4)]
             counts = (c[0], c[1], c[2], c[3])
         else:
-            _launch("general", n, (bits, out, z, plan.p, plan.d, back), xp, target)
+            _launch(ks.general, n, (bits, out, z, plan.p, plan.d, back), xp, target)
         out = out.astype(plan.result_dtype, copy=False)
     result = out.view(a.dtype).reshape(shape) if back else out.reshape(shape)
     return result, RoundingStats(int(a.size), *counts)

@@ -26,6 +26,10 @@ from floatlab.rounding.spec import round_rational
 
 __all__ = ["DecodeParams", "EncodeParams", "code_dtype", "decode_params", "encode_params"]
 
+#: values per work item of the block loops and of their tensor amax: a strip of blocks that stays
+#: in the first-level cache
+TILE = 4096
+
 
 class EncodeParams(NamedTuple):
     """Round bit patterns of an IEEE input format into a target format (all fields are ints).
