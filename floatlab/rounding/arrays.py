@@ -18,7 +18,7 @@ All take the same keyword-only knobs, checked in one place (:class:`RoundingOpti
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,10 +28,20 @@ from floatlab.exact import pow2
 from floatlab.formats import FP32, FP64, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
-from floatlab.rounding.options import RNG, RoundingOptions, RoundingStats, as_float_array
+from floatlab.rounding.options import (
+    RNG,
+    RoundingKnobs,
+    RoundingOptions,
+    RoundingStats,
+    as_float_array,
+    knob_signature,
+)
 from floatlab.rounding.params import decode_params, encode_params
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
-from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, check_rounding
+from floatlab.rounding.spec import check_rounding
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "BLOCK_SCALES",
@@ -100,37 +110,38 @@ def _is_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def _through_tensor(door: Any, x: Any, fmt: Any, back: bool, rounding: str, rng: RNG, *knobs: Any) -> Any:
+def _through_tensor(door: Any, x: Any, fmt: Any, back: bool, rounding: str, knobs: RoundingKnobs) -> Any:
     """``door`` (one of this module's four public doors) on a view of the tensor's memory, and
     its result as a tensor of the input's dtype and device again (with the flag counts of a
     ``*_with_flags`` door beside it)."""
     from floatlab.torch.tensors import array_tensor, tensor_array
 
-    saturate, subnormals, random_bits = knobs
-    y = door(
-        tensor_array(x, fmt, back=back),
-        fmt,
-        rounding,
-        rng=rng,
-        saturate=saturate,
-        subnormals=subnormals,
-        random_bits=random_bits,
-    )
+    y = door(tensor_array(x, fmt, back=back), fmt, rounding, **knobs)
     if isinstance(y, Counted):
         return Counted(array_tensor(y.array, x), y.stats)
     return array_tensor(y, x)
 
 
+def _public_door(
+    door: Any, x: Any, fmt: FloatFormat | str, rounding: str, knobs: RoundingKnobs, *, back: bool, flags: bool
+) -> Any:
+    """The body of the four public doors (``door`` is the caller): a torch tensor through a view
+    of its memory; anything else checked, planned and executed, with the flag counts (a
+    :class:`Counted`) when ``flags``."""
+    if _is_tensor(x):
+        return _through_tensor(door, x, fmt, back, rounding, knobs)
+    result, stats = _door(x, fmt, RoundingOptions.make(rounding, **knobs), back=back, flags=flags)
+    return Counted(result, stats) if flags else result
+
+
+@knob_signature
 def encode_array(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
     flags: Literal[False] = False,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Any:
     """Round every element of ``x`` into ``fmt`` and return the codes (unsigned integers).
 
@@ -154,23 +165,15 @@ def encode_array(
     [126, 126, 126]
     """
     _no_flags(flags, "encode_array")  # (before the key is drawn: a refused call leaves rng as it was)
-    if _is_tensor(x):
-        return _through_tensor(encode_array, x, fmt, False, rounding, rng, saturate, subnormals, random_bits)
-    options = RoundingOptions.make(
-        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
-    )
-    return _door(x, fmt, options, back=False, flags=False)[0]
+    return _public_door(encode_array, x, fmt, rounding, knobs, back=False, flags=False)
 
 
+@knob_signature
 def encode_array_with_flags(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Counted:
     """:func:`encode_array`, with how many elements raised each IEEE flag: ``(codes, stats)``.
 
@@ -183,27 +186,18 @@ def encode_array_with_flags(
     >>> codes.tolist(), stats.underflow
     ([15360, 0], 1)
     """
-    if _is_tensor(x):
-        counted: Counted = _through_tensor(
-            encode_array_with_flags, x, fmt, False, rounding, rng, saturate, subnormals, random_bits
-        )
-        return counted
-    options = RoundingOptions.make(
-        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
-    )
-    return Counted(*_door(x, fmt, options, back=False, flags=True))
+    counted: Counted = _public_door(encode_array_with_flags, x, fmt, rounding, knobs, back=False, flags=True)
+    return counted
 
 
+@knob_signature
 def round_array(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
     flags: Literal[False] = False,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Any:
     """Round every element of ``x`` to a value of ``fmt`` (per ``rounding``), kept in x's dtype.
 
@@ -225,23 +219,15 @@ def round_array(
     1.0078125
     """
     _no_flags(flags, "round_array")  # (before the key is drawn: a refused call leaves rng as it was)
-    if _is_tensor(x):
-        return _through_tensor(round_array, x, fmt, True, rounding, rng, saturate, subnormals, random_bits)
-    options = RoundingOptions.make(
-        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
-    )
-    return _door(x, fmt, options, back=True, flags=False)[0]
+    return _public_door(round_array, x, fmt, rounding, knobs, back=True, flags=False)
 
 
+@knob_signature
 def round_array_with_flags(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Counted:
     """:func:`round_array`, with how many elements raised each IEEE flag: ``(values, stats)``.
 
@@ -254,27 +240,18 @@ def round_array_with_flags(
     >>> values.tolist(), stats.overflow
     ([1.0, inf], 1)
     """
-    if _is_tensor(x):
-        counted: Counted = _through_tensor(
-            round_array_with_flags, x, fmt, True, rounding, rng, saturate, subnormals, random_bits
-        )
-        return counted
-    options = RoundingOptions.make(
-        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
-    )
-    return Counted(*_door(x, fmt, options, back=True, flags=True))
+    counted: Counted = _public_door(round_array_with_flags, x, fmt, rounding, knobs, back=True, flags=True)
+    return counted
 
 
+@knob_signature
 def running_sums(
     terms: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
     kahan: bool = False,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The running sums of ``terms`` (float64 values of ``fmt``) with every addition rounded
     once into ``fmt``, left to right, in one compiled serial loop; with ``kahan`` Kahan's
@@ -291,9 +268,7 @@ def running_sums(
     2048.0
     """
     f = get_format(fmt)
-    options = RoundingOptions.make(
-        rounding, rng=rng, saturate=saturate, subnormals=subnormals, random_bits=random_bits
-    )
+    options = RoundingOptions.make(rounding, **knobs)
     t = np.ascontiguousarray(terms, dtype=np.float64).reshape(-1)
     p = encode_params(FP64, f, options, lanes=64)
     d = decode_params(f, FP64, 64)

@@ -38,6 +38,33 @@ class Flushed(NamedTuple):
     flushed: int  # the non-zero inputs whose result is a zero
 
 
+def _one_pass(
+    x: ArrayLike,
+    f: FloatFormat,
+    rounding: str,
+    saturate: bool,
+    subnormals: bool,
+    *,
+    overwrite: bool,
+    owned: bool,
+) -> Flushed | None:
+    """The one-pass cast and count of :func:`round_flushed` (with ``overwrite``, in x's own memory
+    where x is writeable), or None where it does not apply; with ``owned``, None too where x is
+    not writeable (:func:`round_owned` then rounds through the door)."""
+    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
+    if plan is None:
+        return None
+    a = np.asarray(x)
+    if owned and not a.flags.writeable:
+        return None
+    overwrite = overwrite and a.flags.writeable  # (a read-only array is copied as always)
+    got = cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite)
+    if got is None:
+        return None
+    out, nx, nr = got
+    return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
+
+
 def round_flushed(
     x: ArrayLike,
     fmt: FloatFormat | str,
@@ -65,14 +92,9 @@ def round_flushed(
     (True, [0.333984375, 0.0], 1)
     """
     f = get_format(fmt)
-    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
-    if plan is not None:
-        a = np.asarray(x)
-        overwrite = overwrite and a.flags.writeable  # (a read-only array is copied as always)
-        got = cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite)
-        if got is not None:
-            out, nx, nr = got
-            return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
+    got = _one_pass(x, f, rounding, saturate, subnormals, overwrite=overwrite, owned=False)
+    if got is not None:
+        return got
     r = round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
     xp = get_xp(x)
     nonzero, kept = host_ints([xp.count_nonzero(x), xp.count_nonzero(r)])
@@ -98,11 +120,9 @@ def round_owned(
     (True, [0.333251953125, inf])
     """
     f = get_format(fmt)
-    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
-    if plan is not None and np.asarray(x).flags.writeable:
-        a = np.asarray(x)
-        if cpu.run_counting_nonzero(a.reshape(-1).view(np.uint32), plan, overwrite=True) is not None:
-            return a
+    got = _one_pass(x, f, rounding, saturate, subnormals, overwrite=True, owned=True)
+    if got is not None:
+        return got.values
     return round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
 
 

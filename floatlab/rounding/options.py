@@ -1,9 +1,9 @@
 """The knobs of rounding, checked in one place: :class:`RoundingOptions`, and the one input check.
 
-Every public function that rounds takes the same keyword-only knobs (``rounding``, ``rng``,
-``saturate``, ``subnormals``, ``random_bits``) and hands them to :meth:`RoundingOptions.make`,
-so a bad value gets the same one-line error wherever it is given. Arrays enter through
-:func:`as_float_array`, which says which formats floatlab rounds from.
+Every public function that rounds takes the mode ``rounding`` and the same keyword-only knobs,
+:class:`RoundingKnobs` (``rng``, ``saturate``, ``subnormals``, ``random_bits``), and hands them to
+:meth:`RoundingOptions.make`, so a bad value gets the same one-line error wherever it is given.
+Arrays enter through :func:`as_float_array`, which says which formats floatlab rounds from.
 
 >>> o = RoundingOptions.make("floor", saturate=True)
 >>> o.mode, o.saturate, o.subnormals, o.key
@@ -15,8 +15,10 @@ True
 from __future__ import annotations
 
 import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -26,12 +28,14 @@ from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, Rounding, check_random_b
 
 __all__ = [
     "RNG",
+    "RoundingKnobs",
     "RoundingOptions",
     "RoundingStats",
     "as_float64",
     "as_float_array",
     "as_generator",
     "check_bool",
+    "knob_signature",
     "stochastic_key",
 ]
 
@@ -140,6 +144,43 @@ class RoundingOptions:
     @property
     def stochastic(self) -> bool:
         return self.mode == "stochastic"
+
+
+class RoundingKnobs(TypedDict, total=False):
+    """The keyword-only knobs of every function that rounds, typed once: a function takes them as
+    ``**knobs: Unpack[RoundingKnobs]`` and hands them to :meth:`RoundingOptions.make`, whose
+    defaults they have (:func:`knob_signature` spells them out for help() and the API reference).
+
+    >>> RoundingOptions.make("rne", **RoundingKnobs(saturate=True)).saturate
+    True
+    """
+
+    rng: RNG
+    saturate: bool
+    subnormals: bool
+    random_bits: int
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def knob_signature(fn: F) -> F:
+    """``fn``, which takes the knobs as ``**knobs: Unpack[RoundingKnobs]``, shown with them spelled
+    out as keyword-only parameters with :meth:`RoundingOptions.make`'s defaults (before a last
+    ``flags``): the signature help() and the API reference show. The function itself is unchanged.
+
+    >>> @knob_signature
+    ... def f(x: float, *, flags: bool = False, **knobs: Any) -> None: ...
+    >>> list(inspect.signature(f).parameters), inspect.signature(f).parameters["saturate"].default
+    (['x', 'rng', 'saturate', 'subnormals', 'random_bits', 'flags'], False)
+    """
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    make = inspect.signature(RoundingOptions.make).parameters
+    knobs = [make[name] for name in RoundingKnobs.__annotations__]
+    at = len(own) - (1 if own and own[-1].name == "flags" else 0)
+    shown = inspect.signature(fn).replace(parameters=[*own[:at], *knobs, *own[at:]])
+    fn.__signature__ = shown  # type: ignore[attr-defined]
+    return fn
 
 
 # typed: True and 1, np.True_ and True are told apart, so that 1 is refused however often it comes
