@@ -14,7 +14,8 @@ The package is layered bottom-up; no module imports one above it:
   :mod:`~floatlab.rounding.cuda` (the same element functions compiled for a GPU);
 * :mod:`~floatlab.rounding.arrays`: the public door, :func:`round_array`, :func:`encode_array`
   and the building blocks the rest of floatlab uses (:mod:`~floatlab.rounding.scaled`: the fp8
-  recipes' scaled casts; :mod:`~floatlab.rounding.flushed`: a rounding and what it flushed).
+  recipes' scaled casts; :mod:`~floatlab.rounding.flushed`: a rounding and what it flushed;
+  :mod:`~floatlab.rounding.integers`: integers of any width, each rounded once).
 
 Modes (IEEE 754 names in brackets):
 
@@ -34,10 +35,11 @@ Modes (IEEE 754 names in brackets):
 
 from __future__ import annotations
 
-from floatlab.rounding import arrays, flushed, options, params, scaled, spec
+from floatlab.rounding import arrays, flushed, integers, options, params, scaled, spec
 from floatlab.rounding.arrays import *  # noqa: F403
 from floatlab.rounding.exact_matmul import exact_matmul
 from floatlab.rounding.flushed import *  # noqa: F403
+from floatlab.rounding.integers import *  # noqa: F403
 from floatlab.rounding.options import *  # noqa: F403
 from floatlab.rounding.params import *  # noqa: F403
 from floatlab.rounding.scaled import *  # noqa: F403
@@ -45,6 +47,7 @@ from floatlab.rounding.spec import *  # noqa: F403
 
 # every public name of the layers, each listed once, in its own module
 __all__ = [
-    *spec.__all__, *options.__all__, *params.__all__, *arrays.__all__, *flushed.__all__, *scaled.__all__,
+    *spec.__all__, *options.__all__, *params.__all__, *arrays.__all__, *flushed.__all__, *integers.__all__,
+    *scaled.__all__,
     "exact_matmul",
 ]  # fmt: skip
