@@ -10,16 +10,16 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from test_train_text import BigramLM
 
 import floatlab.cli as cli
-import floatlab.train.models.base as model_mod
 from floatlab.cli import train_cmds
 from floatlab.train import History, StepStats
+from floatlab.train.models import MODEL_CLASSES
 
 Main = Callable[[list[str]], int]
 
@@ -247,9 +247,12 @@ def test_a_run_that_diverges_stops_keeps_its_history_and_exits_0(
 
 # ---- text -----------------------------------------------------------------------------------------
 @pytest.fixture
-def bigram_as_transformer(monkeypatch: pytest.MonkeyPatch) -> None:
+def bigram_as_transformer() -> Iterator[None]:
     """The bigram model in the transformer's place (the model registry names where a model lives)."""
-    monkeypatch.setitem(model_mod._MODEL_HOMES, "transformer", f"test_train_text:{BigramLM.__name__}")
+    transformer = MODEL_CLASSES["transformer"]
+    MODEL_CLASSES.add("transformer", BigramLM)
+    yield
+    MODEL_CLASSES.add("transformer", transformer)
 
 
 TEXT = ["--model", "transformer", "--data", "text", "--context", "16", "--optimizer", "adamw", "--lr", "0.05"]

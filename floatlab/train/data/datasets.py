@@ -9,15 +9,24 @@ shipped with the package: see :mod:`floatlab.train.data.text`).
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from floatlab.registry import Registry
 from floatlab.train.precision.precision import Array
 
-__all__ = ["DATASETS", "Dataset", "data_name", "get_data", "load_digits", "make_underflow_task"]
+__all__ = [
+    "DATASETS",
+    "DATA_LOADERS",
+    "Dataset",
+    "data_name",
+    "get_data",
+    "load_digits",
+    "make_underflow_task",
+]
 
 
 @dataclass(frozen=True)
@@ -151,10 +160,24 @@ def make_underflow_task(
     )
 
 
-DATASETS: tuple[str, ...] = ("digits", "underflow", "text")
-#: data sets that live in their own modules, imported when first asked for (as the larger models are)
-_DATA_HOMES: dict[str, str] = {"text": "floatlab.train.data.text:load_text"}
-_DATA_ALIASES = {"synthetic": "underflow", "chars": "text"}
+def _digits(*, seed: int, context: int) -> Dataset:
+    return load_digits(seed=seed)
+
+
+def _underflow(*, seed: int, context: int) -> Dataset:
+    return make_underflow_task(seed=seed)
+
+
+#: what makes each data set from a seed and a context length (text only), by name: the text's
+#: loader lives in its own module, imported when first asked for (case is ignored;
+#: ``"synthetic"`` and ``"chars"`` are other names)
+DATA_LOADERS: Registry[Callable[..., Dataset]] = Registry(
+    "data set",
+    {"digits": _digits, "underflow": _underflow},
+    homes={"text": "floatlab.train.data.text:load_text"},
+    aliases={"synthetic": "underflow", "chars": "text"},
+)
+DATASETS: tuple[str, ...] = DATA_LOADERS.names
 
 
 def data_name(name: str) -> str:
@@ -167,13 +190,7 @@ def data_name(name: str) -> str:
     ...
     ValueError: unknown data set 'mnist': expected one of digits, underflow, text
     """
-    if not isinstance(name, str):
-        raise ValueError(f"data set {name!r}: expected a name, one of {', '.join(DATASETS)}")
-    key = name.strip().lower()
-    key = _DATA_ALIASES.get(key, key)
-    if key not in DATASETS:
-        raise ValueError(f"unknown data set {name!r}: expected one of {', '.join(DATASETS)}")
-    return key
+    return DATA_LOADERS.name(name)
 
 
 def get_data(name: str, *, seed: int = 0, context: int = 64) -> Dataset:
@@ -184,11 +201,5 @@ def get_data(name: str, *, seed: int = 0, context: int = 64) -> Dataset:
     >>> get_data("underflow").name, get_data("text", context=32).x_train.shape[1]
     ('underflow', 32)
     """
-    key = data_name(name)
-    if key == "digits":
-        return load_digits(seed=seed)
-    if key == "underflow":
-        return make_underflow_task(seed=seed)
-    module, func = _DATA_HOMES[key].split(":")
-    found: Dataset = getattr(importlib.import_module(module), func)(context=context, seed=seed)
+    found: Dataset = DATA_LOADERS.lookup(name)(seed=seed, context=context)
     return found

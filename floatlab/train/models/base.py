@@ -17,15 +17,15 @@ The models live one to a module (:mod:`~floatlab.train.models.mlp`,
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 
+from floatlab.registry import Registry
 from floatlab.train.models.layers import Cache
 from floatlab.train.precision.precision import Array, Params, Precision
 
-__all__ = ["MODELS", "Model", "Params", "get_model", "model_class", "model_name"]
+__all__ = ["MODELS", "MODEL_CLASSES", "Model", "Params", "get_model", "model_class", "model_name"]
 
 
 class Model:
@@ -94,15 +94,19 @@ class Model:
         return self.name
 
 
-#: the models by name, and where the larger ones live (imported when first asked for)
-_MODEL_HOMES: dict[str, str] = {
-    "mlp": "floatlab.train.models.mlp:MLP",
-    "attention": "floatlab.train.models.attention:AttentionNet",
-    "transformer": "floatlab.train.models.transformer:TransformerLM",
-    "convnet": "floatlab.train.models.convnet:ConvNet",
-}
-MODELS: tuple[str, ...] = tuple(_MODEL_HOMES)
-_MODEL_ALIASES = {"attn": "attention", "mlp-relu": "mlp", "lm": "transformer", "cnn": "convnet"}
+#: the model classes by name, each imported from its module when first asked for (case is
+#: ignored; ``"attn"``, ``"mlp-relu"``, ``"lm"`` and ``"cnn"`` are other names)
+MODEL_CLASSES: Registry[type[Model]] = Registry(
+    "model",
+    homes={
+        "mlp": "floatlab.train.models.mlp:MLP",
+        "attention": "floatlab.train.models.attention:AttentionNet",
+        "transformer": "floatlab.train.models.transformer:TransformerLM",
+        "convnet": "floatlab.train.models.convnet:ConvNet",
+    },
+    aliases={"attn": "attention", "mlp-relu": "mlp", "lm": "transformer", "cnn": "convnet"},
+)
+MODELS: tuple[str, ...] = MODEL_CLASSES.names
 
 
 def model_name(name: str) -> str:
@@ -111,13 +115,7 @@ def model_name(name: str) -> str:
     >>> model_name(" LM ")
     'transformer'
     """
-    if not isinstance(name, str):
-        raise ValueError(f"model {name!r}: expected a name, one of {', '.join(MODELS)}")
-    key = name.strip().lower()
-    key = _MODEL_ALIASES.get(key, key)
-    if key not in _MODEL_HOMES:
-        raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
-    return key
+    return MODEL_CLASSES.name(name)
 
 
 def model_class(name: str) -> type[Model]:
@@ -130,9 +128,7 @@ def model_class(name: str) -> type[Model]:
     ...
     ValueError: unknown model 'resnet': expected one of mlp, attention, transformer, convnet
     """
-    module, cls = _MODEL_HOMES[model_name(name)].split(":")
-    found: type[Model] = getattr(importlib.import_module(module), cls)
-    return found
+    return MODEL_CLASSES.lookup(name)
 
 
 def get_model(name: str, n_in: int, n_out: int, **kwargs: Any) -> Model:
