@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from floatlab.formats import FP32
+from floatlab.registry import Registry
 from floatlab.rounding import round_array
 from floatlab.train._checks import (
     shown,
@@ -117,34 +118,48 @@ class ScalerRules(NamedTuple):
 
 # Each entry cites the file its numbers come from; tests/test_train_scaler.py runs each rule step for
 # step against the framework itself (torch, Keras 3) or against that source written out in Python.
-SCALER_PRESETS: dict[str, ScalerSettings] = {
-    # torch/amp/grad_scaler.py, GradScaler.__init__ (and aten's _amp_update_scale_ kernel)
-    "torch": ScalerSettings(2.0**16, 2.0, 0.5, 2000, 0.0, math.inf),
-    # keras/src/optimizers/loss_scale_optimizer.py (Keras 3): initial_scale 2^15,
-    # dynamic_growth_steps 2000, the scale halved on overflow with no floor, an fp32 variable
-    "keras": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 0.0, math.inf),
-    # keras/mixed_precision/loss_scale_optimizer.py (tf.keras of TensorFlow 2.4-2.15),
-    # _DynamicLossScaleState.update: tf.maximum(scale / multiplier, 1), a floor of 1
-    "tf2": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 1.0, math.inf),
-    # tensorflow/python/training/experimental/loss_scale.py, tf.compat.v1 DynamicLossScale:
-    # 2^15, increment_period 2000, multiplier 2, never below 1
-    "tf1": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 1.0, math.inf),
-    # NVIDIA/apex apex/amp/scaler.py LossScaler("dynamic"): init_scale 2^16, scale_factor 2,
-    # scale_window 2000, min_loss_scale None, max_loss_scale 2^24 (amp.initialize's default)
-    "apex": ScalerSettings(2.0**16, 2.0, 0.5, 2000, 0.0, 2.0**24),
-    # fastai v1 fastai/callbacks/fp16.py MixedPrecision with to_fp16's defaults (fastai/train.py):
-    # loss_scale 2^16, max_noskip 1000, max_scale 2^24; halves only while the scale is above 1
-    "fastai": ScalerSettings(2.0**16, 2.0, 0.5, 1000, 1.0, 2.0**24),
-    # mindspore/python/mindspore/train/loss_scale_manager.py DynamicLossScaleManager (2^24,
-    # scale_factor 2, scale_window 2000) run by nn.DynamicLossScaleUpdateCell: never below 1
-    "mindspore": ScalerSettings(2.0**24, 2.0, 0.5, 2000, 1.0, math.inf),
-    # static scales (growth and backoff 1): FixedLossScaleManager(128) skips an overflowing step,
-    # FixedLossScaleManager(128, drop_overflow_update=False) takes it; the 2018 TF1 recipe
-    # multiplies the loss by a constant and divides the gradients with no check at all
-    "mindspore-fixed": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
-    "mindspore-fixed-nodrop": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
-    "tf1-static": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
-}
+#: the loss scalers of the frameworks by name (case is ignored; ``"pytorch"``, ``"gradscaler"``,
+#: ``"keras3"``, ``"tensorflow"``, ``"tf"`` and ``"tf.keras"`` are other names)
+SCALER_PRESETS: Registry[ScalerSettings] = Registry(
+    "loss-scaler preset",
+    {
+        # torch/amp/grad_scaler.py, GradScaler.__init__ (and aten's _amp_update_scale_ kernel)
+        "torch": ScalerSettings(2.0**16, 2.0, 0.5, 2000, 0.0, math.inf),
+        # keras/src/optimizers/loss_scale_optimizer.py (Keras 3): initial_scale 2^15,
+        # dynamic_growth_steps 2000, the scale halved on overflow with no floor, an fp32 variable
+        "keras": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 0.0, math.inf),
+        # keras/mixed_precision/loss_scale_optimizer.py (tf.keras of TensorFlow 2.4-2.15),
+        # _DynamicLossScaleState.update: tf.maximum(scale / multiplier, 1), a floor of 1
+        "tf2": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 1.0, math.inf),
+        # tensorflow/python/training/experimental/loss_scale.py, tf.compat.v1 DynamicLossScale:
+        # 2^15, increment_period 2000, multiplier 2, never below 1
+        "tf1": ScalerSettings(2.0**15, 2.0, 0.5, 2000, 1.0, math.inf),
+        # NVIDIA/apex apex/amp/scaler.py LossScaler("dynamic"): init_scale 2^16, scale_factor 2,
+        # scale_window 2000, min_loss_scale None, max_loss_scale 2^24 (amp.initialize's default)
+        "apex": ScalerSettings(2.0**16, 2.0, 0.5, 2000, 0.0, 2.0**24),
+        # fastai v1 fastai/callbacks/fp16.py MixedPrecision with to_fp16's defaults (fastai/train.py):
+        # loss_scale 2^16, max_noskip 1000, max_scale 2^24; halves only while the scale is above 1
+        "fastai": ScalerSettings(2.0**16, 2.0, 0.5, 1000, 1.0, 2.0**24),
+        # mindspore/python/mindspore/train/loss_scale_manager.py DynamicLossScaleManager (2^24,
+        # scale_factor 2, scale_window 2000) run by nn.DynamicLossScaleUpdateCell: never below 1
+        "mindspore": ScalerSettings(2.0**24, 2.0, 0.5, 2000, 1.0, math.inf),
+        # static scales (growth and backoff 1): FixedLossScaleManager(128) skips an overflowing step,
+        # FixedLossScaleManager(128, drop_overflow_update=False) takes it; the 2018 TF1 recipe
+        # multiplies the loss by a constant and divides the gradients with no check at all
+        "mindspore-fixed": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
+        "mindspore-fixed-nodrop": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
+        "tf1-static": ScalerSettings(128.0, 1.0, 1.0, 1, 0.0, math.inf),
+    },
+    aliases={
+        "pytorch": "torch",
+        "gradscaler": "torch",
+        "keras3": "keras",
+        "tensorflow": "tf2",
+        "tf": "tf2",
+        "tf.keras": "tf2",
+    },
+    kind="a name such as 'torch'",
+)
 # the presets whose rules are not torch's
 SCALER_RULES: dict[str, ScalerRules] = {
     # apex and fastai hold the scale in a Python float and unscale by a Python scalar
@@ -153,26 +168,6 @@ SCALER_RULES: dict[str, ScalerRules] = {
     "mindspore-fixed-nodrop": ScalerRules(skips_nonfinite=False),
     "tf1-static": ScalerRules(skips_nonfinite=False),
 }
-_PRESET_ALIASES = {
-    "pytorch": "torch",
-    "gradscaler": "torch",
-    "keras3": "keras",
-    "tensorflow": "tf2",
-    "tf": "tf2",
-    "tf.keras": "tf2",
-}
-
-
-def _preset_key(name: str) -> str:
-    if not isinstance(name, str):
-        raise ValueError(f"loss-scaler preset {shown(name)}: expected a name such as 'torch'")
-    key = name.strip().lower()
-    key = _PRESET_ALIASES.get(key, key)
-    if key not in SCALER_PRESETS:
-        raise ValueError(
-            f"unknown loss-scaler preset {shown(name)}: expected one of {', '.join(SCALER_PRESETS)}"
-        )
-    return key
 
 
 class LossScaler:
@@ -256,7 +251,7 @@ class LossScaler:
         >>> LossScaler.preset("mindspore-fixed-nodrop").skips_nonfinite
         False
         """
-        key = _preset_key(name)
+        key = SCALER_PRESETS.name(name)
         init, grow, back, interval, lo, hi = SCALER_PRESETS[key]
         rules = SCALER_RULES.get(key, ScalerRules())
         return cls(
@@ -309,7 +304,7 @@ class LossScaler:
         if loss_scaling == "dynamic":
             return cls.preset(scaler)
         if loss_scaling == "static":
-            key = _preset_key(scaler)
+            key = SCALER_PRESETS.name(scaler)
             rules = SCALER_RULES.get(key, ScalerRules())
             static_preset = SCALER_PRESETS[key].growth_factor == SCALER_PRESETS[key].backoff_factor == 1.0
             return cls.static(
