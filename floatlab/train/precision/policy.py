@@ -57,7 +57,6 @@ fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,12 +64,14 @@ from typing import Any, Literal
 import numpy as np
 
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
+from floatlab.registry import Registry
 from floatlab.rounding import check_rounding
-from floatlab.train._checks import shown, want_bool, want_dict, want_fp32_scale, want_str
+from floatlab.train._checks import shown, want_bool, want_dict, want_fields, want_fp32_scale, want_str
 from floatlab.train.precision.accumulate import accumulator_format
 from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 
 __all__ = [
+    "ALL_POLICIES",
     "FP32_OPS",
     "LOSS_SCALING",
     "MEMORY_LAYOUTS",
@@ -379,19 +380,16 @@ class Policy:
         want_dict("policy", d)
         if "fp8" in d and "recipe" not in d:  # written when the field held fp8 recipes only
             d = {k: v for k, v in d.items() if k != "fp8"} | {"recipe": d["fp8"]}
+        d = want_fields("policy", d, cls)
         if "name" not in d:
             raise ValueError("policy lacks its name")
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = sorted(set(d) - known)
-        if extra:
-            raise ValueError(f"policy fields {extra}: expected only {', '.join(sorted(known))}")
         if "batchnorm_fp32" not in d:
             # written before the switch existed (no model had BatchNorm): the named policy's value
             base = POLICIES.get(str(d["name"]).rstrip("*"))
             d = {**d, "batchnorm_fp32": base.batchnorm_fp32 if base is not None else True}
         if "memory_layout" not in d:
-            named = _BY_KEY.get(_lookup_key(str(d["name"]).rstrip("*")))
-            d = {**d, "memory_layout": named.memory_layout if named is not None else "apex-o2"}
+            named = ALL_POLICIES.find(str(d["name"]).rstrip("*"))
+            d = {**d, "memory_layout": ALL_POLICIES[named].memory_layout if named is not None else "apex-o2"}
         if d.get("recipe") is not None:
             r = want_dict("policy recipe", d["recipe"])
             kind = r.get("kind")
@@ -543,22 +541,16 @@ _ALIASES = {
 }
 
 
-def _lookup_key(name: str) -> str:
-    """The form a name is looked up in: case, surrounding spaces and ``_`` for ``-`` do not matter."""
-    return name.strip().lower().replace("_", "-")
-
-
-def _did_you_mean(key: str, known: dict[str, str]) -> str:
-    """``"did you mean NAME? "`` for the closest of ``known`` (lookup key -> name shown), or ``""``."""
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f"did you mean {known[close[0]]}? " if close else ""
-
-
-# every name the lookup knows, by its lookup key: the named policies, the presets' and the aliases
-_BY_KEY: dict[str, Policy] = {
-    **{_lookup_key(p.name): p for p in (*POLICIES.values(), *PRESET_POLICIES.values())},
-    **{alias: POLICIES[name] for alias, name in _ALIASES.items()},
-}
+#: every name :func:`get_policy` knows: the named policies, the presets' and the aliases (case is
+#: ignored and ``_`` read as ``-``)
+ALL_POLICIES: Registry[Policy] = Registry(
+    "precision policy or preset",
+    {**POLICIES, **PRESET_POLICIES},
+    aliases=_ALIASES,
+    alike="_",
+    sep="-",
+    listing=lambda names: f"(policies: {', '.join(POLICIES)}; presets: {', '.join(PRESET_POLICIES)})",
+)
 
 
 def policy_names() -> list[str]:
@@ -589,14 +581,7 @@ def get_policy(policy: str | Policy) -> Policy:
         return policy
     if not isinstance(policy, str):
         raise ValueError(f"precision policy {shown(policy)}: expected a policy or preset name, or a Policy")
-    key = _lookup_key(policy)
-    if key in _BY_KEY:
-        return _BY_KEY[key]
-    hint = _did_you_mean(key, {k: p.name for k, p in _BY_KEY.items()})
-    raise ValueError(
-        f"unknown precision policy or preset {shown(policy)}: {hint}(policies: {', '.join(POLICIES)}; "
-        f"presets: {', '.join(PRESET_POLICIES)})"
-    )
+    return ALL_POLICIES.lookup(policy)
 
 
 def parse_fp32_ops(text: str | Iterable[str]) -> frozenset[str]:

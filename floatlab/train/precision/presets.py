@@ -27,11 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from floatlab.train._checks import shown
-from floatlab.train.precision.policy import PRESET_POLICIES, Policy, _did_you_mean, _lookup_key, get_policy
+from floatlab.registry import Registry
+from floatlab.train.precision.policy import PRESET_POLICIES, Policy, get_policy
 from floatlab.train.precision.scaler import LossScaler, make_scaler
 
 __all__ = [
+    "PRESETS",
     "Preset",
     "PresetScaler",
     "get_preset",
@@ -286,7 +287,15 @@ _PRESETS: tuple[Preset, ...] = (
         "O2's policy with a fixed scale of 128 and no overflow check: an overflowing step is applied.",
     ),
 )
-_PRESET_BY_KEY = {_lookup_key(p.name): p for p in _PRESETS}
+#: the presets by name (case is ignored and ``_`` read as ``-``), in :func:`presets` order
+PRESETS: Registry[Preset] = Registry(
+    "preset",
+    {p.name: p for p in _PRESETS},
+    alike="_",
+    sep="-",
+    listing=lambda names: f"(known: {', '.join(names)})",
+    kind="a preset name such as 'apex-O2'",
+)
 
 
 def presets() -> list[Preset]:
@@ -295,7 +304,7 @@ def presets() -> list[Preset]:
     >>> len(presets()), presets()[0].name
     (15, 'torch-amp')
     """
-    return list(_PRESETS)
+    return list(PRESETS.values())
 
 
 def preset_names() -> list[str]:
@@ -304,7 +313,7 @@ def preset_names() -> list[str]:
     >>> preset_names()[-1]
     'mindspore-fixed-128-nodrop'
     """
-    return [p.name for p in _PRESETS]
+    return list(PRESETS)
 
 
 def get_preset(name: str | Preset) -> Preset:
@@ -319,25 +328,11 @@ def get_preset(name: str | Preset) -> Preset:
     ...
     ValueError: unknown preset 'apex-O4': did you mean apex-O3? (known: torch-amp, keras, ...)
     """
-    if isinstance(name, Preset):
-        return name
-    if not isinstance(name, str):
-        raise ValueError(f"preset {shown(name)}: expected a preset name such as 'apex-O2'")
-    key = _lookup_key(name)
-    if key in _PRESET_BY_KEY:
-        return _PRESET_BY_KEY[key]
-    hint = _did_you_mean(key, {k: p.name for k, p in _PRESET_BY_KEY.items()})
-    raise ValueError(f"unknown preset {shown(name)}: {hint}(known: {', '.join(preset_names())})")
+    return name if isinstance(name, Preset) else PRESETS.lookup(name)
 
 
-def resolve_policy(name: str | Policy) -> Policy:
-    """Another name of :func:`~floatlab.train.precision.policy.get_policy` (which knows the presets' names),
-    for code written against this one.
-
-    >>> resolve_policy("apex-O2") is get_policy("apex-O2")
-    True
-    """
-    return get_policy(name)
+#: :func:`~floatlab.train.precision.policy.get_policy`, by the name it had here
+resolve_policy = get_policy
 
 
 def _onoff(v: bool) -> str:
