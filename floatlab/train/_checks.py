@@ -13,30 +13,23 @@ ValueError: epochs='3': expected an integer >= 0
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any
+
+from floatlab.registry import Registry, shown
 
 __all__ = [
     "shown",
     "want_bool",
     "want_dict",
+    "want_fields",
     "want_int",
     "want_ints",
     "want_real",
     "want_real_or_none",
     "want_str",
 ]
-
-
-def shown(v: Any, width: int = 60) -> str:
-    """``repr(v)`` on one line, cut to ``width`` characters (a checkpoint may hold a megabyte where
-    a number belongs).
-
-    >>> shown("x" * 100, 10)
-    "'xxxxxx..."
-    """
-    text = " ".join(repr(v).split())  # one line: an array's repr has several
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def want_str(name: str, v: Any) -> str:
@@ -110,3 +103,24 @@ def want_dict(name: str, v: Any) -> dict[str, Any]:
     if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise ValueError(f"{name}={shown(v)}: expected a mapping of names to values")
     return v
+
+
+def want_fields(what: str, d: Any, cls: type) -> dict[str, Any]:
+    """``d`` if it is a dict whose keys all name fields of the dataclass ``cls`` (what a
+    ``from_dict`` builds ``cls`` from): an unknown key is refused, with the closest field's name.
+
+    >>> from floatlab.train.recipes import Fp8Recipe
+    >>> want_fields("fp8 recipe", {"kind": "delayed", "margin": 1}, Fp8Recipe)
+    {'kind': 'delayed', 'margin': 1}
+    >>> want_fields("fp8 recipe", {"kind": "delayed", "margn": 1}, Fp8Recipe)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown fp8 recipe key 'margn': did you mean margin? (fp8 recipe fields: kind, ...)
+    """
+    checked = want_dict(what, d)
+    names = {f.name: f.name for f in dataclasses.fields(cls)}
+    fields = Registry(f"{what} key", names, listing=lambda n: f"({what} fields: {', '.join(n)})")
+    for k in checked:
+        if k not in fields:
+            raise fields.unknown(k)
+    return checked

@@ -15,6 +15,7 @@ from floatlab.train._checks import (
     shown,
     want_bool,
     want_dict,
+    want_fields,
     want_int,
     want_ints,
     want_real,
@@ -144,9 +145,4 @@ class TrainConfig:
         >>> TrainConfig.from_dict({"precision": "bf16", "hidden": [4]}).hidden
         (4,)
         """
-        want_dict("train config", d)
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = sorted(set(d) - known)
-        if extra:
-            raise ValueError(f"train config fields {extra}: expected only {', '.join(sorted(known))}")
-        return cls(**d)
+        return cls(**want_fields("train config", d, cls))

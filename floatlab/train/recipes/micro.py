@@ -60,7 +60,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,7 @@ from floatlab.backend import get_xp, to_numpy
 from floatlab.blocks import E8M0_BIAS, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.rounding import encode_blocks, nvfp4_tensor_scale, round_blocks_split
-from floatlab.train._checks import shown, want_bool, want_dict, want_int, want_str
+from floatlab.train._checks import shown, want_bool, want_dict, want_fields, want_int, want_str
 from floatlab.train.hostmath import host_matmul
 from floatlab.train.recipes.fp8 import STATS, OperandStats
 from floatlab.train.recipes.hadamard import rht
@@ -215,11 +215,7 @@ class MicroRecipe:
         >>> MicroRecipe.from_dict(MicroRecipe("mxfp8", scale_mode="rceil").to_dict()).scale_mode
         'rceil'
         """
-        d = want_dict("microscaling recipe", d)
-        names = [f.name for f in fields(cls)]
-        for k in d:
-            if k not in names:
-                raise ValueError(f"microscaling recipe key {shown(k)}: expected one of {', '.join(names)}")
+        d = want_fields("microscaling recipe", d, cls)
         if "kind" not in d:
             raise ValueError(f"microscaling recipe {shown(d)}: expected a 'kind' ({', '.join(MICRO_KINDS)})")
         return cls(**{**d, "keep_bf16": tuple(d.get("keep_bf16") or ())})

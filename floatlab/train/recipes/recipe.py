@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from floatlab.formats import FloatFormat
-from floatlab.train._checks import shown, want_bool, want_dict, want_int
+from floatlab.train._checks import shown, want_bool, want_fields, want_int
 from floatlab.train.recipes.scales import E4M3, E5M2
 
 __all__ = ["AMAX_ALGOS", "FP8_FORMATS", "MAX_AMAX_HISTORY", "RECIPES", "ROLES", "Fp8Recipe"]
@@ -131,13 +131,9 @@ class Fp8Recipe:
         >>> Fp8Recipe.from_dict({"kind": "delayed", "history": 8})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: fp8 recipe key 'history': expected one of kind, fp8_format, amax_history, ...
+        ValueError: unknown fp8 recipe key 'history': did you mean amax_history? (fp8 recipe fields: ...)
         """
-        d = want_dict("fp8 recipe", d)
-        names = [f.name for f in fields(cls)]
-        for k in d:
-            if k not in names:
-                raise ValueError(f"fp8 recipe key {shown(k)}: expected one of {', '.join(names)}")
+        d = want_fields("fp8 recipe", d, cls)
         if "kind" not in d:
             raise ValueError(f"fp8 recipe {shown(d)}: expected a 'kind' ({', '.join(RECIPES)})")
         return cls(**d)
