@@ -25,7 +25,6 @@ Modes (IEEE 754 names in brackets):
 
 from __future__ import annotations
 
-import difflib
 import enum
 import math
 import struct
@@ -36,6 +35,7 @@ import numpy as np
 
 from floatlab.exact import floor_log2
 from floatlab.formats import FP64, FloatFormat, get_format
+from floatlab.registry import Registry
 
 __all__ = [
     "DEFAULT_RANDOM_BITS",
@@ -76,15 +76,24 @@ _MODE_ALIASES: dict[str, Rounding] = {
     "sr": "stochastic",
     "stoch": "stochastic",
 }
-MODE_DESCRIPTIONS: dict[str, str] = {
-    "rne": "round to nearest, ties to even",
-    "rna": "round to nearest, ties away from zero",
-    "rtz": "round toward zero",
-    "rup": "round toward +infinity",
-    "rdown": "round toward -infinity",
-    "rodd": "round to odd",
-    "stochastic": "stochastic rounding",
-}
+#: what each rounding mode does, by name: the registry :func:`check_rounding` reads (with the
+#: aliases; case is ignored and ``-`` read as ``_``)
+MODE_DESCRIPTIONS: Registry[str] = Registry(
+    "rounding mode",
+    {
+        "rne": "round to nearest, ties to even",
+        "rna": "round to nearest, ties away from zero",
+        "rtz": "round toward zero",
+        "rup": "round toward +infinity",
+        "rdown": "round toward -infinity",
+        "rodd": "round to odd",
+        "stochastic": "stochastic rounding",
+    },
+    aliases=_MODE_ALIASES,
+    alike="-",
+    sep="_",
+    listing=lambda names: f"(expected one of {', '.join(names)})",
+)
 
 DEFAULT_RANDOM_BITS = 32
 
@@ -95,15 +104,7 @@ def check_rounding(rounding: str) -> Rounding:
     >>> check_rounding("floor")
     'rdown'
     """
-    key = str(rounding).strip().lower().replace("-", "_")
-    if key in MODE_INDEX:
-        return ROUNDING_MODES[MODE_INDEX[key]]
-    if key in _MODE_ALIASES:
-        return _MODE_ALIASES[key]
-    close = difflib.get_close_matches(key, [*ROUNDING_MODES, *_MODE_ALIASES], n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
-    expected = ", ".join(ROUNDING_MODES)
-    raise ValueError(f"unknown rounding mode {rounding!r}: {hint}(expected one of {expected})")
+    return ROUNDING_MODES[MODE_INDEX[MODE_DESCRIPTIONS.name(rounding)]]
 
 
 def check_random_bits(random_bits: object) -> int:
