@@ -20,7 +20,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, get_args
 
 from floatlab.exact import pow2
 from floatlab.registry import Registry
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 Encoding = Literal["ieee", "fn", "fnuz"]
-_ENCODINGS: tuple[str, ...] = ("ieee", "fn", "fnuz")
+_ENCODINGS: tuple[str, ...] = get_args(Encoding)
 
 
 @dataclass(frozen=True)

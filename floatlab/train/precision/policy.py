@@ -59,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 LossScaling = Literal["none", "static", "dynamic"]
-LOSS_SCALING: tuple[str, ...] = ("none", "static", "dynamic")
+LOSS_SCALING: tuple[str, ...] = get_args(LossScaling)
 MemoryLayout = Literal["apex-o2", "autocast"]
 #: where a framework keeps the weights and gradients of a mixed-precision step (a policy's
 #: ``memory_layout``; the memory ledger counts them so). ``"apex-o2"``: the model's weights in the
