@@ -331,7 +331,7 @@ def get_preset(name: str | Preset) -> Preset:
     return name if isinstance(name, Preset) else PRESETS.lookup(name)
 
 
-#: :func:`~floatlab.train.precision.policy.get_policy`, by the name it had here
+#: another name of :func:`~floatlab.train.precision.policy.get_policy`, which knows the presets' names
 resolve_policy = get_policy
 
 
