@@ -9,7 +9,7 @@
         loss.backward()
         rec.record()            # after backward (and after scaler.unscale_(opt) under AMP)
         opt.step(); opt.zero_grad()
-    print(rec.report("fp16"))
+    print(render(rec, "fp16"))  # floatlab.text.render
 
 or let hooks record each gradient as soon as it is accumulated (``with rec.attached(): ...``).
 Every parameter gets its own :class:`~floatlab.gradhist.GradHistogram` and ``rec.total`` holds
@@ -38,7 +38,7 @@ from typing import Any
 from floatlab.exact import pow2
 from floatlab.formats import FloatFormat, get_format
 from floatlab.gradhist import GradHistogram, ScaleAdvice, Verdict
-from floatlab.text import percent
+from floatlab.text import render
 
 __all__ = ["CombinedAdvice", "GradientRecorder", "output_tensors"]
 
@@ -112,22 +112,7 @@ class CombinedAdvice:
         return cls(f.name, mode, headroom, k, at["parameters"], at["activations"], advice)
 
     def __str__(self) -> str:
-        def lost(v: Verdict) -> str:
-            return f"{percent(v.flushed, v.total)} flushed, {percent(v.subnormal, v.total)} subnormal"
-
-        text = (
-            f"scale 2^{self.log2_scale}, the largest under which neither the parameter nor the "
-            f"activation gradients exceed {self.format}'s max / 2^{self.headroom}: parameter "
-            f"gradients {lost(self.parameters)}, activation gradients {lost(self.activations)}"
-        )
-        for kind, other in (("activation", "parameter"), ("parameter", "activation")):
-            own = self.advice[kind + "s"]
-            if own.log2_scale > self.log2_scale:
-                text += (
-                    f"; the {kind} gradients' own advice, 2^{own.log2_scale}, would push the "
-                    f"{other} gradients past that limit"
-                )
-        return text + "."
+        return render(self)
 
 
 class GradientRecorder:
@@ -315,36 +300,6 @@ class GradientRecorder:
         self.steps = 0
         self._in_backward = False
 
-    def report(self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne") -> str:
-        """A table: per parameter, the share of gradient values that ``fmt`` flushes to zero,
-        makes subnormal or overflows unscaled, then the advice for all gradients together; and,
-        when hooks recorded any, the same for the activation gradients, apart, then one scale
-        for both kinds (:meth:`combined_advice`: a loss scale multiplies both).
-
-        >>> print(GradientRecorder(model=None).report("fp16").splitlines()[0])
-        gradients of 0 parameters over 0 steps, in fp16 unscaled:
-        """
-        f = get_format(fmt)
-        lines = [f"gradients of {len(self.layers)} parameters over {self.steps} steps, in {f.name} unscaled:"]
-        lines += _table("parameter", self.layers, f, rounding)
-        advice = self.total.recommend_scale(f, headroom=headroom, rounding=rounding)
-        lines.append(f"all gradients: {advice.before}")
-        lines.append(f"advice: scale 2^{advice.log2_scale}. {advice.reason}")
-        if self.activation_grads:
-            n = len(self.activation_grads)
-            lines.append("")
-            lines.append(
-                f"activation gradients of {n} modules over {self.steps} steps, in {f.name} unscaled:"
-            )
-            lines += _table("module output", self.activation_grads, f, rounding)
-            advice = self.activation_total.recommend_scale(f, headroom=headroom, rounding=rounding)
-            lines.append(f"all activation gradients: {advice.before}")
-            lines.append(f"advice: scale 2^{advice.log2_scale}. {advice.reason}")
-            lines.append("")
-            combined = self.combined_advice(f, headroom=headroom, rounding=rounding)
-            lines.append(f"both kinds, one loss scale: {combined}")
-        return "\n".join(lines)
-
     def combined_advice(
         self, fmt: FloatFormat | str = "fp16", *, headroom: int = 2, rounding: str = "rne"
     ) -> CombinedAdvice:
@@ -358,22 +313,6 @@ class GradientRecorder:
         0
         """
         return CombinedAdvice.of(self.total, self.activation_total, fmt, headroom=headroom, rounding=rounding)
-
-
-def _table(label: str, hists: dict[str, GradHistogram], f: FloatFormat, rounding: str) -> list[str]:
-    """The rows of :meth:`GradientRecorder.report` for one family of histograms."""
-    if not hists:
-        return []
-    width = max(len(label), *(len(n) for n in hists))
-    lines = [f"  {label:<{width}}  {'values':>12}  {'flushed':>8}  {'subnormal':>9}  {'overflow':>8}"]
-    for name, h in hists.items():
-        v = h.verdict(f, 1, rounding)
-        t = v.total
-        lines.append(
-            f"  {name:<{width}}  {t:>12,}  {percent(v.flushed, t):>8}  {percent(v.subnormal, t):>9}  "
-            f"{percent(v.overflow, t):>8}"
-        )
-    return lines
 
 
 def output_tensors(output: Any) -> Iterator[Any]:

@@ -22,6 +22,7 @@ from floatlab.blocks import (
     mx_quantize,
     mx_round,
 )
+from floatlab.text import render
 
 DETERMINISTIC = ("rne", "rna", "rtz", "rup", "rdown")
 
@@ -212,7 +213,7 @@ def test_nan_and_infinity_make_the_whole_block_nan() -> None:
     assert q.scale_codes.tolist() == [E8M0_NAN, E8M0_NAN]
     assert np.isnan(q.dequantize()).all()
     assert (q.nan_blocks, q.nonzero) == (2, 0)
-    assert "2 blocks hold a NaN or an infinity" in q.report()
+    assert "2 blocks hold a NaN or an infinity" in render(q)
     assert math.isnan(q.scales()[0])
 
 
@@ -269,8 +270,8 @@ def test_a_block_whose_scale_overflows_is_counted_and_its_error_is_infinite() ->
     assert q.scale_codes.tolist() == [E8M0_NAN, E8M0_NAN, E8M0_BIAS - 8]
     assert (q.nan_blocks, q.overflowed_blocks, q.nonzero) == (2, 1, 32)
     assert q.error(x) == (math.inf, -math.inf, math.inf)
-    assert "1 blocks hold a NaN or an infinity" in q.report()
-    assert "1 blocks of finite values overflowed the largest scale" in q.report()
+    assert "1 blocks hold a NaN or an infinity" in render(q)
+    assert "1 blocks of finite values overflowed the largest scale" in render(q)
     # without the overflowing block, the error is that of the finite-scale block alone: 0 for ones
     x[40] = 1.0
     q = mx_quantize(x, "mxfp8_e4m3")

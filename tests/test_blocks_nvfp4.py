@@ -14,6 +14,7 @@ import pytest
 
 import floatlab as fl
 from floatlab.blocks import E8M0_BIAS, MX_FORMATS, NVFP4, mx_block_reference, mx_quantize, mx_round
+from floatlab.text import render
 
 DETERMINISTIC = ("rne", "rna", "rtz", "rup", "rdown")
 E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -74,7 +75,7 @@ def test_one_level_nvfp4_is_tensor_scale_one_and_the_largest_block_gets_448() ->
     one = mx_quantize(x, "nvfp4", tensor_scale=1.0)
     assert one.tensor_scale == 1.0
     assert one.nbytes == q.nbytes
-    assert "tensor scale 1 (float32)" in one.report()
+    assert "tensor scale 1 (float32)" in render(one)
 
 
 def test_float64_float16_and_bfloat16_inputs_take_the_float32_path() -> None:
@@ -135,7 +136,7 @@ def test_nvfp4_blocks_with_nan_or_infinity_are_nan_and_counted() -> None:
     back = q.dequantize()
     assert np.isnan(back[0::2]).all()
     assert np.isfinite(back[1]).all()
-    assert "2 blocks hold a NaN or an infinity" in q.report()
+    assert "2 blocks hold a NaN or an infinity" in render(q)
     assert math.isnan(q.scales()[0, 0])
 
 

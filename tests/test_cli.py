@@ -21,6 +21,7 @@ from floatlab.cli import COMMANDS, EXIT_BROKEN_PIPE, Command, build_parser, main
 from floatlab.cli import demo as demo_cmd
 from floatlab.cli._common import UI, View, parse_code, sci, want_color
 from floatlab.codec import decode
+from floatlab.text import render
 
 # format name -> numpy dtype holding it, for the independent oracle (views of the raw bits)
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -125,7 +126,7 @@ def test_decode_several_codes_text_is_each_report_in_order(capsys: pytest.Captur
     codes = ["0x7bff", "0x0001", "0x7c00"]
     text = run_text(capsys, "decode", *codes, "--no-color")
     # the terminal view of a code is the codec's report; the command shows them in the order given
-    assert text == "\n\n".join(decode(int(c, 16), "fp16").report() for c in codes) + "\n"
+    assert text == "\n\n".join(render(decode(int(c, 16), "fp16")) for c in codes) + "\n"
     assert "\x1b[" not in text
 
 

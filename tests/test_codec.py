@@ -38,6 +38,7 @@ import floatlab as fl
 from floatlab.codec import Decoded, Encoded, decode, decode_array, encode, parse_value
 from floatlab.formats import FloatFormat
 from floatlab.rounding import Flags
+from floatlab.text import render
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 
@@ -758,12 +759,12 @@ REPORT_7BFF = """\
 
 
 def test_report_of_the_largest_fp16() -> None:
-    assert decode(0x7BFF, "fp16").report() == REPORT_7BFF
+    assert render(decode(0x7BFF, "fp16")) == REPORT_7BFF
     assert str(decode(0x7BFF, "fp16")) == REPORT_7BFF
 
 
 def test_coloured_report_is_the_plain_one_plus_ansi_codes() -> None:
-    coloured = decode(0x7BFF, "fp16").report(color=True)
+    coloured = render(decode(0x7BFF, "fp16"), color=True)
     assert "\x1b[" in coloured
     assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == REPORT_7BFF
 
@@ -779,7 +780,7 @@ ALL_KINDS = [
 @pytest.mark.parametrize(("name", "code"), ALL_KINDS, ids=[f"{n}-{c:#x}" for n, c in ALL_KINDS])
 def test_every_kind_renders(name: str, code: int) -> None:
     d = decode(code, name)
-    report = d.report()
+    report = render(d)
     assert report.startswith(f"{d.hex} as {d.fmt.name} (")
     assert d.bits == d.sign_bits + d.exponent_bits + d.fraction_bits
     assert len(d.bits) == d.fmt.bits
@@ -807,7 +808,7 @@ def test_every_kind_renders(name: str, code: int) -> None:
 
 def test_long_decimals_are_shortened_in_reports_only() -> None:
     d = decode(1, "fp64")
-    report = d.report()
+    report = render(d)
     assert "4.940656458412465441765687928682213723650...e-324" in report
     assert "751 significant digits" in report
     assert "5e-324" in report
@@ -823,11 +824,11 @@ def test_reports_of_a_format_beyond_float64() -> None:
         top = (2 - Decimal(2) ** -10) * Decimal(2) ** 16383  # the largest value, to 60 digits
         ulp = Decimal(2) ** 16373
     mantissa, exp10 = f"{top:.59e}".split("e")
-    assert f"= {mantissa[:41]}...e{int(exp10):+d}" in big.report()
-    assert f"2^16373 (about {f'{ulp:.16e}'[:18]}" in big.report()
-    assert "4933 significant digits" in big.report()
-    assert "float64 inf" in big.report()
-    assert "e-4935" in tiny.report()
+    assert f"= {mantissa[:41]}...e{int(exp10):+d}" in render(big)
+    assert f"2^16373 (about {f'{ulp:.16e}'[:18]}" in render(big)
+    assert "4933 significant digits" in render(big)
+    assert "float64 inf" in render(big)
+    assert "e-4935" in render(tiny)
     assert f"\\approx {mantissa[:18]}" in big._repr_latex_()
     assert "\\times 10^{4932}" in big._repr_latex_()
     assert repr(tiny).startswith("Decoded(e15m10 0x0000001 = ~3.28330385")
@@ -873,8 +874,9 @@ def test_latex_imports_sympy_only_when_asked() -> None:
     probe = (
         "import sys\n"
         "from floatlab.codec import decode\n"
+        "from floatlab.text import render\n"
         "d = decode(0x7BFF, 'fp16')\n"
-        "d.report(); d.to_dict(); d._repr_html_()\n"
+        "render(d); d.to_dict(); d._repr_html_()\n"
         "assert 'sympy' not in sys.modules, 'sympy imported early'\n"
         "latex = d._repr_latex_()\n"
         "assert 'sympy' in sys.modules\n"
@@ -904,7 +906,8 @@ def test_the_codec_imports_nothing_heavy() -> None:
     probe = (
         "import sys, numpy as np\n"
         "from floatlab.codec import decode, encode, decode_array\n"
-        "decode(0x3C00, 'fp16').report(); encode('0.1', 'fp16'); decode_array(np.arange(10), 'fp16')\n"
+        "from floatlab.text import render\n"
+        "render(decode(0x3C00, 'fp16')); encode('0.1', 'fp16'); decode_array(np.arange(10), 'fp16')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'sympy', 'matplotlib', 'numba', 'cupy'}))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

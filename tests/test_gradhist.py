@@ -26,6 +26,7 @@ import floatlab as fl
 from floatlab import gradhist as H
 from floatlab.formats import FloatFormat, get_format
 from floatlab.gradhist import _inputs as gradhist_inputs
+from floatlab.text import render
 
 SEED = 20240601
 
@@ -712,7 +713,7 @@ def test_gradient_recorder_per_layer_and_total() -> None:
     for name, grads in seen.items():
         check_against_frexp(rec.layers[name], np.concatenate([g.ravel() for g in grads]))
     assert rec.total == sum(rec.layers.values(), H.GradHistogram())
-    report = rec.report("fp16")
+    report = render(rec, "fp16")
     assert "0.weight" in report
     assert "advice: scale 2^" in report
     rec.reset()

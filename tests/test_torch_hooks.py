@@ -15,6 +15,7 @@ from floatlab.gradhist import GradHistogram
 
 torch = pytest.importorskip("torch")
 
+from floatlab.text import render  # noqa: E402
 from floatlab.torch_hooks import GradientRecorder, output_tensors  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def test_steps_count_backward_passes_under_hooks() -> None:
     seen = rec.activation_total.total
     late.sum().backward()
     assert (rec.steps, rec.activation_total.total) == (6, seen)
-    assert rec.report("fp16").splitlines()[0] == "gradients of 4 parameters over 6 steps, in fp16 unscaled:"
+    assert render(rec, "fp16").splitlines()[0] == "gradients of 4 parameters over 6 steps, in fp16 unscaled:"
     model.zero_grad()
     loss_of(model, *batch(6)).backward()  # the hooks are gone
     assert rec.steps == 6
@@ -118,7 +119,7 @@ def test_report_shows_activation_gradients_apart_and_their_underflow() -> None:
     rec = GradientRecorder(model)
     with rec.attached():
         loss_of(model, x, y, scale=1e-6).backward()
-    lines = rec.report("fp16").splitlines()
+    lines = render(rec, "fp16").splitlines()
     start = lines.index("activation gradients of 3 modules over 1 steps, in fp16 unscaled:")
     assert lines[0] == "gradients of 4 parameters over 1 steps, in fp16 unscaled:"
     assert not any("grad_output" in line for line in lines[:start])
@@ -135,7 +136,7 @@ def test_report_shows_activation_gradients_apart_and_their_underflow() -> None:
     assert lines[-1].startswith("both kinds, one loss scale: scale 2^")
     rec.reset()
     assert (rec.steps, rec.activation_grads, rec.activation_total.total) == (0, {}, 0)
-    assert "activation gradients" not in rec.report("fp16")
+    assert "activation gradients" not in render(rec, "fp16")
 
 
 def _brute_force(tensors: list[npt.NDArray[Any]], k: int) -> dict[str, int]:
@@ -188,7 +189,7 @@ def test_one_scale_for_both_kinds_against_a_search_over_powers_of_two(headroom: 
     assert own > c.log2_scale
     assert _brute_force(params, own)["overflow"] > 0
     assert sum(_brute_force(acts, c.log2_scale).values()) > 0  # it still loses some of them
-    text = rec.report("fp16", headroom=headroom)
+    text = render(rec, "fp16", headroom=headroom)
     assert f"both kinds, one loss scale: scale 2^{c.log2_scale}, the largest" in text
     assert f"the activation gradients' own advice, 2^{own}, would push the parameter" in text
 

@@ -18,6 +18,7 @@ from floatlab.formats import get_format
 
 torch = pytest.importorskip("torch")
 
+from floatlab.text import render  # noqa: E402
 from floatlab.torch import KINDS, LayerReport, TensorShares, inspect  # noqa: E402
 from floatlab.torch_hooks import GradientRecorder  # noqa: E402
 
@@ -242,7 +243,7 @@ def test_nan_and_inf_are_counted_never_raised() -> None:
     assert a.inf == int(np.isinf(expected["0", "activation"]).sum()) > 0
     assert rep.row("2", "activation", "fp16").nan > 0
     check_against_oracle(rep, expected)
-    text = rep.report("weight")
+    text = render(rep, "weight")
     assert "nan" in text.splitlines()[2]
     df = rep.to_frame()
     assert {"nan", "inf"} <= set(df.columns)
@@ -268,11 +269,11 @@ def test_text_report() -> None:
     model, batch = mlp(), mlp_batch()
     rep = inspect(model, batch, tiny_loss, ["fp16", "bf16"])
     text = str(rep)
-    assert text == rep.report()
+    assert text == render(rep)
     assert text.splitlines()[0].startswith("3 layers over 1 step, in fp16, bf16 (rne)")
     for kind in KINDS:
         assert f"{kind}: " in text
-    only = rep.report("activation_grad").splitlines()
+    only = render(rep, "activation_grad").splitlines()
     assert only[1].startswith("activation_grad: ")
     assert len(only) == 3 + 3 * 2  # title, kind, header, then 3 layers x 2 formats
     r = rep.row("0", "activation_grad", "fp16")
@@ -362,7 +363,7 @@ def test_tuple_inputs_and_no_target() -> None:
     assert rep.layers == ["", "a", "b"]
     assert rep.row("", "weight", "fp16").module == "Pair"
     assert {r.kind for r in rep.rows if r.layer == ""} == {"weight", "weight_grad"}
-    assert "(model)" in rep.report("weight")
+    assert "(model)" in render(rep, "weight")
 
 
 def test_a_frozen_model_gets_forward_kinds_only() -> None:
@@ -411,7 +412,7 @@ def test_bad_model_batch_and_kind() -> None:
     with pytest.raises(ValueError, match="kind='grad': expected one of weight, activation"):
         rep.plot(kind="grad")
     with pytest.raises(ValueError, match="kind='grad'"):
-        rep.report("grad")
+        render(rep, "grad")
     with pytest.raises(ValueError, match="layer '9', kind 'weight', format fp16: not in the report"):
         rep.row("9", "weight", "fp16")
     with pytest.raises(ValueError, match="field 'lots'"):
@@ -434,8 +435,8 @@ def test_rows_by_hand() -> None:
     assert r.share("flushed") == 0.0  # no values: no share, no division by zero
     rep = LayerReport([r], formats=["half"], steps=1)
     assert rep.formats == ("fp16",)
-    assert "activation: " not in rep.report()
-    assert "(no tensors of this kind)" in rep.report("activation")
+    assert "activation: " not in render(rep)
+    assert "(no tensors of this kind)" in render(rep, "activation")
 
 
 def test_a_model_on_the_meta_device_is_refused_in_one_line() -> None:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch_twins import StoredSoftmax, model_state, same_state
 
 import floatlab.torch as flt
+from floatlab.text import render
 
 DTYPE = {
     "bf16": torch.bfloat16,
@@ -179,7 +180,7 @@ def test_layers_it_cannot_simulate_are_listed_never_silently_skipped() -> None:
         "attn (MultiheadAttention)",
         "attn.out_proj (NonDynamicallyQuantizableLinear)",
     ]
-    text = sim.report()
+    text = render(sim)
     for name in sim.skipped:
         assert name in text
     assert "left in their own precision (5)" in text
@@ -247,9 +248,9 @@ def test_fp16_gradients_underflow_without_a_loss_scale() -> None:
         (lin(x).sum() * 1e-8 * scale).backward()
     assert torch.equal(flushed, torch.zeros(1, 4))
     assert torch.allclose(_grad(lin.weight) / scale, torch.full((1, 4), 2e-8), rtol=2**-10)
-    assert "dynamic loss scaling: use torch.amp.GradScaler" in sim.report()
+    assert "dynamic loss scaling: use torch.amp.GradScaler" in render(sim)
     static = flt.simulate(lin, get_policy("fp16").replace(loss_scaling="static", static_scale=512.0))
-    assert "static loss scale 512: multiply the loss by it, divide the gradients" in static.report()
+    assert "static loss scale 512: multiply the loss by it, divide the gradients" in render(static)
 
 
 def test_the_policys_saturate_and_subnormals_switches_reach_every_rounding() -> None:
@@ -620,7 +621,7 @@ def test_the_report_counts_what_it_rounded_and_names_the_gemms_it_left() -> None
         _, b, c, d = sim.model(q, m, x)
     assert dict(sim.calls) == {"scaled_dot_product_attention": 1, "einsum": 1}
     assert dict(sim.left) == {"tensordot": 1, "mv": 1}
-    text = sim.report()
+    text = render(sim)
     assert "calls rounded so far: einsum 1, scaled_dot_product_attention 1" in text
     assert "GEMM calls left in their own precision so far: mv 1, tensordot 1" in text
     # the ones left are torch's own, unrounded

@@ -23,7 +23,7 @@ from floatlab.blocks.formats import E8M0_BIAS, E8M0_NAN, SCALE_MODES, BlockForma
 from floatlab.codec import decode_array
 from floatlab.formats import get_format
 from floatlab.rounding import as_float_array, check_rounding, encode_blocks, round_array, round_blocks
-from floatlab.text import percent
+from floatlab.text import render
 
 __all__ = ["BlockArray", "MXArray", "QuantError", "mx_quantize", "mx_round"]
 
@@ -161,43 +161,8 @@ class BlockArray:
         snr = 0.0 - 20 * math.log10(rel) if rel > 0 else math.inf  # (0.0 -: no "-0.0" dB)
         return QuantError(rel, snr, float(np.max(np.abs(diff))) if diff.size else 0.0)
 
-    def report(self) -> str:
-        """What quantizing did, in words.
-
-        >>> print(mx_quantize([1.0, 2.0**-12, 500.0, 0.0], "mxfp8_e4m3").report())
-        mxfp8_e4m3 (rne): 4 values in 1 block of 32, 5 bytes (8.25 bits per value)
-          of the 3 nonzero values: 33.3% flush to zero, 0% turn subnormal, 33.3% saturate
-        """
-        nz = max(self.nonzero, 1)
-        blocks = self.scale_codes.size
-        k = self.format.block_size
-        size = f"{k}x{k}" if isinstance(self.axis, tuple) else f"{k}"
-        how = (
-            self.rounding
-            if self.scale_mode in ("floor", "e4m3")
-            else f"{self.rounding}, {self.scale_mode} scales"
-        )
-        lines = [
-            f"{self.format.name} ({how}): {self.element_codes.size:,} values in {blocks:,} "
-            f"block{'s' if blocks != 1 else ''} of {size}, {self.nbytes:,} bytes "
-            f"({self.format.bits_per_value:g} bits per value)",
-            f"  of the {self.nonzero:,} nonzero values: {percent(self.flushed / nz)} flush to zero, "
-            f"{percent(self.subnormal / nz)} turn subnormal, {percent(self.clamped / nz)} saturate",
-        ]
-        if self.format.tensor_scale:
-            lines.append(f"  tensor scale {self.tensor_scale:.6g} (float32), block scales in E4M3")
-        held = self.nan_blocks - self.overflowed_blocks
-        if held:
-            lines.append(f"  {held:,} blocks hold a NaN or an infinity: all their values are NaN")
-        if self.overflowed_blocks:
-            lines.append(
-                f"  {self.overflowed_blocks:,} blocks of finite values overflowed the largest scale: "
-                "all their values are NaN"
-            )
-        return "\n".join(lines)
-
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
 
 #: the name the array of an MX format had first

@@ -1,4 +1,4 @@
-"""Shared pieces of the command line: the output object, colours, tables and argument parsing.
+"""Shared pieces of the command line: the output object, colour choice, numbers and argument parsing.
 
 Every command builds a :class:`View` (the terminal text and the JSON-ready data of one answer)
 and hands it to :meth:`UI.show`, which prints one or the other. Commands that stream (a long
@@ -40,8 +40,6 @@ __all__ = [
     "add_command",
     "add_common_options",
     "add_max_bytes_option",
-    "bold",
-    "dim",
     "encoded_data",
     "flag_names",
     "fraction_text",
@@ -50,42 +48,8 @@ __all__ = [
     "parse_size",
     "sci",
     "short_decimal",
-    "style",
-    "table",
     "want_color",
 ]
-
-# ---- colours ------------------------------------------------------------------------------------
-_ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
-
-
-def style(text: str, *names: str, color: bool = True) -> str:
-    """Wrap ``text`` in the ANSI codes ``names`` (bold, dim, red, ...) when ``color`` is true.
-
-    >>> style("x", "bold", color=False), style("x", "bold", "red")
-    ('x', '\\x1b[1;31mx\\x1b[0m')
-    """
-    if not color or not names or not text:
-        return text
-    return f"\x1b[{';'.join(_ANSI[n] for n in names)}m{text}\x1b[0m"
-
-
-def bold(text: str, color: bool) -> str:
-    """``text`` in bold when ``color`` is true.
-
-    >>> bold("title", False)
-    'title'
-    """
-    return style(text, "bold", color=color)
-
-
-def dim(text: str, color: bool) -> str:
-    """``text`` dimmed when ``color`` is true.
-
-    >>> dim("note", False)
-    'note'
-    """
-    return style(text, "dim", color=color)
 
 
 def want_color(
@@ -306,41 +270,7 @@ def add_max_bytes_option(parser: argparse.ArgumentParser | argparse._ArgumentGro
     )
 
 
-# ---- tables and numbers -------------------------------------------------------------------------
-def table(
-    header: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    *,
-    align: str = "",
-    color: bool = False,
-    indent: int = 2,
-) -> str:
-    """Lay ``rows`` out in columns under ``header``; ``align`` holds '<' or '>' per column.
-
-    >>> print(table(["a", "bb"], [["1", "22"], ["333", "4"]], align="<>"))
-      a    bb
-      1    22
-      333   4
-    """
-    widths = [len(h) for h in header]
-    for row in rows:
-        if len(row) != len(header):
-            raise ValueError(f"table row {list(row)!r} has {len(row)} cells: expected {len(header)}")
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    pad = " " * indent
-
-    def line(cells: Sequence[str]) -> str:
-        parts = []
-        for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
-            parts.append(c.rjust(w) if i < len(align) and align[i] == ">" else c.ljust(w))
-        return (pad + "  ".join(parts)).rstrip()
-
-    head = line(header)
-    lines = [bold(head, color) if color else head]
-    lines += [line(r) for r in rows]
-    return "\n".join(lines)
-
-
+# ---- numbers ------------------------------------------------------------------------------------
 def _to_decimal(q: Fraction | int | float, digits: int) -> decimal.Decimal:
     """``q`` rounded half-even to ``digits`` significant decimal digits, exactly, in integer
     arithmetic: 2^-1074, 2^1024 and 10^100000 keep their scale (float(q) would underflow or

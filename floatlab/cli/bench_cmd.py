@@ -21,7 +21,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_color_options, bold, dim, table
+from floatlab.cli._common import UI, View, add_color_options
+from floatlab.text import bold, dim, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

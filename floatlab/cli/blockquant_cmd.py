@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, bold, dim, table
+from floatlab.cli._common import UI, View, add_command
 from floatlab.io import first_bytes, read_npy
-from floatlab.text import parse_scale, percent, safe
+from floatlab.text import bold, dim, parse_scale, percent, safe, table
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from floatlab.cli._common import UI, View, add_command, parse_code
 from floatlab.codec import decode
 from floatlab.formats import FloatFormat, get_format
+from floatlab.text import render
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -73,7 +74,7 @@ def decode_view(
         else:
             code, cf = parse_code(c, f)
         decoded.append(decode(code, cf))
-    text = "\n\n".join(d.report(color=color) for d in decoded)
+    text = "\n\n".join(render(d, color=color) for d in decoded)
     return View(text, [d.to_dict() for d in decoded])
 
 

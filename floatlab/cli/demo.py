@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, style
+from floatlab.cli._common import UI, View, add_command
+from floatlab.text import style
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

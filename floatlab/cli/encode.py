@@ -20,20 +20,17 @@ from floatlab.cli._common import (
     UI,
     View,
     add_command,
-    bold,
-    dim,
     encoded_data,
     flag_names,
     fraction_text,
     parse_formats,
     sci,
     short_decimal,
-    table,
 )
 from floatlab.codec import Encoded, encode, parse_value
 from floatlab.formats import FloatFormat
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import hex_code
+from floatlab.text import bold, dim, hex_code, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

@@ -15,10 +15,10 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, bold, dim, table
+from floatlab.cli._common import UI, View, add_command
 from floatlab.codec import decode, encode
 from floatlab.formats import FORMATS, FloatFormat, get_format
-from floatlab.text import hex_code
+from floatlab.text import bold, dim, hex_code, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

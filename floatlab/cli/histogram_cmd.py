@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_command, add_max_bytes_option, bold, dim, parse_formats
+from floatlab.cli._common import UI, View, add_command, add_max_bytes_option, parse_formats
 from floatlab.io import (
     FIGURE_SUFFIXES,
     MAX_BYTES,
@@ -36,7 +36,7 @@ from floatlab.io import (
     read_npz,
     read_torch,
 )
-from floatlab.text import parse_scale, percent, safe
+from floatlab.text import bold, dim, parse_scale, percent, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, bold, table
+from floatlab.cli._common import UI, View, add_command
 from floatlab.io import atomic_output
+from floatlab.text import bold, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

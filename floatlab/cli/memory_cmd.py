@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, bold, dim, table
+from floatlab.cli._common import UI, View, add_command
 from floatlab.cli.train_cmds import MODEL_NAMES, _shape_options, _switch_options
-from floatlab.text import percent
+from floatlab.text import bold, dim, percent, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

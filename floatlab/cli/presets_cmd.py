@@ -14,8 +14,8 @@ import argparse
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, bold, dim, table
-from floatlab.text import scale_text
+from floatlab.cli._common import UI, View, add_command
+from floatlab.text import bold, dim, scale_text, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, add_common_options, add_max_bytes_option, dim
+from floatlab.cli._common import UI, View, add_command, add_common_options, add_max_bytes_option
 from floatlab.io import check_archive
+from floatlab.text import dim
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

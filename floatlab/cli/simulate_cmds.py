@@ -19,22 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import (
-    UI,
-    View,
-    add_command,
-    bold,
-    dim,
-    encoded_data,
-    flag_names,
-    fraction_text,
-    sci,
-)
+from floatlab.cli._common import UI, View, add_command, encoded_data, flag_names, fraction_text, sci
 from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
 from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import SCALE_RANGE_TEXT, as_scale, hex_code, parse_scale, percent, safe
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, bold, dim, hex_code, parse_scale, percent, render, safe
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,7 +166,7 @@ def add_view(
 
     mode = check_rounding(rounding)
     e = explain_add(a, b, fmt, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals)
-    return View(_with_notes(e.report(), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
+    return View(_with_notes(render(e), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
 
 
 def run_add(args: argparse.Namespace, ui: UI) -> int:
@@ -350,7 +340,7 @@ def underflow_view(
     rng = _rng(mode, seed)
     r = underflow(_load(path), fmt, scale=s, rounding=mode, rng=rng, saturate=saturate, subnormals=subnormals)
     data = {"input": path, **r.to_dict()}
-    return View(_with_notes(r.report(), _notes(saturate, subnormals, seed, mode), color, header=path), data)
+    return View(_with_notes(render(r), _notes(saturate, subnormals, seed, mode), color, header=path), data)
 
 
 def _scale(scale: str | float) -> float:
@@ -430,6 +420,7 @@ def accumulate_view(
     [2048.0, 3000.0, 3000.0, 3000.0]
     """
     from floatlab.simulate import accumulate, compare_accumulation
+    from floatlab.text.simulate import accumulation_findings
 
     f = get_format(fmt)
     mode = check_rounding(rounding)
@@ -439,11 +430,11 @@ def accumulate_view(
     if method is None and accumulator is None:
         cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
         # the sequential run's findings (the table above already shows its result)
-        detail = cmp.results[0].findings()
-        text = "\n".join([cmp.report(), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
+        detail = accumulation_findings(cmp.results[0])
+        text = "\n".join([render(cmp), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
         return View(_with_notes(text, notes, color, header=what), {"terms": what, **cmp.to_dict()})
     r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)
-    return View(_with_notes(r.report(), notes, color, header=what), {"terms": what, **r.to_dict()})
+    return View(_with_notes(render(r), notes, color, header=what), {"terms": what, **r.to_dict()})
 
 
 def run_accumulate(args: argparse.Namespace, ui: UI) -> int:

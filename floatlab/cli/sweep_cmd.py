@@ -27,7 +27,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, dim, table
+from floatlab.cli._common import UI, View, add_command
 from floatlab.cli.progress import SweepProgress, num, pct
 from floatlab.cli.train_cmds import (
     _on_off,
@@ -38,7 +38,7 @@ from floatlab.cli.train_cmds import (
     config_from_args,
 )
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
-from floatlab.text import parse_scale, safe
+from floatlab.text import dim, parse_scale, safe, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

@@ -25,14 +25,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import (
-    UI,
-    View,
-    add_color_options,
-    add_command,
-    add_max_bytes_option,
-    dim,
-)
+from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option
 from floatlab.cli.progress import Progress, eval_line
 from floatlab.cli.train_views import compare_view, train_view
 from floatlab.io import (
@@ -43,7 +36,7 @@ from floatlab.io import (
     figure_name,
     write_atomic,
 )
-from floatlab.text import parse_scale, safe
+from floatlab.text import dim, parse_scale, safe
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers

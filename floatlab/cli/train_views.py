@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import View, bold, dim, style, table
+from floatlab.cli._common import View
 from floatlab.cli.progress import num as _num
 from floatlab.cli.progress import pct as _pct
+from floatlab.text import bold, dim, style, table
 
 if TYPE_CHECKING:
     from floatlab.train import History, Trainer

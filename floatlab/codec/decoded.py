@@ -1,9 +1,9 @@
 """Codes into values: :func:`decode` takes a code (the bit pattern as an integer) of a format apart.
 
 The :class:`Decoded` it returns holds the three fields, the class, the exact value as a
-:class:`~fractions.Fraction`, the exact decimal expansion, the ulp and the neighbours; it shows
-itself as a terminal report, as coloured bit boxes in a notebook (both laid out by
-``floatlab.codec.views``) and as a LaTeX formula.
+:class:`~fractions.Fraction`, the exact decimal expansion, the ulp and the neighbours; it prints
+as a terminal report and shows as coloured bit boxes in a notebook (both drawn by
+:mod:`floatlab.text.codec`), and as a LaTeX formula.
 
 >>> d = decode(0x7BFF, "fp16")
 >>> d.kind, d.decimal, hex(d.next_up)
@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from floatlab.codec.views import CodeView, Field
-from floatlab.exact import approx, exact_decimal, floor_log2, pow2, scientific
+from floatlab.exact import approx, exact_decimal, pow2
 from floatlab.formats import FloatFormat, get_format
-from floatlab.text import hex_code
+from floatlab.text import hex_code, render, render_html
 
 __all__ = ["Decoded", "Kind", "decode"]
 
 Kind = Literal["zero", "subnormal", "normal", "infinity", "nan"]
 
-_LONG_DECIMAL = 60  # exact decimals longer than this are shortened in reports (still in full in .decimal)
-_SHORT_NEIGHBOUR = 30  # neighbours with longer decimals are shown as their float64 repr
+#: the longest exact decimal shown in full; a longer one is shortened (still in full in .decimal)
+LONG_DECIMAL = 60
+#: the longest decimal of a neighbour or an ulp shown in full; a longer one is shown approximately
+SHORT_DECIMAL = 30
 
 
 def _nan_bits64(sign: int, fraction: int, fmt: FloatFormat) -> int:
@@ -264,107 +265,9 @@ class Decoded:
         significand = sympy.Add(num(lead), frac, evaluate=False)
         return sympy.Mul(sign, scale, significand, evaluate=False)
 
-    # ---- displays -------------------------------------------------------------------------------
-    def _field_meanings(self) -> tuple[str, str, str]:
-        fmt = self.fmt
-        sign = "-" if self.sign else "+"
-        if self.kind == "nan":
-            if fmt.encoding == "fnuz":
-                return "(NaN)", str(self.exponent), "0: NaN, not -0"
-            if fmt.encoding == "fn":
-                return sign, str(self.exponent), "all ones: NaN"
-            return sign, f"{self.exponent} (all ones)", "nonzero: NaN"
-        if self.kind == "infinity":
-            return sign, f"{self.exponent} (all ones)", "0: infinity"
-        lead, efield = (1, self.exponent) if self.kind == "normal" else (0, 1)
-        return sign, f"{efield} - {fmt.bias}", f"{lead} + {self.fraction}/{1 << fmt.mantissa_bits}"
-
-    def _header(self) -> str:
-        fmt = self.fmt
-        what = fmt.description or f"{fmt.encoding} encoding"
-        sep = "; " if ":" in what else ": "
-        e, m = fmt.exponent_bits, fmt.mantissa_bits
-        return (
-            f"{self.hex} as {fmt.name} ({what}{sep}1 sign, {e} exponent, "
-            f"{m} fraction bit{'' if m == 1 else 's'})"
-        )
-
-    def _value_text(self) -> str:
-        if self.kind == "nan":
-            return "NaN: not a number, it has no value"
-        if self.kind == "infinity":
-            return self.formula()
-        dec = self.decimal
-        if len(dec) <= _LONG_DECIMAL:
-            return f"{self.formula()} = {dec} (exact)"
-        short, ndigits = scientific(dec)
-        return (
-            f"{self.formula()}\n          = {short}\n          "
-            f"(exact: {ndigits} significant digits, all in .decimal; float64 {self.value!r})"
-        )
-
-    def _ulp_text(self) -> str:
-        ulp = self.ulp
-        if ulp is None:
-            return "none (not a finite number)"
-        k = floor_log2(ulp)  # (an ulp is a power of two)
-        dec = exact_decimal(ulp, False)
-        return f"{dec} = 2^{k}" if len(dec) <= _SHORT_NEIGHBOUR else f"2^{k} (about {approx(ulp)})"
-
-    def _neighbour_text(self, code: int | None) -> str:
-        if code is None:
-            return "none"
-        d = decode(code, self.fmt)
-        dec = d.decimal
-        if dec in ("inf", "-inf"):
-            dec = "+inf" if dec == "inf" else dec
-        elif len(dec) > _SHORT_NEIGHBOUR:
-            dec = f"~{approx(d.exact)}" if d.exact else dec
-        return f"{dec} ({d.hex})"
-
-    def _view(self) -> CodeView:
-        """Everything the report shows, in words, for ``floatlab.codec.views`` to lay out.
-
-        >>> decode(0x3C00, "fp16")._view().description
-        'normal, exactly 1'
-        """
-        fmt = self.fmt
-        sign, exponent, fraction = self._field_meanings()
-        long = self.exact is not None and len(self.decimal) > _LONG_DECIMAL
-        return CodeView(
-            header=self._header(),
-            fields=(
-                Field("sign", self.sign_bits, sign, fmt.bits - 1),
-                Field("exponent", self.exponent_bits, exponent, fmt.bits - 2),
-                Field("fraction", self.fraction_bits, fraction, fmt.mantissa_bits - 1),
-            ),
-            value=self._value_text(),
-            digits=self.decimal if long else None,
-            description=self.description,
-            ulp=self._ulp_text(),
-            up=self._neighbour_text(self.next_up),
-            down=self._neighbour_text(self.next_down),
-        )
-
-    def report(self, color: bool = False) -> str:
-        """The plain multi-line terminal view; ``color=True`` colours the three fields (ANSI).
-
-        >>> print(decode(0x7BFF, "fp16").report())
-        0x7BFF as fp16 (IEEE 754 binary16 (half): 1 sign, 5 exponent, 10 fraction bits)
-        <BLANKLINE>
-          sign  exponent  fraction
-          0     11110     1111111111
-          +     30 - 15   1 + 1023/1024
-        <BLANKLINE>
-          value   (-1)^0 x 2^(30 - 15) x (1 + 1023/1024) = 65504 (exact)
-          class   normal, the largest finite fp16
-          ulp     32 = 2^5
-          next    up +inf (0x7C00)   down 65472 (0x7BFE)
-        """
-        return self._view().text(color)
-
+    # ---- displays ----------------------------------------------------------------------------
     def _repr_html_(self) -> str:
-        return self._view().html()
+        return render_html(self)
 
     def _repr_latex_(self) -> str:
         import sympy
@@ -373,14 +276,14 @@ class Decoded:
         if self.exact is None:
             return f"${lhs}$"
         dec = self.decimal
-        if len(dec) <= _LONG_DECIMAL:
+        if len(dec) <= LONG_DECIMAL:
             return f"${lhs} = {dec}$"
         mantissa, _, exp10 = approx(self.exact).partition("e")
         near = f"{mantissa} \\times 10^{{{int(exp10)}}}" if exp10 else mantissa
         return f"${lhs} \\approx {near}$"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary of everything shown in the report.
+        """A JSON-ready dictionary of everything the printed view shows.
 
         >>> decode(0x3C00, "fp16").to_dict()["next_up"]
         {'code': '0x3C01', 'decimal': '1.0009765625'}
@@ -416,11 +319,11 @@ class Decoded:
         }
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
     def __repr__(self) -> str:
         dec = self.decimal
-        if len(dec) > _SHORT_NEIGHBOUR and self.exact:
+        if len(dec) > SHORT_DECIMAL and self.exact:
             dec = f"~{approx(self.exact)}"
         return f"Decoded({self.fmt.name} {self.hex} = {dec}, {self.kind})"
 

@@ -20,7 +20,6 @@ from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
     MAX_EXACT_INTEGERS,
-    MODE_DESCRIPTIONS,
     RNG,
     as_float64,
     as_generator,
@@ -29,6 +28,7 @@ from floatlab.rounding import (
     running_sums,
 )
 from floatlab.simulate.arithmetic import FloatArray, _Op
+from floatlab.text import render
 
 __all__ = [
     "MAX_EXACT_INTEGERS",
@@ -123,53 +123,6 @@ class AccumulationResult:
         except OverflowError:
             return math.copysign(math.inf, self.exact)
 
-    def note(self) -> str:
-        """One phrase on what went wrong (stagnation, overflow), or ""."""
-        if self.overflow_index is not None:
-            return f"overflows at term {self.overflow_index:,}"
-        if self.stagnation_index is not None:
-            return f"stops changing at term {self.stagnation_index:,}"
-        if self.method == "kahan" and math.isnan(self.sum) and math.isinf(self.special_sum):
-            return "NaN: the correction computes inf - inf"
-        return ""
-
-    def report(self) -> str:
-        """A few lines of plain text: what was summed, the result, and :meth:`findings`."""
-        lines = [
-            f"sum of {self.n:,} terms stored in {self.fmt.name}: {self.method}, "
-            f"{self.accumulator.name} accumulator, {MODE_DESCRIPTIONS[self.rounding]}",
-            f"  result {_g(self.sum)}; exact {_g(self.exact_float)}; "
-            f"relative error {self.relative_error:.3g}",
-        ]
-        return "\n".join(lines + self.findings())
-
-    def findings(self) -> list[str]:
-        """The lines of :meth:`report` that explain what happened to the running sum (where it
-        overflowed, where it stopped changing, how many terms it swallowed), or none.
-
-        >>> accumulate(np.ones(3000), "fp16").findings()[0].split(":")[0]
-        '  the running sum stopped changing at term 2,048 (at 2048)'
-        """
-        lines: list[str] = []
-        if self.overflow_index is not None:
-            exact = ""
-            if self.overflow_exact is not None:
-                exact = f" (exact running sum {_g(float(self.overflow_exact))})"
-            lines.append(
-                f"  the running sum became {_g(self.trajectory_value(self.overflow_index))} at term "
-                f"{self.overflow_index:,}{exact}: {self.accumulator.name} holds nothing beyond "
-                f"{self.accumulator.max:g}"
-            )
-        if self.stagnation_index is not None and self.stagnation_value is not None:
-            later = self.n - self.stagnation_index
-            lines.append(
-                f"  the running sum stopped changing at term {self.stagnation_index:,} (at "
-                f"{_g(self.stagnation_value)}): the {later:,} terms from there on were swallowed"
-            )
-        if self.n_swallowed:
-            lines.append(f"  {self.n_swallowed:,} nonzero terms left the running sum unchanged")
-        return lines
-
     def trajectory_value(self, index: int) -> float:
         """The recorded running sum after term ``index`` (NaN if it was not recorded)."""
         if self.trajectory is None or self.trajectory_index is None:
@@ -202,11 +155,7 @@ class AccumulationResult:
         }
 
     def __str__(self) -> str:
-        return self.report()
-
-
-def _g(x: float) -> str:
-    return f"{x:.10g}"
+        return render(self)
 
 
 # The serial methods run in one compiled loop (floatlab.rounding.running_sums): each step forms the
@@ -410,26 +359,6 @@ class AccumulationComparison:
 
     results: tuple[AccumulationResult, ...]
 
-    def report(self) -> str:
-        """A table: method, accumulator, result, relative error and what went wrong."""
-        first = self.results[0]
-        head = (
-            f"sum of {first.n:,} terms stored in {first.fmt.name} (exact sum {_g(first.exact_float)}), "
-            f"{MODE_DESCRIPTIONS[first.rounding]}"
-        )
-        rows = [("method", "accumulator", "result", "rel error", "")]
-        for r in self.results:
-            rows.append((r.method, r.accumulator.name, _g(r.sum), f"{r.relative_error:.3g}", r.note()))
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
-        lines = [head]
-        for row in rows:
-            cells = [
-                c.rjust(w) if i in (2, 3) else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
-            lines.append(("  " + "  ".join(cells)).rstrip())
-        return "\n".join(lines)
-
     def to_dict(self) -> dict[str, Any]:
         """Every result as JSON-ready values, trajectories left out."""
         out = []
@@ -441,7 +370,7 @@ class AccumulationComparison:
         return {"results": out}
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
 
 def compare_accumulation(

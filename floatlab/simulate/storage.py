@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat, get_format
-from floatlab.rounding import MODE_DESCRIPTIONS, RNG, as_float64, check_rounding, round_array_with_flags
-from floatlab.text import percent
+from floatlab.rounding import RNG, as_float64, check_rounding, round_array_with_flags
+from floatlab.text import render
 
 __all__ = ["UnderflowResult", "underflow"]
 
@@ -77,54 +77,6 @@ class UnderflowResult:
         total = sum(self.bits_lost)
         return sum(k * c for k, c in enumerate(self.bits_lost)) / total if total else 0.0
 
-    def report(self) -> str:
-        """A table of the classes and a histogram of the relative error, as plain text."""
-        f = self.fmt
-        scale = "" if self.scale == 1.0 else f" (scaled by {self.scale:g})"
-        lines = [f"{self.n:,} values into {f.name}{scale}, {MODE_DESCRIPTIONS[self.rounding]}"]
-        lines.append(f"  {self.n_nonzero:,} nonzero finite inputs:")
-        p = f.precision
-        sub_note = ""
-        if self.n_subnormal:
-            sub_note = f"keep {p - self.mean_bits_lost:.3g} of {p} significant bits on average"
-        over_note = ""
-        if self.n_overflow:
-            clamped = self.n_overflow - self.n_overflow_nonfinite
-            dest = "inf" if f.has_inf else "NaN"
-            parts = [f"{self.n_overflow_nonfinite:,} to {dest}"] if self.n_overflow_nonfinite else []
-            parts += [f"{clamped:,} clamped to the largest finite value"] if clamped else []
-            over_note = ", ".join(parts)
-        rows = [
-            ("normal", self.n_normal, ""),
-            ("subnormal", self.n_subnormal, sub_note),
-            ("flushed to 0", self.n_flushed, ""),
-            ("overflow", self.n_overflow, over_note),
-        ]
-        for name, count, note in rows:
-            lines.append(f"    {name:<13}{count:>12,}  {percent(self.share(count)):>7}  {note}".rstrip())
-        extra = []
-        if self.n_zero_input:
-            extra.append(f"{self.n_zero_input:,} zero inputs")
-        if self.n_nonfinite_input:
-            extra.append(f"{self.n_nonfinite_input:,} inf/NaN inputs")
-        if extra:
-            lines.append("  (" + ", ".join(extra) + " not counted)")
-        n_err = self.n_exact + sum(self.error_counts)
-        if n_err:
-            lines.append(f"  relative error of the {n_err:,} finite nonzero results (log2 bins):")
-            top = max([self.n_exact, *self.error_counts])
-            bins = [("exact", self.n_exact)] if self.n_exact else []
-            bins += [
-                (f"[2^{k}, 2^{k + 1})", c)
-                for k, c in zip(self.error_exponents, self.error_counts, strict=True)
-            ]
-            width = max(len(label) for label, _ in bins)
-            for label, c in bins:
-                bar = "#" * max(1, round(30 * c / top)) if c else ""
-                lines.append(f"    {label:<{width}}  {c:>12,}  {bar}".rstrip())
-            lines.append(f"  largest relative error {self.max_relative_error:.3g}")
-        return "\n".join(lines)
-
     def to_dict(self) -> dict[str, Any]:
         """Counts, shares and histogram as JSON-ready values."""
         return {
@@ -158,7 +110,7 @@ class UnderflowResult:
         }
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
 
 def underflow(

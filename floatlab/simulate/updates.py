@@ -20,7 +20,7 @@ from floatlab.exact import exact_decimal, floor_log2, pow2
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import MODE_DESCRIPTIONS, RNG, as_float64, check_rounding
 from floatlab.simulate.arithmetic import FloatArray, _zero_sum_is_negative, add
-from floatlab.text import hex_code, percent
+from floatlab.text import hex_code, render
 
 __all__ = ["AddExplanation", "SwallowResult", "explain_add", "swallowed_updates", "threshold_ratio"]
 
@@ -75,25 +75,6 @@ class SwallowResult:
         """n_lost / n_updates (0 when there is no nonzero update)."""
         return self.n_lost / self.n_updates if self.n_updates else 0.0
 
-    def report(self) -> str:
-        """A few lines of plain text."""
-        lines = [
-            f"w + u in {self.fmt.name}, {MODE_DESCRIPTIONS[self.rounding]}",
-            f"  {self.n_updates:,} nonzero updates: {self.n_lost:,} lost ({percent(self.share_lost)})",
-        ]
-        if self.n_underflowed:
-            were = "was" if self.n_underflowed == 1 else "were"
-            lines.append(
-                f"  {self.n_underflowed:,} of them {were} already zero once stored in {self.fmt.name}"
-            )
-        if self.rounding in ("rne", "rna"):
-            r = self.threshold_ratio
-            lines.append(
-                f"  an update more than {2 * r:,} times smaller than its weight is always lost; "
-                f"one less than {r:,} times smaller never is (normal weights)"
-            )
-        return "\n".join(lines)
-
     def to_dict(self) -> dict[str, Any]:
         """The counts as plain numbers (no arrays)."""
         return {
@@ -107,7 +88,7 @@ class SwallowResult:
         }
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
 
 def swallowed_updates(
@@ -210,10 +191,6 @@ class AddExplanation:
         """The rounded sum as a float."""
         return decode(self.sum_code, self.fmt).value
 
-    def report(self) -> str:
-        """The explanation as indented plain text."""
-        return "\n".join("  " + line for line in self.lines)
-
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
         return {
@@ -237,7 +214,7 @@ class AddExplanation:
         }
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
 
 def _gaps(w: Fraction, fmt: FloatFormat) -> tuple[Fraction, Fraction]:

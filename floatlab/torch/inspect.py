@@ -30,10 +30,10 @@ report's scale for a layer's gradients is the one :class:`~floatlab.torch_hooks.
 would advise for the same values. The report also says what still flushes or overflows at that
 scale (exact: the histogram decides every class boundary for power-of-two scales).
 
-The result, a :class:`LayerReport`, prints as a text table, turns into a pandas DataFrame
-(:meth:`LayerReport.to_frame`) and draws a heat map, layers by formats
-(:meth:`LayerReport.plot`). torch is needed only to run :func:`inspect`; importing this module does
-not import it.
+The result, a :class:`LayerReport`, prints as a text table (drawn by :mod:`floatlab.text.torch`),
+turns into a pandas DataFrame (:meth:`LayerReport.to_frame`) and draws a heat map, layers by
+formats (:meth:`LayerReport.plot`). torch is needed only to run :func:`inspect`; importing this
+module does not import it.
 
 >>> sorted(KINDS)
 ['activation', 'activation_grad', 'weight', 'weight_grad']
@@ -54,7 +54,7 @@ from floatlab.formats import FloatFormat, get_format
 from floatlab.gradhist import GradHistogram
 from floatlab.io import save_figure
 from floatlab.rounding import ROUNDING_MODES, round_array_with_flags
-from floatlab.text import percent
+from floatlab.text import percent, render
 from floatlab.torch_hooks import output_tensors
 
 if TYPE_CHECKING:
@@ -68,13 +68,6 @@ KINDS: tuple[str, ...] = ("weight", "activation", "weight_grad", "activation_gra
 
 #: The formats :func:`inspect` tries when none are named.
 DEFAULT_FORMATS: tuple[str, ...] = ("fp16", "bf16", "float8_e4m3fn", "float8_e5m2")
-
-_KIND_TEXT = {
-    "weight": "the parameters each module owns",
-    "activation": "each module's output",
-    "weight_grad": "the gradients of those parameters",
-    "activation_grad": "the gradient of the loss with respect to each module's output",
-}
 
 
 @dataclass(frozen=True)
@@ -253,74 +246,22 @@ class LayerReport:
         ]  # fmt: skip
         return pd.DataFrame.from_records(records, columns=columns)
 
-    def report(self, kind: str | None = None) -> str:
-        """The report as a text table, one block per kind found (or only ``kind``), one line per
-        layer and format: amax, NaN and inf counts, the shares lost unscaled, the advised scale and
-        what is still lost at it.
+    def of_kind(self, kind: str) -> list[TensorShares]:
+        """The rows of tensor kind ``kind`` (one of :data:`KINDS`), in the report's order; a
+        ValueError for another kind.
 
-        >>> rows = [TensorShares("fc", "Linear", "activation_grad", "fp16", 4, 0, 0, 0, 2.0**-26,
-        ...                      2, 2, 0, 26, 0, 0, 0)]
-        >>> lines = LayerReport(rows, formats=["fp16"], steps=1).report().splitlines()
-        >>> print(lines[1])
-        activation_grad: the gradient of the loss with respect to each module's output
-        >>> lines[2].split()[:8]
-        ['layer', 'module', 'format', 'values', 'amax', 'nan', 'inf', 'flushed']
-        >>> lines[3].split()
-        ['fc', 'Linear', 'fp16', '4', '1.49e-08', '0', '0', '50%', '50%', '0%', '2^26', '0%']
+        >>> LayerReport([], formats=["fp16"], steps=1).of_kind("weight")
+        []
+        >>> LayerReport([], formats=["fp16"], steps=1).of_kind("grad")
+        Traceback (most recent call last):
+        ...
+        ValueError: kind='grad': expected one of weight, activation, weight_grad, activation_grad
         """
-        kinds = KINDS if kind is None else (_checked_kind(kind),)
-        n = len(self.layers)
-        fmts = ", ".join(self.formats)
-        lines = [
-            f"{n} layer{'s' if n != 1 else ''} over {self.steps} step{'s' if self.steps != 1 else ''}, "
-            f"in {fmts} ({self.rounding}); shares of all values; scale: floatlab's advice, "
-            f"{self.headroom} binade{'s' if self.headroom != 1 else ''} of headroom"
-        ]
-        for k in kinds:
-            rows = [r for r in self.rows if r.kind == k]
-            if not rows and kind is None:
-                continue  # (asked for the whole report: only the kinds the model has)
-            lines.append(f"{k}: {_KIND_TEXT[k]}")
-            if not rows:
-                lines.append("  (no tensors of this kind)")
-                continue
-            header = (
-                "layer", "module", "format", "values", "amax", "nan", "inf", "flushed", "subnormal",
-                "overflow", "scale", "lost at scale",
-            )  # fmt: skip
-            table: list[tuple[str, ...]] = [header]
-            previous = None
-            for r in rows:
-                first = r.layer != previous
-                previous = r.layer
-                table.append(
-                    (
-                        (r.layer or "(model)") if first else "",
-                        r.module if first else "",
-                        r.format,
-                        f"{r.values:,}" if first else "",
-                        f"{r.amax:.3g}" if first else "",
-                        f"{r.nan:,}" if first else "",
-                        f"{r.inf:,}" if first else "",
-                        percent(r.flushed, r.values),
-                        percent(r.subnormal, r.values),
-                        percent(r.overflow, r.values),
-                        f"2^{r.log2_scale}",
-                        percent(r.scaled_lost, r.values),
-                    )
-                )
-            widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-            left = 3  # layer, module and format read left-aligned, the numbers right-aligned
-            for row in table:
-                cells = [
-                    c.ljust(w) if i < left else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
-                ]
-                lines.append(("  " + "  ".join(cells)).rstrip())
-        return "\n".join(lines)
+        k = _checked_kind(kind)
+        return [r for r in self.rows if r.kind == k]
 
     def __str__(self) -> str:
-        return self.report()
+        return render(self)
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,7 @@
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step(); opt.zero_grad()
-    print(sim.report())
+    print(sim)
 
 Inside the ``with`` block every GEMM of the model's forward pass runs as the policy's tensor
 core would: ``nn.Linear`` (``F.linear``), ``nn.Conv1d``/``nn.Conv2d`` (``F.conv1d``,
@@ -41,7 +41,7 @@ dtype cannot hold the policy's formats or its fp32 master weights (an fp16 model
 ``"mixed-bf16"`` or ``"mxfp8"``; a model stored in the pure policy's own format, fp16 under
 ``"fp16"``, is that policy and is accepted).
 
-What it does not simulate, said by :meth:`Simulation.report` and :attr:`Simulation.skipped`:
+What it does not simulate, said by ``print(sim)`` and :attr:`Simulation.skipped`:
 
 * layers with parameters that are none of the above (LayerNorm, BatchNorm, GroupNorm,
   MultiheadAttention, a custom module holding a parameter, Conv3d, ConvTranspose): they run in
@@ -99,6 +99,7 @@ from torch.overrides import TorchFunctionMode
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import round_array
 from floatlab.rounding.options import RNG, as_generator
+from floatlab.text import render
 from floatlab.torch.tensors import FLOAT_DTYPES
 from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
@@ -612,62 +613,8 @@ class Simulation:
         self._handles = []
         self._switch_off()
 
-    # ---- report ---------------------------------------------------------------------------------
-    def report(self) -> str:
-        """What ran as the policy says, and what was left in its own precision, in words.
-
-        >>> import torch
-        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
-        >>> print(simulate(model, "mixed-fp16").report())  # doctest: +NORMALIZE_WHITESPACE
-        simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne
-          simulated (1): 0 (Linear); calls rounded so far: none
-          left in their own precision (1): 1 (BatchNorm1d) (a torch.matmul, bmm or @ of theirs is
-          rounded all the same)
-          left to the model: softmax, norms, reductions and the loss in its own precision (the policy's
-          fp32 ops); dynamic loss scaling: use torch.amp.GradScaler; fp32 master
-          weights: the optimizer updates the model's own parameters
-        """
-        p = self.policy
-        calls = ", ".join(f"{k} {v}" for k, v in sorted(self.calls.items())) or "none"
-        lines = [
-            f"simulate {p.name} on {type(self.model).__name__}: forward {p.forward.name}, "
-            f"backward {p.backward.name}, rounding {p.rounding}"
-            + (", saturating" if p.saturate else "")
-            + ("" if p.subnormals else ", subnormals flushed"),
-            f"  simulated ({len(self.simulated)}): {', '.join(self.simulated) or 'none'}; "
-            f"calls rounded so far: {calls}",
-            f"  left in their own precision ({len(self.skipped)}): {', '.join(self.skipped) or 'none'}"
-            + (" (a torch.matmul, bmm or @ of theirs is rounded all the same)" if self.skipped else ""),
-        ]
-        if self.left:
-            left_calls = ", ".join(f"{k} {v}" for k, v in sorted(self.left.items()))
-            lines.append(f"  GEMM calls left in their own precision so far: {left_calls}")
-        left = []
-        low_ops = sorted({"softmax", "norm", "sum", "exp", "log", "loss"} - set(p.fp32_ops))
-        if p.is_wide or not low_ops:
-            left.append(
-                "softmax, norms, reductions and the loss in its own precision (the policy's fp32 ops)"
-            )
-        else:
-            left.append(
-                f"softmax, norms, reductions and the loss in its own precision (the policy computes "
-                f"{', '.join(low_ops)} in {p.forward.name}: not simulated)"
-            )
-        if p.loss_scaling == "dynamic":
-            left.append("dynamic loss scaling: use torch.amp.GradScaler")
-        elif p.loss_scaling == "static":
-            left.append(
-                f"static loss scale {p.static_scale:g}: multiply the loss by it, divide the gradients"
-            )
-        if p.master_weights:
-            left.append(f"{p.wide.name} master weights: the optimizer updates the model's own parameters")
-        elif not p.is_wide:
-            left.append(
-                f"weights stored in {p.weight_format.name}: not simulated (the optimizer updates the "
-                "model's own parameters; swallowed updates do not happen)"
-            )
-        lines.append(f"  left to the model: {'; '.join(left)}")
-        return "\n".join(lines)
+    def __str__(self) -> str:
+        return render(self)
 
 
 def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> Simulation:

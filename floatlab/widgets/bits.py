@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from floatlab.codec import Decoded, decode, encode
-from floatlab.codec.views import FIELD_COLOURS
 from floatlab.formats import FloatFormat, get_format
+from floatlab.text.codec import FIELD_COLOURS
 from floatlab.widgets.base import Interactive
 
 __all__ = ["LESSON_FORMATS", "BitToggler"]
@@ -162,7 +162,7 @@ class BitToggler(Interactive):
         return f'<div class="floatlab-decoded">{self.decoded._repr_html_()}</div>'
 
     def __repr__(self) -> str:
-        return self.decoded.report()
+        return str(self.decoded)
 
     def _field_of(self, bit: int) -> str:
         m = self.fmt.mantissa_bits

@@ -294,14 +294,14 @@ class UpdateExplorer(Interactive):
         """The figure and the step-by-step explanation."""
         ex = self.explanation()
         colour = "#c0392b" if ex.swallowed else "#2e8b57"
-        text = html.escape(ex.report())
+        text = html.escape(str(ex))
         return (
             figure_html(self.figure(), alt="the weight, its neighbours and w + u")
             + f'<pre style="border-left:4px solid {colour};padding-left:0.6em">{text}</pre>'
         )
 
     def __repr__(self) -> str:
-        return self.explanation().report()
+        return str(self.explanation())
 
     def _controls(self) -> list[Any]:
         import ipywidgets as w

@@ -33,6 +33,7 @@ PACKAGES = (
     "floatlab.simulate",
     "floatlab.gradhist",
     "floatlab.sweeps",
+    "floatlab.text",
     "floatlab.widgets",
     "floatlab.torch",
 )

@@ -19,7 +19,7 @@ from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
 from floatlab.codec import decode
-from floatlab.codec.views import FIELD_COLOURS
+from floatlab.text.codec import FIELD_COLOURS
 from floatlab.formats import FORMATS, FloatFormat, get_format
 from floatlab_sphinx.commands import note_floatlab_sources
 
