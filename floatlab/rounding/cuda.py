@@ -308,7 +308,11 @@ def simulated() -> bool:
 class GpuKernels(NamedTuple):
     """The launchers of one target (:func:`kernels`), each a field: the deterministic modes' codes
     (``encode``) and values (``round``), any mode without flags (``general``) and with them
-    (``full``), and the plain fp16 and bfloat16 casts (``cast_code``, ``cast_round``)."""
+    (``full``), and the plain fp16 and bfloat16 casts (``cast_code``, ``cast_round``).
+
+    >>> GpuKernels._fields[:4]
+    ('encode', 'round', 'general', 'full')
+    """
 
     encode: Any
     round: Any

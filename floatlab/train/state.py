@@ -168,7 +168,14 @@ def check_state(trainer: Any, state: dict[str, Any]) -> CheckedState:
 def state_of(trainer: Any) -> dict[str, Any]:
     """All that resuming ``trainer`` (a :class:`~floatlab.train.trainer.Trainer`) needs to
     continue bit for bit, as plain data: what
-    :meth:`~floatlab.train.trainer.Trainer.state_dict` returns and a checkpoint stores."""
+    :meth:`~floatlab.train.trainer.Trainer.state_dict` returns and a checkpoint stores.
+
+    >>> from floatlab.train import Trainer, TrainConfig, make_underflow_task
+    >>> tr = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), make_underflow_task(n_train=64))
+    >>> state = state_of(tr)
+    >>> state["format"] == STATE_FORMAT, state["counters"]["step"], sorted(state["params"])
+    (True, 0, ['W0', 'W1', 'b0', 'b1'])
+    """
     return {
         "format": STATE_FORMAT,
         "config": trainer.config.to_dict() if trainer.config is not None else None,
@@ -195,7 +202,15 @@ def state_of(trainer: Any) -> dict[str, Any]:
 
 def restore(trainer: Any, state: dict[str, Any]) -> None:
     """Load ``state`` (from :func:`state_of`) into ``trainer``: everything is checked by
-    :func:`check_state` first, so a bad state is one ValueError and the trainer is left as it was."""
+    :func:`check_state` first, so a bad state is one ValueError and the trainer is left as it was.
+
+    >>> from floatlab.train import Trainer, TrainConfig, make_underflow_task
+    >>> d = make_underflow_task(n_train=64, n_test=64)
+    >>> a = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
+    >>> b = Trainer.from_config(TrainConfig(data="underflow", hidden=(8,)), d)
+    >>> _ = a.fit(1); restore(b, state_of(a)); b.step == a.step
+    True
+    """
     checked = check_state(trainer, state)
     trainer.scaler.load_state_dict(state["scaler"])  # the last check (it assigns only when all is well)
 

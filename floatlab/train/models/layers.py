@@ -39,10 +39,8 @@ __all__ = [
     "mean_pool_forward",
     "relu_backward",
     "relu_forward",
-    "required",
     "softmax_backward",
     "softmax_forward",
-    "uniform_init",
 ]
 
 #: what a forward pass keeps for its backward pass, by name

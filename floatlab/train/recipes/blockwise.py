@@ -123,7 +123,12 @@ def tile_cast(
     lies; another array as a C-contiguous copy where it is not one); None when ``x`` is empty.
     A transposed matrix (``x.T`` C-contiguous, as the weight gradient's ``x^T``) is cast as its
     C-contiguous base, along the other axis, and its values are that cast's transpose: the
-    same values, laid out as the input (the block GEMM reads them so, without a copy)."""
+    same values, laid out as the input (the block GEMM reads them so, without a copy).
+
+    >>> cast, counts = tile_cast(np.float32([[3.0, -6.0]]), E4M3, 2, axis=1)
+    >>> cast.values.tolist(), counts is not None
+    ([[224.0, -448.0]], True)
+    """
     if x.ndim == 2 and not x.flags.c_contiguous and x.T.flags.c_contiguous and x.size:
         base, counted = tile_cast(x.T, fmt, block, 1 - axis, pow2)
         return TileCast(base.values.T, base.scale.T, base.amax), counted
@@ -198,7 +203,12 @@ def block_cast(
     x: NDArray[np.float32], fmt: FloatFormat, block: int, pow2: bool = False
 ) -> tuple[TileCast, ScaledRound | None]:
     """:func:`block_quantize`, and the cast's counts when it ran as one compiled pass (a
-    C-contiguous copy of ``x`` where it is not one; None when ``x`` is empty)."""
+    C-contiguous copy of ``x`` where it is not one; None when ``x`` is empty).
+
+    >>> cast, _ = block_cast(np.float32([[3.0, -6.0], [0.5, 1.0]]), E4M3, 2)
+    >>> cast.values.tolist(), cast.scale.shape
+    ([[224.0, -448.0], [36.0, 72.0]], (1, 1))
+    """
     if x.ndim != 2:
         raise ValueError(f"a weight of shape {x.shape}: expected a matrix for {block}x{block} blocks")
     rows, cols = x.shape
