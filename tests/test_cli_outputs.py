@@ -297,7 +297,13 @@ def test_histogram_checks_the_plot_before_reading(tmp_path: Path) -> None:
 def test_check_outputs_accepts_what_can_be_written(tmp_path: Path) -> None:
     old = tmp_path / "old.json"
     old.write_text("{}")
-    check_outputs([("--history", str(old)), ("--json", str(tmp_path / "new.json")), ("--plot", None)])
+    outputs = [("--history", str(old)), ("--json", str(tmp_path / "new.json")), ("--plot", None)]
+    check_outputs(outputs)  # an existing file and a new one may both be written: no ValueError
+    # checking writes nothing: the old file is as it was and the new one is not there yet
+    assert old.read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+    with pytest.raises(ValueError, match="--json"):
+        check_outputs([*outputs[:1], ("--json", str(old))])
 
 
 # ---- lessons: a copy replaces a link, never writes through it -----------------------------------
