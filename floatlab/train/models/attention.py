@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.train.models.base import Model
+from floatlab.train.models.base import Cache, Model
 from floatlab.train.models.layers import (
-    Cache,
     layer_norm_backward,
     layer_norm_forward,
     linear_backward,

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from floatlab.registry import Registry
-from floatlab.train.models.layers import Cache
 from floatlab.train.precision.precision import Array, Params, Precision
 
-__all__ = ["MODELS", "MODEL_CLASSES", "Model", "Params", "get_model", "model_class", "model_name"]
+__all__ = ["MODELS", "MODEL_CLASSES", "Cache", "Model", "Params", "get_model", "model_class", "model_name"]
+
+#: what a forward pass keeps for its backward pass, by name
+Cache = dict[str, Any]
 
 
 class Model:

@@ -16,17 +16,16 @@ softmax, layer norm and the reductions follow the policy's fp32 switches.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from floatlab.backend import get_xp
 from floatlab.train.hostmath import host_exp, host_log, host_tanh
 from floatlab.train.models import fused
+from floatlab.train.models.base import Cache
 from floatlab.train.precision.precision import Array, Precision
 
 __all__ = [
-    "Cache",
     "cross_entropy_backward",
     "cross_entropy_forward",
     "gelu_backward",
@@ -42,9 +41,6 @@ __all__ = [
     "softmax_backward",
     "softmax_forward",
 ]
-
-#: what a forward pass keeps for its backward pass, by name
-Cache = dict[str, Any]
 
 
 def linear_forward(x: Array, W: Array, b: Array | None, P: Precision, site: str | None = None) -> Array:

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from floatlab.train.models.base import Model
+from floatlab.train.models.base import Cache, Model
 from floatlab.train.models.layers import (
-    Cache,
     gelu_backward,
     gelu_forward,
     linear_backward,
