@@ -154,3 +154,56 @@ def same_float32_bits(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> bool:
     x32, y32 = np.asarray(x, np.float32), np.asarray(y, np.float32)
     both_nan = np.isnan(x32) & np.isnan(y32)
     return bool(np.all(both_nan | (x32.view(np.uint32) == y32.view(np.uint32))))
+
+
+# ---- exact float32 ------------------------------------------------------------------------------
+def f32(x: Any) -> np.ndarray:
+    return np.array(x, dtype=np.float32)
+
+
+def nearest_f32(x: Fraction) -> np.ndarray:
+    """The float32 nearest to ``x``, ties to even, by integer arithmetic alone (the oracle)."""
+    if x == 0:
+        return f32(0.0)
+    sign, mag = (-1 if x < 0 else 1), abs(x)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # 2^e <= mag < 2^(e+2)
+    if Fraction(2) ** (e + 1) <= mag:
+        e += 1
+    e = max(e, -126)  # below float32's normals the gap stays 2^-149
+    q = mag / Fraction(2) ** (e - 23)  # the significand in units of the gap
+    n, rest = divmod(q.numerator, q.denominator)
+    if 2 * rest > q.denominator or (2 * rest == q.denominator and n % 2):
+        n += 1
+    value = Fraction(n) * Fraction(2) ** (e - 23)
+    if value >= Fraction(2) ** 128:
+        return f32(sign * np.inf)
+    return f32(sign * float(value))  # (exact: value has at most 24 significant bits)
+
+
+def same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    return x.shape == y.shape and bool((np.asarray(x).view(np.uint32) == np.asarray(y).view(np.uint32)).all())
+
+
+def other_blas_kernel() -> str:
+    """An OpenBLAS kernel other than Haswell's that this CPU can run: SkylakeX's (AVX-512) where
+    the CPU has AVX-512, else SandyBridge's (AVX), whose sgemm adds in another order."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "SkylakeX" if " avx512f" in flags else "SandyBridge"
+
+
+#: the lessons floatlab ships, in order (the lessons command and the notebook suite hold it to this list)
+LESSONS = (
+    "01-anatomy-of-a-float",
+    "02-rounding-and-ulps",
+    "03-range-underflow-subnormals",
+    "04-swallowed-updates-and-master-weights",
+    "05-gradient-histograms-and-loss-scaling",
+    "06-mixed-precision-training",
+    "07-tensor-cores",
+    "08-checking-the-claims",
+    "09-precision-in-a-language-model",
+    "10-framework-recipes-side-by-side",
+    "11-fp8-training",
+    "12-4bit-training",
+    "13-your-own-model",
+)

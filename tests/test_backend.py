@@ -3,7 +3,7 @@
 
 The GPU rounding kernels are the element functions of floatlab.rounding._kernels compiled for CUDA; here
 the same element bodies and the same host-side code are compiled for the CPU (``target="cpu"``)
-and checked bit for bit against the production CPU kernels. tests/test_gpu.py repeats the
+and checked bit for bit against the production CPU kernels. tests/suites/test_gpu.py repeats the
 check on a CUDA device.
 """
 

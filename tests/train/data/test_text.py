@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from toy_models import BigramLM
 
 import floatlab
 from floatlab.train import History, TrainConfig, Trainer
@@ -24,43 +25,10 @@ from floatlab.train.analysis.sampling import sample
 from floatlab.train.data import get_data
 from floatlab.train.data import text as tx
 from floatlab.train.history import CSV_FIELDS, bits_per_char
-from floatlab.train.models import Model, Params
 from floatlab.train.optim import make_optimizer
-from floatlab.train.precision import Array, Precision
+from floatlab.train.precision import Array
 
 CORPUS_FILE = Path(floatlab.__file__).parent / "data" / tx.CORPUS
-
-
-class BigramLM(Model):
-    """The next character's logits are the row of ``E`` of the current one: ``logits = E[x]``."""
-
-    name = "bigram"
-
-    def __init__(self, context: int, vocab: int) -> None:
-        self.context, self.vocab = context, vocab
-
-    @classmethod
-    def build(cls, n_in: int, n_out: int, **kwargs: Any) -> BigramLM:
-        return cls(n_in, n_out)  # (a transformer's settings, when it stands in for one, are ignored)
-
-    def init(self, rng: np.random.Generator) -> Params:
-        return {"E": (0.1 * rng.standard_normal((self.vocab, self.vocab))).astype(np.float32)}
-
-    def config(self) -> dict[str, Any]:
-        return {"name": "bigram", "context": self.context, "vocab": self.vocab}
-
-    def describe(self) -> str:
-        return f"bigram {self.vocab} x {self.vocab}"
-
-    def forward(
-        self, w: Params, x: Array, P: Precision, *, train: bool = True, buffers: Params | None = None
-    ) -> tuple[Array, dict[str, Any]]:
-        return w["E"][x], {"x": x}
-
-    def backward(self, w: Params, cache: dict[str, Any], dlogits: Array, P: Precision) -> Params:
-        dE = np.zeros_like(w["E"])
-        np.add.at(dE, cache["x"].reshape(-1), dlogits.reshape(-1, self.vocab))
-        return {"E": P.grad(dE)}
 
 
 def bigram_trainer(precision: str = "fp32", *, steps: int = 30, context: int = 16, **kw: Any) -> Trainer:

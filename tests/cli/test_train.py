@@ -1,6 +1,6 @@
 """``floatlab train``, ``floatlab compare`` and ``floatlab sample`` through the real entry point.
 
-The text runs use the bigram model of test_train_text.py in the transformer's place (registered
+The text runs use the bigram model of toy_models.py in the transformer's place (registered
 under its name for the test), so that they exercise the command line in a second.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_train_text import BigramLM
+from toy_models import BigramLM
 
 import floatlab.cli as cli
 from floatlab.cli import train_cmds

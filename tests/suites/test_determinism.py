@@ -247,7 +247,7 @@ def test_the_blas_thread_count_does_not_change_a_run(precision: str) -> None:
 
 
 def test_a_deterministic_run_is_the_same_under_another_blas_kernel() -> None:
-    from test_exact_matmul import other_blas_kernel
+    from oracles import other_blas_kernel
 
     haswell = _readme_run("mixed-bf16", "exact", OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1")
     other = _readme_run(

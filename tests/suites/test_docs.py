@@ -37,7 +37,7 @@ import floatlab
 import floatlab.train
 from floatlab.cli import build_parser
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 # ---- the public API: discovered independently of the docs extension --------------------------------

@@ -59,7 +59,7 @@ def run_limited(argv: list[str], limit: int, cwd: Path, warm: list[str]) -> subp
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     command = [sys.executable, "-m", "floatlab"]
     kw: dict[str, Any] = {"cwd": cwd, "env": env, "capture_output": True, "text": True, "timeout": 300}
     assert subprocess.run([*command, *warm], **kw).returncode == 0

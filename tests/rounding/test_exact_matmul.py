@@ -10,37 +10,13 @@ import os
 import subprocess
 import sys
 from fractions import Fraction
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from oracles import f32, nearest_f32, other_blas_kernel, same_bits
 
 from floatlab.rounding import exact_matmul
 from floatlab.train.hostmath import _blocks, deterministic, host_matmul, is_deterministic
-
-
-def f32(x: Any) -> np.ndarray:
-    return np.array(x, dtype=np.float32)
-
-
-def nearest_f32(x: Fraction) -> np.ndarray:
-    """The float32 nearest to ``x``, ties to even, by integer arithmetic alone (the oracle)."""
-    if x == 0:
-        return f32(0.0)
-    sign, mag = (-1 if x < 0 else 1), abs(x)
-    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # 2^e <= mag < 2^(e+2)
-    if Fraction(2) ** (e + 1) <= mag:
-        e += 1
-    e = max(e, -126)  # below float32's normals the gap stays 2^-149
-    q = mag / Fraction(2) ** (e - 23)  # the significand in units of the gap
-    n, rest = divmod(q.numerator, q.denominator)
-    if 2 * rest > q.denominator or (2 * rest == q.denominator and n % 2):
-        n += 1
-    value = Fraction(n) * Fraction(2) ** (e - 23)
-    if value >= Fraction(2) ** 128:
-        return f32(sign * np.inf)
-    return f32(sign * float(value))  # (exact: value has at most 24 significant bits)
 
 
 def exact_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -52,10 +28,6 @@ def exact_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             )
             out[i, j] = nearest_f32(s)
     return out
-
-
-def same_bits(x: np.ndarray, y: np.ndarray) -> bool:
-    return x.shape == y.shape and bool((np.asarray(x).view(np.uint32) == np.asarray(y).view(np.uint32)).all())
 
 
 def test_the_oracle_itself() -> None:
@@ -238,13 +210,6 @@ def _digest_in_child(mode: str, **env: str) -> str:
         timeout=300,
     )
     return out.stdout.strip().splitlines()[-1]
-
-
-def other_blas_kernel() -> str:
-    """An OpenBLAS kernel other than Haswell's that this CPU can run: SkylakeX's (AVX-512) where
-    the CPU has AVX-512, else SandyBridge's (AVX), whose sgemm adds in another order."""
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return "SkylakeX" if " avx512f" in flags else "SandyBridge"
 
 
 @pytest.mark.parametrize("mode", ["blas", "exact"])

@@ -24,7 +24,7 @@ from floatlab.cli import main
 from floatlab.io import MAX_BYTES, check_archive, read_npz
 from floatlab.text import safe
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # seconds: far more than any of these commands takes; a hang fails instead of blocking
 
 
@@ -373,7 +373,7 @@ def test_the_guarantees_page_states_these_promises() -> None:
         "1,000 characters",
     ):
         assert promise in section, promise
-    for test_file in ("tests/test_hostile_inputs.py", "tests/test_lessons_cmd.py"):
+    for test_file in ("tests/suites/test_hostile_inputs.py", "tests/cli/test_lessons.py"):
         assert test_file in section
         assert (ROOT / test_file).is_file()
 

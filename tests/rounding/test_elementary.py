@@ -11,7 +11,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from test_exact_matmul import nearest_f32, same_bits
+from oracles import nearest_f32, same_bits
 
 from floatlab.rounding import elementary
 from floatlab.rounding.elementary import exact_f32

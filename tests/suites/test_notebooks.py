@@ -8,25 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from oracles import LESSONS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]-*.ipynb"))
-LESSONS = (
-    "01-anatomy-of-a-float",
-    "02-rounding-and-ulps",
-    "03-range-underflow-subnormals",
-    "04-swallowed-updates-and-master-weights",
-    "05-gradient-histograms-and-loss-scaling",
-    "06-mixed-precision-training",
-    "07-tensor-cores",
-    "08-checking-the-claims",
-    "09-precision-in-a-language-model",
-    "10-framework-recipes-side-by-side",
-    "11-fp8-training",
-    "12-4bit-training",
-    "13-your-own-model",
-)
 #: the optional packages a lesson needs beyond the lessons extra: without them its run is skipped
 REQUIRES: dict[str, tuple[str, ...]] = {
     "13-your-own-model": ("torch", "pandas"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_notebooks import LESSONS
+from oracles import LESSONS
 
 from floatlab.cli import main
 from floatlab.cli.lessons_cmd import (
@@ -25,7 +25,7 @@ from floatlab.cli.lessons_cmd import (
     lessons_dir,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_lessons_are_found_in_a_source_checkout() -> None:

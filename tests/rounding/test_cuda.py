@@ -44,7 +44,7 @@ if not SIMULATED:
     @pytest.mark.skipif(not _has_numba_cuda(), reason="numba-cuda (the dev extra) is not installed")
     def test_cuda_kernels_under_the_simulator() -> None:
         """Run this file's simulated tests in a subprocess with the simulator on; all must pass."""
-        root = Path(__file__).resolve().parents[1]
+        root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", str(Path(__file__))]
