@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "torchao's RCEIL in eager mode takes ceil(log2(amax / max)) with a float32 log2, which rounds "
         "to the integer k when amax / max lies within about 2^-21 above 2^k: one binade below the "
         "round-up of NVIDIA's hardware (cvt.rp), which floatlab follows; the blocks that differ are those "
-        "(tests/test_blocks_torchao.py pins them down).",
+        "(tests/blocks/test_torchao.py pins them down).",
         "The NumPy + ml_dtypes recipe takes the exponent from `floor(log2(amax))` in float32, which rounds "
         "up for a maximum one ulp below a power of two, and ml_dtypes casts without saturating (hence the "
         "clip); on this data it agrees.",

@@ -161,7 +161,7 @@ def main() -> None:
         table.markdown(),
         f"floatlab's mxfp8 step takes {fmt_ratio(mx)} torchao's emulated MX step. The two quantize the "
         "Linear layers' operands the same way (bit for bit on bf16 operands: "
-        "tests/test_torch_simulate.py); floatlab's policy also stores them in bf16 first, as the "
+        "tests/torch/test_torch_simulate.py); floatlab's policy also stores them in bf16 first, as the "
         "mxfp8 policy's model runs in bf16, hence the slightly different losses.",
         "Command: `python benchmarks/bench_torch_simulate.py`",
     ]

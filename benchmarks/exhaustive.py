@@ -24,7 +24,7 @@ For each float32 input this checks, against oracles that share no code with floa
 ``python benchmarks/exhaustive.py`` runs all 2^32 inputs in chunks of 2^24 on every core and
 writes ``benchmarks/results/exhaustive.md``; ``--chunks N`` checks a strided sample of N chunks.
 The test suite runs :func:`check_bits` on a 2^20-input sample and on every special pattern
-(``tests/test_exhaustive.py``).
+(``tests/rounding/test_exhaustive.py``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ and a FIFO as input; each must exit 2 with one error line, leave no partial outp
 input exactly as it was.
 
 ``python benchmarks/fuzz_cli.py`` runs 100,000 cases and writes
-``benchmarks/results/fuzz.md``; the test suite runs 2,000 (``tests/test_fuzz_cli.py``).
+``benchmarks/results/fuzz.md``; the test suite runs 2,000 (``tests/suites/test_fuzz_cli.py``).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # shellcheck disable=SC2086
-"$PY" -m pytest -m gpu tests/test_gpu.py -p no:cacheprovider -p no:benchmark -q -rfE ${GPU_PYTEST_ARGS:-} 2>&1 | tee "$log"
+"$PY" -m pytest -m gpu tests/suites/test_gpu.py -p no:cacheprovider -p no:benchmark -q -rfE ${GPU_PYTEST_ARGS:-} 2>&1 | tee "$log"
 tests_status=${PIPESTATUS[0]}
 
 "$PY" benchmarks/bench_gpu.py --pytest-log "$log" "$@"

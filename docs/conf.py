@@ -3,7 +3,7 @@
 ``make docs`` builds the site into ``docs/_build/html``, executing the lessons and the pages with
 code cells (myst-nb, cached under ``docs/_build/.jupyter_cache``). ``make docs-check`` builds it
 with warnings as errors and every reference checked, executing nothing (the notebook tests run the
-lessons and ``tests/test_docs.py`` the pages' code cells): set ``FLOATLAB_DOCS_EXECUTE=pages`` to
+lessons and ``tests/suites/test_docs.py`` the pages' code cells): set ``FLOATLAB_DOCS_EXECUTE=pages`` to
 execute the pages in the build too.
 
 The pages that describe the library are generated from it at build time by the extension in

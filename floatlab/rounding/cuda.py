@@ -23,7 +23,7 @@ Under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba.cuda is im
 CUDA build runs on the CPU too: the kernels, the launch geometry and the bounds check, one
 Python thread per CUDA thread, with NumPy arrays (``xp=np``). The lane-width intrinsics,
 which only a compiler can lower, are then the plain Python functions :func:`sim_intrinsics`
-gives. The suite runs it that way (tests/test_cuda_sim.py).
+gives. The suite runs it that way (tests/rounding/test_cuda.py).
 
 >>> import numpy as np, floatlab as fl
 >>> x = np.array([0.1, 1e-8, 70000.0, -2.5], np.float32)

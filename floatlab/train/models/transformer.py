@@ -216,7 +216,7 @@ class TransformerLM(Model):
         # the tied table's gradient: the logits GEMM accumulates onto the stored embedding
         # gradient in its epilogue (C = A B + C, one rounding), as a fused GEMM with beta = 1
         # does; PyTorch's autograd instead rounds each use's gradient and adds the two (one
-        # rounding more: tests/test_torch_transformer.py bounds the difference by an ulp)
+        # rounding more: tests/torch/test_torch_transformer.py bounds the difference by an ulp)
         g["tok"] = P.matmul(dl.T, hf, P.bwd, bias=demb)
         return {k: g[k] for k in w}
 

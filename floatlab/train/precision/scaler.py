@@ -5,7 +5,7 @@ whose gradients hold an inf or NaN is skipped, the scale is multiplied by ``back
 the run of clean steps restarts; after ``growth_interval`` clean steps in a row the scale is
 multiplied by ``growth_factor`` (unless that overflows fp32). Presets give the rules of the other
 frameworks, each checked step for step against the framework or its published source
-(``tests/test_train_scaler.py``), and static scaling.
+(``tests/train/precision/test_scaler.py``), and static scaling.
 
 >>> s = LossScaler(init_scale=8.0, growth_interval=2)
 >>> for found_inf in (False, False, True, False):
@@ -116,7 +116,7 @@ class ScalerRules(NamedTuple):
     limit_rule: str = "clamp"
 
 
-# Each entry cites the file its numbers come from; tests/test_train_scaler.py runs each rule step for
+# Each entry cites the file its numbers come from; tests/train/precision/test_scaler.py runs each rule step for
 # step against the framework itself (torch, Keras 3) or against that source written out in Python.
 #: the loss scalers of the frameworks by name (case is ignored; ``"pytorch"``, ``"gradscaler"``,
 #: ``"keras3"``, ``"tensorflow"``, ``"tf"`` and ``"tf.keras"`` are other names)
