@@ -19,8 +19,8 @@ from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
 from floatlab.codec import decode
-from floatlab.text.codec import FIELD_COLOURS
 from floatlab.formats import FORMATS, FloatFormat, get_format
+from floatlab.text.codec import FIELD_COLOURS
 from floatlab_sphinx.commands import note_floatlab_sources
 
 _SHORT = 22  # exact decimals up to this length are shown in full

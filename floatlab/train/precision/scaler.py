@@ -116,8 +116,9 @@ class ScalerRules(NamedTuple):
     limit_rule: str = "clamp"
 
 
-# Each entry cites the file its numbers come from; tests/train/precision/test_scaler.py runs each rule step for
-# step against the framework itself (torch, Keras 3) or against that source written out in Python.
+# Each entry cites the file its numbers come from; tests/train/precision/test_scaler.py runs each rule
+# step for step against the framework itself (torch, Keras 3) or against that source written out in
+# Python.
 #: the loss scalers of the frameworks by name (case is ignored; ``"pytorch"``, ``"gradscaler"``,
 #: ``"keras3"``, ``"tensorflow"``, ``"tf"`` and ``"tf.keras"`` are other names)
 SCALER_PRESETS: Registry[ScalerSettings] = Registry(
