@@ -89,50 +89,73 @@ def serial_loop(fn: F) -> F:
 
 
 # ---- intrinsics: integer operations that keep the lane width, and the float bit casts ----------
+def _cast_to(target: Any, *arg_types: Any) -> Any:
+    """The signature ``target(*arg_types)`` and the code that casts the first argument to
+    ``target`` (numba's own integer cast)."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return context.cast(builder, args[0], sig.args[0], target)
+
+    return target(*arg_types), codegen
+
+
+def _shift(a: Any, n: Any, op: str) -> Any:
+    """The signature ``a(a, n)`` and the code of the LLVM shift ``op`` (``shl``, ``lshr``) of the
+    first argument by the second, cast to the first's width."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        k = context.cast(builder, args[1], sig.args[1], sig.args[0])
+        return getattr(builder, op)(args[0], k)
+
+    return a(a, n), codegen
+
+
+def _lane_float(v: Any, op: str) -> Any:
+    """The signature and the code of the LLVM conversion ``op`` (``bitcast``: the same bits,
+    ``uitofp``: the same value) of the integer ``v`` to the float of its width (float32 for 32
+    bits, float64 for 64)."""
+
+    ft, lt = (types.float32, ir.FloatType()) if v.bitwidth == 32 else (types.float64, ir.DoubleType())
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return getattr(builder, op)(args[0], lt)
+
+    return ft(v), codegen
+
+
+def _through_floats(code: Any, result: Any, op: str, source: Any, target: Any) -> Any:
+    """The signature ``result(code)`` and the code that reads ``code``'s bits as the LLVM float
+    ``source``, converts that by ``op`` (``fptrunc``, ``fpext``) to ``target`` and gives its bits."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        f = getattr(builder, op)(builder.bitcast(args[0], source), target)
+        return builder.bitcast(f, ir.IntType(result.bitwidth))
+
+    return result(code), codegen
+
+
 @intrinsic
 def _u(typingctx: Any, v: Any, z: Any) -> Any:
     """Cast ``v`` to the unsigned integer type as wide as ``z``."""
-
-    ut = types.Integer.from_bitwidth(z.bitwidth, signed=False)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return context.cast(builder, args[0], sig.args[0], ut)
-
-    return ut(v, z), codegen
+    return _cast_to(types.Integer.from_bitwidth(z.bitwidth, signed=False), v, z)
 
 
 @intrinsic
 def _s(typingctx: Any, v: Any, z: Any) -> Any:
     """Cast ``v`` to the signed integer type as wide as ``z``."""
-
-    st = types.Integer.from_bitwidth(z.bitwidth, signed=True)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return context.cast(builder, args[0], sig.args[0], st)
-
-    return st(v, z), codegen
+    return _cast_to(types.Integer.from_bitwidth(z.bitwidth, signed=True), v, z)
 
 
 @intrinsic
 def _shl(typingctx: Any, a: Any, n: Any) -> Any:
     """a << n in a's width; the callers keep 0 <= n < width (a wider shift is undefined)."""
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        k = context.cast(builder, args[1], sig.args[1], sig.args[0])
-        return builder.shl(args[0], k)
-
-    return a(a, n), codegen
+    return _shift(a, n, "shl")
 
 
 @intrinsic
 def _shr(typingctx: Any, a: Any, n: Any) -> Any:
     """Logical a >> n in a's width; the callers keep 0 <= n < width."""
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        k = context.cast(builder, args[1], sig.args[1], sig.args[0])
-        return builder.lshr(args[0], k)
-
-    return a(a, n), codegen
+    return _shift(a, n, "lshr")
 
 
 @intrinsic
@@ -154,36 +177,20 @@ def _half(typingctx: Any, bits: Any) -> Any:
     (vcvtps2ph) that ignores MXCSR's flush-to-zero. The generic loops must give the same bits:
     a test compares the two on every float32.
     """
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        f = builder.bitcast(args[0], ir.FloatType())
-        return builder.bitcast(builder.fptrunc(f, ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(bits), codegen
+    return _through_floats(bits, types.uint16, "fptrunc", ir.FloatType(), ir.HalfType())
 
 
 @intrinsic
 def _unhalf(typingctx: Any, code: Any) -> Any:
     """float32 bit pattern (uint32) of the fp16 code ``code`` (exact: every fp16 is a float32)."""
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        h = builder.bitcast(args[0], ir.HalfType())
-        return builder.bitcast(builder.fpext(h, ir.FloatType()), ir.IntType(32))
-
-    return types.uint32(code), codegen
+    return _through_floats(code, types.uint32, "fpext", ir.HalfType(), ir.FloatType())
 
 
 @intrinsic
 def _float(typingctx: Any, bits: Any) -> Any:
     """The float of ``bits``' width (float32 for a uint32, float64 for a uint64) with that bit
     pattern."""
-
-    ft = types.float32 if bits.bitwidth == 32 else types.float64
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return builder.bitcast(args[0], ir.FloatType() if bits.bitwidth == 32 else ir.DoubleType())
-
-    return ft(bits), codegen
+    return _lane_float(bits, "bitcast")
 
 
 @intrinsic
@@ -224,10 +231,4 @@ def _fma32(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
 def _itof(typingctx: Any, v: Any) -> Any:
     """The unsigned integer ``v`` as a float of its width (float32 for 32 bits), exactly for
     values below 2^24."""
-
-    ft = types.float32 if v.bitwidth == 32 else types.float64
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return builder.uitofp(args[0], ir.FloatType() if v.bitwidth == 32 else ir.DoubleType())
-
-    return ft(v), codegen
+    return _lane_float(v, "uitofp")
