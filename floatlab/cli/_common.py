@@ -21,11 +21,11 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from floatlab.exact import int_str, shown
+from floatlab.exact import int_str, parse_value, shown
 from floatlab.formats import FORMATS, FloatFormat, get_format
-from floatlab.text import hex_code
+from floatlab.text import dim, hex_code
 
 if TYPE_CHECKING:
     from floatlab.codec import Encoded
@@ -40,15 +40,24 @@ __all__ = [
     "add_command",
     "add_common_options",
     "add_max_bytes_option",
+    "add_saturation_options",
+    "aligned",
+    "check_number_text",
+    "checked_number",
+    "comma_names",
     "encoded_data",
     "flag_names",
     "fraction_text",
     "parse_code",
     "parse_formats",
+    "parse_number",
     "parse_size",
+    "parse_sizes",
+    "rounding_notes",
     "sci",
     "short_decimal",
     "want_color",
+    "with_notes",
 ]
 
 
@@ -156,6 +165,25 @@ class UI:
         self.out.flush()
 
 
+def aligned(props: Sequence[tuple[str, str]]) -> list[str]:
+    """``props`` (name, value) as indented lines, the values in one column.
+
+    >>> aligned([("bias", "15"), ("max", "65504")])
+    ['  bias  15', '  max   65504']
+    """
+    width = max(len(k) for k, _ in props)
+    return [f"  {k.ljust(width)}  {v}" for k, v in props]
+
+
+def with_notes(text: str, notes: Sequence[str], color: bool) -> str:
+    """``text`` and, when there are any, the ``notes`` dimmed in parentheses on a line below.
+
+    >>> with_notes("report", ["ftz", "seed 1"], False), with_notes("report", [], False)
+    ('report\\n  (ftz; seed 1)', 'report')
+    """
+    return text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
+
+
 # a negative number in any notation the value parser takes (-1e-5, -.5, -inf, -Infinity, -NaN,
 # -0x1p-3) is an argument, not an option
 _NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan|0x|0b)", re.IGNORECASE)
@@ -230,6 +258,82 @@ def add_color_options(group: argparse._ArgumentGroup) -> None:
         ("--no-color", "store_false", "never colour (also: set NO_COLOR); default: colour on a terminal"),
     ):
         group.add_argument(flag, dest="color", action=action, default=argparse.SUPPRESS, help=text)
+
+
+def add_saturation_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--saturate`` and ``--no-subnormals`` (dest ``subnormals``): what rounding does at the
+    ends of a format's range.
+
+    >>> p = argparse.ArgumentParser(); add_saturation_options(p)
+    >>> vars(p.parse_args(["--no-subnormals"]))
+    {'saturate': False, 'subnormals': False}
+    """
+    parser.add_argument("--saturate", action="store_true", help="overflow to the largest finite value")
+    parser.add_argument(
+        "--no-subnormals", dest="subnormals", action="store_false", help="flush subnormals to zero"
+    )
+
+
+_N = TypeVar("_N", int, float)
+
+
+def checked_number(text: str, convert: Callable[[str], _N], ok: Callable[[_N], bool], error: str) -> _N:
+    """``convert(text)`` when it converts and passes ``ok`` (NaN passes no check); an argparse
+    error saying ``error`` otherwise.
+
+    >>> checked_number("8", int, lambda n: n >= 1, "'8': expected N >= 1")
+    8
+    >>> checked_number("nan", float, lambda v: v >= 0, "'nan': expected a number >= 0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'nan': expected a number >= 0
+    """
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(error) from None
+    if value != value or not ok(value):  # (NaN; an int too wide for a float is compared as it is)
+        raise argparse.ArgumentTypeError(error)
+    return value
+
+
+def parse_sizes(text: str, expected: str) -> tuple[int, ...]:
+    """Positive sizes separated by commas or ``x`` (``128,128``, ``8x8``); an argparse error
+    saying ``expected`` (such as "layer sizes such as 128,128") otherwise.
+
+    >>> parse_sizes("128,64", "sizes such as 8,8"), parse_sizes("8x8", "sizes such as 8,8")
+    ((128, 64), (8, 8))
+    >>> parse_sizes("0", "sizes such as 8,8")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0': expected positive sizes such as 8,8
+    """
+    try:
+        sizes = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive {expected}")
+    return sizes
+
+
+def comma_names(
+    items: Sequence[str] | None, what: str, expected: str = "names separated by commas"
+) -> list[str]:
+    """The names of repeated options, each possibly a comma-separated list; a ValueError naming
+    ``what`` (a format name, a scale mode) when one is empty.
+
+    >>> comma_names(["fp16,bf16", "e4m3"], "format name"), comma_names(None, "format name")
+    (['fp16', 'bf16', 'e4m3'], [])
+    >>> comma_names(["floor,"], "scale mode")
+    Traceback (most recent call last):
+    ...
+    ValueError: empty scale mode in 'floor,': expected names separated by commas
+    """
+    names = [n.strip() for item in items or () for n in item.split(",")]
+    if any(not n for n in names):
+        raise ValueError(f"empty {what} in {', '.join(items or ())!r}: expected {expected}")
+    return names
 
 
 # ---- sizes ---------------------------------------------------------------------------------------
@@ -353,6 +457,41 @@ def encoded_data(enc: Encoded, fmt: FloatFormat, mode: str) -> dict[str, Any]:
     }
 
 
+def check_number_text(value: object) -> None:
+    """Refuse an empty (or non-string) value before any other check of the command's input."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"empty value {value!r}: expected a number such as 0.1, 1/3 or 0x1.8p-3")
+
+
+def parse_number(value: str) -> float | Fraction:
+    """``value`` as typed, parsed exactly (:func:`floatlab.exact.parse_value`); an empty one is
+    refused with what a number looks like.
+
+    >>> parse_number("0.1")
+    Fraction(1, 10)
+    """
+    check_number_text(value)
+    return parse_value(value)
+
+
+def rounding_notes(saturate: bool, subnormals: bool, seed: int | None) -> list[str]:
+    """The notes under a report for the rounding options that change it; ``seed`` is the seed
+    of the stochastic rounding drawn, None when none was.
+
+    >>> rounding_notes(True, False, 3)  # doctest: +NORMALIZE_WHITESPACE
+    ['overflow saturates to the largest finite value', 'subnormal results flush to zero',
+     'stochastic rounding drawn with seed 3']
+    """
+    notes = []
+    if saturate:
+        notes.append("overflow saturates to the largest finite value")
+    if not subnormals:
+        notes.append("subnormal results flush to zero")
+    if seed is not None:
+        notes.append(f"stochastic rounding drawn with seed {seed}")
+    return notes
+
+
 def flag_names(flags: Flags) -> list[str]:
     """The names of the IEEE flags raised, lower case.
 
@@ -454,9 +593,5 @@ def parse_formats(items: Sequence[str] | None, default: Sequence[str] = ()) -> l
     >>> [f.name for f in parse_formats(None, default=["fp32"])]
     ['fp32']
     """
-    if not items:
-        return [get_format(n) for n in default]
-    names = [n.strip() for item in items for n in item.split(",")]
-    if any(not n for n in names):
-        raise ValueError(f"empty format name in {', '.join(items)!r}: expected names such as fp16,bf16")
+    names = comma_names(items, "format name", "names such as fp16,bf16") if items else default
     return [get_format(n) for n in names]

@@ -17,11 +17,9 @@ GEMM throughput on numpy (...)
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_color_options
+from floatlab.cli._common import UI, View, add_color_options, checked_number, parse_sizes
 from floatlab.text import bold, dim, table
 
 if TYPE_CHECKING:
@@ -33,14 +31,8 @@ __all__ = ["NAME", "gemm_view", "register", "run_gemm", "run_train", "train_view
 NAME = "bench"
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(s) for s in text.replace("x", ",").split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected sizes such as 1024,4096,8192") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive sizes such as 1024,4096,8192")
-    return values
+def _sizes(text: str) -> tuple[int, ...]:
+    return parse_sizes(text, "sizes such as 1024,4096,8192")
 
 
 def _seconds(text: str) -> float:
@@ -53,7 +45,8 @@ def _seconds(text: str) -> float:
     ...
     argparse.ArgumentTypeError: 'nan': expected a number of seconds from 0 to 3600
     """
-    return float(_checked(text, float, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600"))
+    error = f"{text[:40]!r}: expected a number of seconds from 0 to 3600"
+    return checked_number(text, float, lambda v: 0 <= v <= 3600, error)
 
 
 def _positive(text: str) -> int:
@@ -66,19 +59,7 @@ def _positive(text: str) -> int:
     ...
     argparse.ArgumentTypeError: '0': expected a positive integer
     """
-    return int(_checked(text, int, lambda v: v >= 1, "a positive integer"))
-
-
-def _checked(text: str, convert: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> float:
-    """``convert(text)`` when it converts and passes ``ok`` (NaN passes no comparison); an
-    argparse error naming ``expected`` otherwise."""
-    try:
-        value = convert(text)
-    except ValueError:
-        value = math.nan
-    if math.isnan(value) or not ok(value):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected {expected}")
-    return value
+    return checked_number(text, int, lambda v: v >= 1, f"{text[:40]!r}: expected a positive integer")
 
 
 def _names(text: str) -> list[str]:
@@ -218,7 +199,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     _backend_option(g)
     g.add_argument(
         "--sizes",
-        type=_int_list,
+        type=_sizes,
         default=None,
         metavar="N,N,...",
         help="matrix sizes (default: 1024,4096,8192 on cupy, 256,512,1024 on numpy)",
@@ -244,7 +225,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     _backend_option(t)
     t.add_argument(
         "--hidden",
-        type=_int_list,
+        type=_sizes,
         metavar="N,N",
         help="hidden sizes (default: 4096,4096 on cupy, 512,512 on numpy)",
     )

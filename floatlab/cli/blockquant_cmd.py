@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, add_command, comma_names
 from floatlab.io import first_bytes, read_npy
 from floatlab.text import bold, dim, parse_scale, percent, safe, table
 
@@ -61,13 +61,6 @@ def parse_axis(text: str) -> int | tuple[int, int]:
     if len(axes) not in (1, 2) or len(parts) != len(axes):
         raise argparse.ArgumentTypeError(f"{text!r}: expected an axis such as -1, or two such as 0,1")
     return axes[0] if len(axes) == 1 else (axes[0], axes[1])
-
-
-def _names(items: list[str] | None, what: str) -> list[str]:
-    names = [n.strip() for item in items or [] for n in item.split(",")]
-    if any(not n for n in names):
-        raise ValueError(f"empty {what} in {', '.join(items or [])!r}: expected names separated by commas")
-    return names
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -265,8 +258,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         )
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: expected an integer >= 0")
-    fmts = _names(args.format, "format name") or None
-    modes = _names(args.scale_mode, "scale mode") or None
+    fmts = comma_names(args.format, "format name") or None
+    modes = comma_names(args.scale_mode, "scale mode") or None
     for m in modes or []:
         if m not in SCALE_MODES:
             raise ValueError(f"--scale-mode {m!r}: expected one of {', '.join(SCALE_MODES)}")

@@ -20,17 +20,21 @@ from floatlab.cli._common import (
     UI,
     View,
     add_command,
+    add_saturation_options,
     encoded_data,
     flag_names,
     fraction_text,
     parse_formats,
+    parse_number,
+    rounding_notes,
     sci,
     short_decimal,
+    with_notes,
 )
-from floatlab.codec import Encoded, encode, parse_value
+from floatlab.codec import Encoded, encode
 from floatlab.formats import FloatFormat
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import bold, dim, hex_code, table
+from floatlab.text import bold, hex_code, table
 
 if TYPE_CHECKING:
     from floatlab.cli._common import Subparsers
@@ -82,10 +86,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help=f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne; with one -f, every mode)",
     )
     p.add_argument("--seed", type=int, metavar="N", help="seed for stochastic rounding (adds its row)")
-    p.add_argument("--saturate", action="store_true", help="overflow to the largest finite value")
-    p.add_argument(
-        "--no-subnormals", dest="subnormals", action="store_false", help="flush subnormals to zero"
-    )
+    add_saturation_options(p)
     return p
 
 
@@ -138,9 +139,7 @@ def encode_view(
     >>> [row["hex"] for row in v.data["rows"]]
     ['0x2E66', '0x3DCD']
     """
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"empty value {value!r}: expected a number such as 0.1, 1/3 or 0x1.8p-3")
-    x = parse_value(value)
+    x = parse_number(value)
     formats = parse_formats(fmts, default=DEFAULT_FORMATS)
     mode = None if rounding is None else check_rounding(rounding)
     if mode == "stochastic" and seed is None:
@@ -176,16 +175,9 @@ def encode_view(
         title += f", {MODE_DESCRIPTIONS[mode or 'rne']}"
         first = "format"
     header = [first, "code", "value", "abs error", "rel error", "flags"]
-    text = bold(title, color) + "\n" + table(header, cells, color=color)
-    notes = []
-    if saturate:
-        notes.append("overflow saturates to the largest finite value")
-    if not subnormals:
-        notes.append("subnormal results flush to zero")
-    if seed is not None and any(m == "stochastic" for _, m in jobs):
-        notes.append(f"stochastic rounding drawn with seed {seed}")
-    if notes:
-        text += "\n" + dim("  (" + "; ".join(notes) + ")", color)
+    drawn = seed if any(m == "stochastic" for _, m in jobs) else None
+    notes = rounding_notes(saturate, subnormals, drawn)
+    text = with_notes(bold(title, color) + "\n" + table(header, cells, color=color), notes, color)
     data = {
         "input": shown,
         "input_exact": exact_text,

@@ -15,7 +15,7 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, add_command, aligned
 from floatlab.codec import decode, encode
 from floatlab.formats import FORMATS, FloatFormat, get_format
 from floatlab.text import bold, dim, hex_code, table
@@ -240,8 +240,7 @@ def block_format_view(fmt: Any, *, color: bool = False) -> View:
         ("range", f"2^{low} .. 2^{high}" + (" times the tensor scale" if f.tensor_scale else "")),
         ("quantize", "floatlab blockquant FILE.npy -f " + f.name),
     ]
-    width = max(len(k) for k, _ in props)
-    lines = [bold(f.describe(), color), ""] + [f"  {k.ljust(width)}  {v}" for k, v in props]
+    lines = [bold(f.describe(), color), "", *aligned(props)]
     return View("\n".join(lines), _block_summary(f))
 
 
@@ -296,8 +295,7 @@ def format_detail_view(fmt: FloatFormat | str, *, color: bool = False) -> View:
         ("NaN", _nan_detail(f)),
         ("negative zero", "yes" if f.has_negative_zero else "no"),
     ]
-    width = max(len(k) for k, _ in props)
-    lines += [f"  {k.ljust(width)}  {v}" for k, v in props]
+    lines += aligned(props)
     lines.append("")
 
     rows: list[list[str]] = []

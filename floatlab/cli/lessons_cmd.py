@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, add_command, checked_number
 from floatlab.io import atomic_output
 from floatlab.text import bold, table
 
@@ -230,13 +230,8 @@ def lab_environment(
 
 
 def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected an integer from 1 to 65535")
-    return port
+    error = f"invalid port {text!r}: expected an integer from 1 to 65535"
+    return checked_number(text, int, lambda port: 1 <= port <= 65535, error)
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:

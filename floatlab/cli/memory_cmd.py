@@ -17,7 +17,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from floatlab.cli._common import UI, View, add_command
-from floatlab.cli.train_cmds import MODEL_NAMES, _shape_options, _switch_options
+from floatlab.cli.train_cmds import _MODEL_SETTINGS, MODEL_NAMES, _shape_options, _switch_options
 from floatlab.text import bold, dim, percent, table
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def config_from_memory_args(args: argparse.Namespace) -> TrainConfig:
     data = args.data
     if data is None:
         data = "text" if model_name(args.model) in LANGUAGE_MODELS else "digits"
-    shape = {k: v for k in ("layers", "heads", "context", "channels") if (v := getattr(args, k)) is not None}
+    shape = {k: v for k in _MODEL_SETTINGS if (v := getattr(args, k)) is not None}
     return TrainConfig(
         model=args.model,
         data=data,

@@ -14,7 +14,7 @@ import argparse
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, add_command, aligned
 from floatlab.text import bold, dim, scale_text, table
 
 if TYPE_CHECKING:
@@ -112,8 +112,7 @@ def presets_table_view(*, color: bool = False) -> View:
         ]
         for p in presets()
     ]
-    width = max(len(p.name) for p in presets())
-    sources = [f"  {p.name.ljust(width)}  {p.source}" for p in presets()]
+    sources = aligned([(p.name, p.source) for p in presets()])
     text = "\n".join(
         [
             table(header, rows, color=color),
@@ -145,9 +144,7 @@ def preset_detail_view(name: str, *, color: bool = False) -> View:
         ("loss scaler", scaler_words(p.scaler)),
         ("notes", p.notes),
     ]
-    width = max(len(k) for k, _ in props)
-    lines = [bold(f"{p.name}: {p.title}", color), ""]
-    lines += [f"  {k.ljust(width)}  {v}" for k, v in props]
+    lines = [bold(f"{p.name}: {p.title}", color), "", *aligned(props)]
     return View("\n".join(lines), p.to_dict())
 
 

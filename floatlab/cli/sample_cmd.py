@@ -12,9 +12,17 @@ it was trained in. A checkpoint of a model that was not trained on text is refus
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, add_common_options, add_max_bytes_option
+from floatlab.cli._common import (
+    UI,
+    View,
+    add_command,
+    add_common_options,
+    add_max_bytes_option,
+    checked_number,
+)
 from floatlab.io import check_archive
 from floatlab.text import dim
 
@@ -44,12 +52,8 @@ def _chars(text: str) -> int:
     """
     from floatlab.train.analysis.sampling import MAX_CHARS
 
-    n = _whole(text)
-    if n is None or not 0 <= n <= MAX_CHARS:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r}: expected a number of characters from 0 to {MAX_CHARS:,}"
-        )
-    return n
+    error = f"{text[:40]!r}: expected a number of characters from 0 to {MAX_CHARS:,}"
+    return checked_number(text, _whole, lambda n: 0 <= n <= MAX_CHARS, error)
 
 
 def _seed(text: str) -> int:
@@ -58,31 +62,20 @@ def _seed(text: str) -> int:
     >>> _seed("7")
     7
     """
-    n = _whole(text)
-    if n is None or n < 0:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected an integer >= 0")
-    return n
+    return checked_number(text, _whole, lambda n: n >= 0, f"{text[:40]!r}: expected an integer >= 0")
 
 
-def _whole(text: str) -> int | None:
-    """The decimal integer ``text`` (at most 1,000 digits), else None."""
+def _whole(text: str) -> int:
+    """The decimal integer ``text`` (at most 1,000 digits); a ValueError otherwise."""
     body = text.strip()
     if len(body) > 1000:
-        return None
-    try:
-        return int(body)
-    except ValueError:
-        return None
+        raise ValueError(f"{len(body):,} characters: too long for a whole number")
+    return int(body)
 
 
 def _temperature(text: str) -> float:
-    try:
-        t = float(text)
-    except ValueError:
-        t = -1.0
-    if not 0.0 <= t < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number >= 0")
-    return t
+    error = f"{text!r}: expected a finite number >= 0"
+    return checked_number(text, float, lambda t: 0.0 <= t < math.inf, error)
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:

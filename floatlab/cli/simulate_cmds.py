@@ -19,12 +19,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_command, encoded_data, flag_names, fraction_text, sci
+from floatlab.cli._common import (
+    UI,
+    View,
+    add_command,
+    add_saturation_options,
+    check_number_text,
+    encoded_data,
+    flag_names,
+    fraction_text,
+    rounding_notes,
+    sci,
+    with_notes,
+)
 from floatlab.exact import shown
 from floatlab.formats import FloatFormat, get_format
 from floatlab.io import check_outputs, read_npy, same_file, save_npy
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
-from floatlab.text import SCALE_RANGE_TEXT, as_scale, bold, dim, hex_code, parse_scale, percent, render, safe
+from floatlab.text import SCALE_RANGE_TEXT, as_scale, bold, hex_code, parse_scale, percent, render, safe
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,7 +64,6 @@ MAX_TERMS = 10_000_000
 _MODES_HELP = f"rounding mode: {', '.join(ROUNDING_MODES)} (default: rne)"
 _FORMAT_HELP = "the format: fp16, bf16, e4m3, ... (default: fp16)"
 _SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
-_FTZ_HELP = "flush subnormals to zero"
 
 
 # ---- shared -------------------------------------------------------------------------------------
@@ -89,8 +100,7 @@ def _format_options(p: argparse.ArgumentParser) -> None:
 
 def _rounding_options(p: argparse.ArgumentParser) -> None:
     _format_options(p)
-    p.add_argument("--saturate", action="store_true", help="overflow to the largest finite value")
-    p.add_argument("--no-subnormals", dest="subnormals", action="store_false", help=_FTZ_HELP)
+    add_saturation_options(p)
 
 
 def _rng(mode: str, seed: int | None) -> np.random.Generator | None:
@@ -123,14 +133,7 @@ def _load(path: str) -> npt.NDArray[Any]:
 
 
 def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> list[str]:
-    notes = []
-    if saturate:
-        notes.append("overflow saturates to the largest finite value")
-    if not subnormals:
-        notes.append("subnormal results flush to zero")
-    if mode == "stochastic" and seed is not None:
-        notes.append(f"stochastic rounding drawn with seed {seed}")
-    return notes
+    return rounding_notes(saturate, subnormals, seed if mode == "stochastic" else None)
 
 
 def _with_notes(text: str, notes: list[str], color: bool, header: str | None = None) -> str:
@@ -142,7 +145,7 @@ def _with_notes(text: str, notes: list[str], color: bool, header: str | None = N
       (ftz)
     """
     top = bold(f"{safe(header)}:", color) + "\n" if header else ""  # (a file name: escaped)
-    return top + text + ("\n" + dim("  (" + "; ".join(notes) + ")", color) if notes else "")
+    return top + with_notes(text, notes, color)
 
 
 # ---- add ----------------------------------------------------------------------------------------
@@ -194,8 +197,7 @@ def round_value_view(
     """
     from floatlab.codec import encode, parse_value
 
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"empty value {value!r}: expected a number such as 0.1, 1/3 or 0x1.8p-3")
+    check_number_text(value)
     f = get_format(fmt)
     mode = check_rounding(rounding)
     enc = encode(parse_value(value), f, mode, saturate=saturate, subnormals=subnormals, rng=_rng(mode, seed))

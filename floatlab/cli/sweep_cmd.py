@@ -27,14 +27,16 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, add_command, checked_number
 from floatlab.cli.progress import SweepProgress, num, pct
 from floatlab.cli.train_cmds import (
+    _json_file,
     _on_off,
     _output_options,
     _run_options,
     _show,
     _switch_options,
+    _with_curves,
     config_from_args,
 )
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
@@ -214,7 +216,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         raise ValueError(f"--metric {args.metric!r}: expected one of {', '.join(METRICS)}")
     grid = build_grid(args)  # every key and value checked: before any run
     plot = None if args.plot is None else figure_name(args.plot)
-    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
+    json_file = _json_file(args)
     check_outputs(
         [("--out", args.out), ("--plot", plot), ("--json", json_file)],
         suffixes={"--out": TABLE_SUFFIXES, "--plot": FIGURE_SUFFIXES},
@@ -246,10 +248,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if plot is not None:
         with atomic_output(plot) as tmp:
             plot_curves(df, tmp, metric=args.metric)
-        view = View(
-            view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color), {**view.data, "plot": plot}
-        )
-    json_file = args.json if isinstance(getattr(args, "json", None), str) else None
+        view = _with_curves(view, plot, ui.color)
     return _show(ui, view, json_file, view.data)  # --json FILE: the summary there, the text here
 
 
@@ -340,13 +339,7 @@ def _workers(text: str) -> int:
     ...
     argparse.ArgumentTypeError: '0': expected a number of workers >= 1
     """
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of workers >= 1")
-    return n
+    return checked_number(text, int, lambda n: n >= 1, f"{text!r}: expected a number of workers >= 1")
 
 
 def _seconds(text: str) -> float:
@@ -359,10 +352,5 @@ def _seconds(text: str) -> float:
     ...
     argparse.ArgumentTypeError: '-1': expected a positive number of seconds
     """
-    try:
-        s = float(text)
-    except ValueError:
-        s = math.nan
-    if not 0 < s < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
-    return s
+    error = f"{text!r}: expected a positive number of seconds"
+    return checked_number(text, float, lambda s: 0 < s < math.inf, error)

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option
+from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option, parse_sizes
 from floatlab.cli.progress import Progress, eval_line
 from floatlab.cli.train_views import compare_view, train_view
 from floatlab.io import (
@@ -84,13 +84,7 @@ def _on_off(text: str) -> bool:
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected layer sizes such as 128,128") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive layer sizes such as 128,128")
-    return sizes
+    return parse_sizes(text, "layer sizes such as 128,128")
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -548,11 +542,14 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
             if json_file is not None:  # the runs are not lost with the figure
                 _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
             raise
-        view = View(
-            view.text + "\n" + dim(f"  curves written to {safe(plot)}", ui.color),
-            {**view.data, "plot": plot},
-        )
+        view = _with_curves(view, plot, ui.color)
     return _show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+
+
+def _with_curves(view: View, plot: str, color: bool) -> View:
+    """``view`` with a line saying that the curves went to ``plot``, and ``plot`` in its data."""
+    line = dim(f"  curves written to {safe(plot)}", color)
+    return View(view.text + "\n" + line, {**view.data, "plot": plot})
 
 
 # ---- registration -------------------------------------------------------------------------------
