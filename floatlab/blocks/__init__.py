@@ -73,36 +73,10 @@ Not covered: MXINT8 (integer elements).
 
 from __future__ import annotations
 
-from floatlab.blocks.arrays import BlockArray, MXArray, QuantError, mx_quantize, mx_round
-from floatlab.blocks.formats import (
-    BLOCK_FORMATS,
-    E8M0_BIAS,
-    E8M0_NAN,
-    MAX_BLOCK_SIZE,
-    MX_FORMATS,
-    NVFP4,
-    SCALE_MODES,
-    BlockFormat,
-    MXFormat,
-    get_mx_format,
-)
-from floatlab.blocks.reference import mx_block_reference
+from floatlab.blocks import arrays, formats, reference
+from floatlab.blocks.arrays import *  # noqa: F403
+from floatlab.blocks.formats import *  # noqa: F403
+from floatlab.blocks.reference import *  # noqa: F403
 
-__all__ = [
-    "BLOCK_FORMATS",
-    "E8M0_BIAS",
-    "E8M0_NAN",
-    "MAX_BLOCK_SIZE",
-    "MX_FORMATS",
-    "NVFP4",
-    "SCALE_MODES",
-    "BlockArray",
-    "BlockFormat",
-    "MXArray",
-    "MXFormat",
-    "QuantError",
-    "get_mx_format",
-    "mx_block_reference",
-    "mx_quantize",
-    "mx_round",
-]
+# every public name of the modules, each listed once, in its own module
+__all__ = [*formats.__all__, *arrays.__all__, *reference.__all__]

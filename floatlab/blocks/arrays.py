@@ -12,9 +12,11 @@ and the padding is not stored); the counts cover the real values only.
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,10 +27,15 @@ from floatlab.formats import get_format
 from floatlab.rounding import as_float_array, check_rounding, encode_blocks, round_array, round_blocks
 from floatlab.text import render
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["BlockArray", "MXArray", "QuantError", "mx_quantize", "mx_round"]
 
 _E4M3 = get_format("float8_e4m3fn")
 Axis = int | tuple[int, int]
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class QuantError(NamedTuple):
@@ -208,17 +215,102 @@ def _scale_rule(f: BlockFormat, scale_mode: str | None, tensor_scale: float | No
     return mode
 
 
-def mx_quantize(
-    x: npt.ArrayLike,
-    fmt: BlockFormat | str,
-    *,
-    axis: Axis = -1,
-    rounding: str = "rne",
-    rng: np.random.Generator | int | None = None,
-    block_size: int | None = None,
-    scale_mode: str | None = None,
-    tensor_scale: float | None = None,
-) -> BlockArray:
+class BlockOptions(TypedDict, total=False):
+    """The keyword-only options of :func:`mx_quantize` and :func:`mx_round`, typed once: each takes
+    them as ``**options: Unpack[BlockOptions]`` and hands them to the blocks' layout, whose
+    defaults they have (:func:`_block_signature` spells them out for help() and the API reference).
+
+    >>> sorted(BlockOptions(axis=0, rounding="rtz"))
+    ['axis', 'rounding']
+    """
+
+    axis: Axis
+    rounding: str
+    rng: np.random.Generator | int | None
+    block_size: int | None
+    scale_mode: str | None
+    tensor_scale: float | None
+
+
+class _Layout:
+    """How the blocks of ``fmt`` along ``axis`` lie over the last axes of a view of ``x``: the
+    view (float32 or float64), the block shape, the rounding and the scale rule for
+    :func:`floatlab.rounding.encode_blocks`, and the way back to x's layout. Its keyword-only
+    parameters are the options of :func:`mx_quantize` and :func:`mx_round`, with their defaults."""
+
+    def __init__(
+        self,
+        x: npt.ArrayLike,
+        fmt: BlockFormat | str,
+        *,
+        axis: Axis = -1,
+        rounding: str = "rne",
+        rng: np.random.Generator | int | None = None,
+        block_size: int | None = None,
+        scale_mode: str | None = None,
+        tensor_scale: float | None = None,
+    ) -> None:
+        a = np.atleast_1d(as_float_array(x)[0])
+        self.format = f = get_mx_format(fmt, block_size)
+        self.rule = _scale_rule(f, scale_mode, tensor_scale)
+        self.axis = ax = _check_axis(axis, a.ndim)
+        self.work = work = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)  # (exact)
+        self.shape = shape = a.shape
+        k = f.block_size
+        self.block: int | tuple[int, int]
+        if isinstance(ax, int):
+            lead, n, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])
+            self.view = work.reshape(lead, n) if inner == 1 else work.reshape(lead, n, inner)
+            self.block = k if inner == 1 else (k, 1)
+        else:
+            last_two = ax == (a.ndim - 2, a.ndim - 1)
+            self.view = work if last_two else np.ascontiguousarray(np.moveaxis(work, ax, (-2, -1)))
+            self.block = (k, k)
+        self.mode = check_rounding(rounding)
+        self.rng = rng
+        self.tensor_scale = tensor_scale
+
+    def blocks(self, kernel: Callable[..., T]) -> T:
+        """``kernel`` (:func:`~floatlab.rounding.encode_blocks` or
+        :func:`~floatlab.rounding.round_blocks`) over the view, with these blocks' element format,
+        shape, rounding, scale rule and tensor scale."""
+        element, mode, tensor_scale = self.format.element, self.mode, self.tensor_scale
+        return kernel(
+            self.view, element, self.block, mode, rng=self.rng, scale=self.rule, tensor_scale=tensor_scale
+        )
+
+    def nonfinite_blocks(self) -> int:
+        """How many blocks hold an inf or a NaN: the NaN-scale blocks of a marker array (NaN
+        where the view is not finite, 0 elsewhere), which no scale can overflow."""
+        finite = np.isfinite(self.view)
+        if finite.all():
+            return 0
+        marks = np.where(finite, 0.0, np.nan).astype(self.view.dtype)
+        b = encode_blocks(marks, self.format.element, self.block, "rne", scale="floor")
+        return int(np.count_nonzero(b.scale_codes == E8M0_NAN))
+
+    def back(self, arr: npt.NDArray[Any], cut: int) -> npt.NDArray[Any]:
+        """``arr`` (laid out as the view, its blocked axes cut into ``cut``-sized blocks) in x's
+        layout."""
+        ax, shape = self.axis, self.shape
+        if isinstance(ax, int):
+            return arr.reshape(*shape[:ax], -(-shape[ax] // cut), *shape[ax + 1 :])
+        moved = arr if self.view is self.work else np.moveaxis(arr, (-2, -1), ax)
+        return np.ascontiguousarray(moved)
+
+
+def _block_signature(fn: F) -> F:
+    """``fn``, which takes :class:`BlockOptions` as ``**options``, shown with them spelled out as
+    keyword-only parameters with their defaults: the signature help() and the API reference show.
+    The function itself is unchanged."""
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    options = [p for p in inspect.signature(_Layout).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    fn.__signature__ = inspect.signature(fn).replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    return fn
+
+
+@_block_signature
+def mx_quantize(x: npt.ArrayLike, fmt: BlockFormat | str, **options: Unpack[BlockOptions]) -> BlockArray:
     """``x`` in the block format ``fmt`` (an MX format or ``"nvfp4"``): the scale and element
     codes, and what the quantization flushed and clamped.
 
@@ -244,12 +336,9 @@ def mx_quantize(
     >>> mx_quantize(np.ones((32, 48)), "nvfp4", axis=(0, 1)).scale_codes.shape   # 16 x 16 tiles
     (2, 3)
     """
-    lay = _Layout(x, fmt, axis, block_size, scale_mode, tensor_scale)
-    mode = check_rounding(rounding)
+    lay = _Layout(x, fmt, **options)
     f = lay.format
-    b = encode_blocks(
-        lay.view, f.element, lay.block, mode, rng=rng, scale=lay.rule, tensor_scale=tensor_scale
-    )
+    b = lay.blocks(encode_blocks)
     scales = lay.back(b.scale_codes, f.block_size)
     nan_code = (_E4M3.nan_code or 0) if f.scale == "e4m3" else E8M0_NAN
     nan_blocks = int(np.count_nonzero(scales == nan_code))
@@ -264,75 +353,15 @@ def mx_quantize(
         subnormal=b.subnormal,
         clamped=b.overflow,
         nan_blocks=nan_blocks,
-        rounding=mode,
+        rounding=lay.mode,
         scale_mode=lay.rule,
         tensor_scale=b.tensor_scale,
         overflowed_blocks=nan_blocks - lay.nonfinite_blocks() if nan_blocks else 0,
     )
 
 
-class _Layout:
-    """How the blocks of ``fmt`` along ``axis`` lie over the last axes of a view of ``x``: the
-    view (float32 or float64), the block shape and the scale rule for
-    :func:`floatlab.rounding.encode_blocks`, and the way back to x's layout."""
-
-    def __init__(
-        self,
-        x: npt.ArrayLike,
-        fmt: BlockFormat | str,
-        axis: Axis,
-        block_size: int | None,
-        scale_mode: str | None,
-        tensor_scale: float | None,
-    ) -> None:
-        a = np.atleast_1d(as_float_array(x)[0])
-        self.format = f = get_mx_format(fmt, block_size)
-        self.rule = _scale_rule(f, scale_mode, tensor_scale)
-        self.axis = ax = _check_axis(axis, a.ndim)
-        self.work = work = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)  # (exact)
-        self.shape = shape = a.shape
-        k = f.block_size
-        self.block: int | tuple[int, int]
-        if isinstance(ax, int):
-            lead, n, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])
-            self.view = work.reshape(lead, n) if inner == 1 else work.reshape(lead, n, inner)
-            self.block = k if inner == 1 else (k, 1)
-        else:
-            last_two = ax == (a.ndim - 2, a.ndim - 1)
-            self.view = work if last_two else np.ascontiguousarray(np.moveaxis(work, ax, (-2, -1)))
-            self.block = (k, k)
-
-    def nonfinite_blocks(self) -> int:
-        """How many blocks hold an inf or a NaN: the NaN-scale blocks of a marker array (NaN
-        where the view is not finite, 0 elsewhere), which no scale can overflow."""
-        finite = np.isfinite(self.view)
-        if finite.all():
-            return 0
-        marks = np.where(finite, 0.0, np.nan).astype(self.view.dtype)
-        b = encode_blocks(marks, self.format.element, self.block, "rne", scale="floor")
-        return int(np.count_nonzero(b.scale_codes == E8M0_NAN))
-
-    def back(self, arr: npt.NDArray[Any], cut: int) -> npt.NDArray[Any]:
-        """``arr`` (laid out as the view, its blocked axes cut into ``cut``-sized blocks) in x's
-        layout."""
-        ax, shape = self.axis, self.shape
-        if isinstance(ax, int):
-            return arr.reshape(*shape[:ax], -(-shape[ax] // cut), *shape[ax + 1 :])
-        moved = arr if self.view is self.work else np.moveaxis(arr, (-2, -1), ax)
-        return np.ascontiguousarray(moved)
-
-
-def mx_round(
-    x: npt.ArrayLike,
-    fmt: BlockFormat | str,
-    *,
-    axis: Axis = -1,
-    rounding: str = "rne",
-    rng: np.random.Generator | int | None = None,
-    block_size: int | None = None,
-    scale_mode: str | None = None,
-    tensor_scale: float | None = None,
-) -> npt.NDArray[Any]:
+@_block_signature
+def mx_round(x: npt.ArrayLike, fmt: BlockFormat | str, **options: Unpack[BlockOptions]) -> npt.NDArray[Any]:
     """``x`` quantized to ``fmt`` and back ("fake quantization"): :meth:`BlockArray.dequantize`
     of :func:`mx_quantize` (same options), in ``x``'s float dtype (float64 for integers),
     rounded to nearest where that dtype cannot hold a value (float16 below its range; NVFP4's
@@ -344,17 +373,8 @@ def mx_round(
     array([1., 0., 8.], dtype=float32)
     """
     a, src = as_float_array(x)  # integers and booleans become float64
-    lay = _Layout(a, fmt, axis, block_size, scale_mode, tensor_scale)
-    f = lay.format
-    values = round_blocks(
-        lay.view,
-        f.element,
-        lay.block,
-        check_rounding(rounding),
-        rng=rng,
-        scale=lay.rule,
-        tensor_scale=tensor_scale,
-    )
+    lay = _Layout(a, fmt, **options)
+    values = lay.blocks(round_blocks)
     out = lay.back(values, 1).reshape(a.shape)
     if out.dtype != a.dtype:  # float16 or bfloat16: the float32 values rounded into it, as a cast
         out = round_array(out, src).astype(a.dtype)

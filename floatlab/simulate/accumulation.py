@@ -21,6 +21,7 @@ from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
     MAX_EXACT_INTEGERS,
     RNG,
+    RoundingKnobs,
     as_float64,
     as_generator,
     round_array,
@@ -161,27 +162,18 @@ class AccumulationResult:
 # The serial methods run in one compiled loop (floatlab.rounding.running_sums): each step forms the
 # round-to-odd float64 result, as add() does, and rounds it as round_array does (the same bits, one
 # element at a time, without a call into numpy per step).
-def _serial_sum(t: FloatArray, op: _Op, method: str, rng: RNG) -> tuple[FloatArray, FloatArray | None]:
+def _serial_sum(t: FloatArray, op: _Op, method: str) -> tuple[FloatArray, FloatArray | None]:
     """Running sums (and Kahan's compensation) of the accumulator values ``t``."""
-    return running_sums(
-        t,
-        op.fmt,
-        op.mode,
-        kahan=method == "kahan",
-        rng=rng,
-        saturate=op.saturate,
-        subnormals=op.subnormals,
-        random_bits=op.random_bits,
-    )
+    return running_sums(t, op.fmt, op.mode, kahan=method == "kahan", **op.knobs)
 
 
-def _pairwise(t: FloatArray, op: _Op, rng: RNG) -> float:
+def _pairwise(t: FloatArray, op: _Op) -> float:
     vals = t
     while vals.size > 1:
         odd = vals[-1:] if vals.size % 2 else vals[:0]
         even = vals.size - odd.size
         # one addition in the accumulator per pair, as add() does it
-        pairs = op.apply(op.odd_add, vals[0:even:2], vals[1:even:2], rng=rng)
+        pairs = op.apply(op.odd_add, vals[0:even:2], vals[1:even:2])
         vals = np.concatenate([pairs, odd])
     return float(vals[0])
 
@@ -228,7 +220,13 @@ def accumulate(
         # stochastic steps stay exact with p + random_bits <= 52 (see the notes in
         # floatlab.simulate.arithmetic): fp32 gets 28
         random_bits = min(DEFAULT_RANDOM_BITS, 52 - acc_fmt.precision)
-    op = _Op.make("accumulate", acc_fmt, rounding, saturate, subnormals, random_bits)
+    knobs: RoundingKnobs = {
+        "rng": rng,
+        "saturate": saturate,
+        "subnormals": subnormals,
+        "random_bits": random_bits,
+    }
+    op = _Op.make("accumulate", acc_fmt, rounding, knobs)
     if method not in METHODS:
         raise ValueError(f"method={method!r}: expected one of {', '.join(METHODS)}")
     ints = _integers(x)
@@ -249,9 +247,9 @@ def accumulate(
     run: FloatArray | None = None
     comp: FloatArray | None = None  # Kahan's compensation: a term it holds is not lost
     if method == "pairwise":
-        acc_sum = _pairwise(in_acc, op, rng)
+        acc_sum = _pairwise(in_acc, op)
     else:
-        run, comp = _serial_sum(in_acc, op, method, rng)
+        run, comp = _serial_sum(in_acc, op, method)
         acc_sum = float(run[-1])
     final = float(np.asarray(round_array(np.array([acc_sum]), f, "rne", **kw))[0])
 

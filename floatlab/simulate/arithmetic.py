@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -41,13 +42,18 @@ from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import (
     DEFAULT_RANDOM_BITS,
     RNG,
+    RoundingKnobs,
     as_float64,
     check_rounding,
+    knob_signature,
     odd_div,
     odd_sqrt,
     odd_sum,
     round_array,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MAX_PRECISION", "add", "div", "fma", "mul", "sqrt", "sub"]
 
@@ -80,20 +86,10 @@ class _Op:
     name: str
     fmt: FloatFormat
     mode: str
-    saturate: bool
-    subnormals: bool
-    random_bits: int
+    knobs: RoundingKnobs
 
     @classmethod
-    def make(
-        cls,
-        name: str,
-        fmt: FloatFormat | str,
-        rounding: str,
-        saturate: bool,
-        subnormals: bool,
-        random_bits: int,
-    ) -> _Op:
+    def make(cls, name: str, fmt: FloatFormat | str, rounding: str, knobs: RoundingKnobs) -> _Op:
         f = get_format(fmt)
         mode = check_rounding(rounding)
         if f.precision > MAX_PRECISION:
@@ -108,23 +104,24 @@ class _Op:
                 f"for exact float64 intermediates: expected values within 2^-{_MAX_EXPONENT} .. "
                 f"2^{_MAX_EXPONENT}"
             )
+        random_bits = knobs.get("random_bits", DEFAULT_RANDOM_BITS)
         if mode == "stochastic" and f.precision + random_bits > 52:
             raise ValueError(
                 f"stochastic {name} in {f.name} with random_bits={random_bits}: exact only when "
                 f"precision + random_bits <= 52: expected random_bits <= {52 - f.precision}"
             )
-        return cls(name, f, mode, saturate, subnormals, random_bits)
+        return cls(name, f, mode, knobs)
 
-    def apply(self, exact: Callable[..., FloatArray], *operands: npt.ArrayLike, rng: RNG) -> FloatArray:
+    def apply(self, exact: Callable[..., FloatArray], *operands: npt.ArrayLike) -> FloatArray:
         """The body of every operation: broadcast the operands and store each in the format
         (nearest even, as a cast), form ``exact`` of them (the float64 result rounded to odd at
-        53 bits), and round that once into the format with the operation's mode."""
+        53 bits), and round that once into the format with the operation's mode and ``rng``."""
         arrays = np.broadcast_arrays(*(as_float64(x) for x in operands))
         shape = arrays[0].shape
         stored = [self._round(np.ascontiguousarray(x).reshape(-1), "rne", None) for x in arrays]
         # IEEE 754's special results, without a warning: inf - inf, 0 * inf and 0 / 0 are NaN
         with np.errstate(all="ignore"):
-            return self._round(exact(*stored), self.mode, rng).reshape(shape)
+            return self._round(exact(*stored), self.mode, self.knobs.get("rng")).reshape(shape)
 
     def odd_add(self, x: FloatArray, y: FloatArray) -> FloatArray:
         """x + y rounded to odd at 53 bits, with IEEE 754's sign for an exact zero (one compiled pass)."""
@@ -136,28 +133,18 @@ class _Op:
         return out
 
     def _round(self, x: FloatArray, mode: str, rng: RNG) -> FloatArray:
-        out: FloatArray = round_array(
-            x,
-            self.fmt,
-            mode,
-            rng=rng,
-            saturate=self.saturate,
-            subnormals=self.subnormals,
-            random_bits=self.random_bits,
-        )
+        knobs: RoundingKnobs = {**self.knobs, "rng": rng}
+        out: FloatArray = round_array(x, self.fmt, mode, **knobs)
         return out
 
 
+@knob_signature
 def add(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """a + b in ``fmt``, rounded once: the values of ``fmt`` as float64 (broadcast shape).
 
@@ -169,62 +156,53 @@ def add(
     >>> add([65504.0, 1.0], [16.0, -1.0], "fp16", "rdown").tolist()   # a tie; an exact zero is -0
     [65504.0, -0.0]
     """
-    op = _Op.make("add", fmt, rounding, saturate, subnormals, random_bits)
-    return op.apply(op.odd_add, a, b, rng=rng)
+    op = _Op.make("add", fmt, rounding, knobs)
+    return op.apply(op.odd_add, a, b)
 
 
+@knob_signature
 def sub(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """a - b in ``fmt``, rounded once (the inputs first stored in ``fmt``).
 
     >>> sub(1.0, 2.0**-12, "fp16"), sub(1.0, 2.0**-12 + 2.0**-20, "fp16")
     (array(1.), array(0.99951172))
     """
-    op = _Op.make("sub", fmt, rounding, saturate, subnormals, random_bits)
-    return op.apply(lambda x, y: op.odd_add(x, -y), a, b, rng=rng)
+    op = _Op.make("sub", fmt, rounding, knobs)
+    return op.apply(lambda x, y: op.odd_add(x, -y), a, b)
 
 
+@knob_signature
 def mul(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """a * b in ``fmt``, rounded once (the inputs first stored in ``fmt``).
 
     >>> mul(300.0, 300.0, "fp16"), mul(300.0, 300.0, "fp16", saturate=True)
     (array(inf), array(65504.))
     """
-    op = _Op.make("mul", fmt, rounding, saturate, subnormals, random_bits)
+    op = _Op.make("mul", fmt, rounding, knobs)
     # two significands of at most 26 bits: the float64 product is exact
-    return op.apply(np.multiply, a, b, rng=rng)
+    return op.apply(np.multiply, a, b)
 
 
+@knob_signature
 def fma(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     c: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """a * b + c in ``fmt`` with one rounding (fused multiply-add; inputs first stored in ``fmt``).
 
@@ -232,47 +210,41 @@ def fma(
     >>> fma(a, a, -1.0, "fp16"), sub(mul(a, a, "fp16"), 1.0, "fp16")  # the fused one keeps 2^-18
     (array(0.00391006), array(0.00390625))
     """
-    op = _Op.make("fma", fmt, rounding, saturate, subnormals, random_bits)
+    op = _Op.make("fma", fmt, rounding, knobs)
     # the product is exact (see mul); the sum of it and c is rounded to odd, then once into fmt
-    return op.apply(lambda x, y, z: op.odd_add(x * y, z), a, b, c, rng=rng)
+    return op.apply(lambda x, y, z: op.odd_add(x * y, z), a, b, c)
 
 
+@knob_signature
 def div(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """a / b in ``fmt``, rounded once (the inputs first stored in ``fmt``).
 
     >>> div(1.0, 3.0, "fp16", "rtz"), div(1.0, 3.0, "fp16", "rup")
     (array(0.33325195), array(0.33349609))
     """
-    op = _Op.make("div", fmt, rounding, saturate, subnormals, random_bits)
+    op = _Op.make("div", fmt, rounding, knobs)
     # x/0 is inf, 0/0 NaN, as IEEE 754 asks; the quotient is rounded to odd in one compiled pass
-    return op.apply(odd_div, a, b, rng=rng)
+    return op.apply(odd_div, a, b)
 
 
+@knob_signature
 def sqrt(
     a: npt.ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    random_bits: int = DEFAULT_RANDOM_BITS,
+    **knobs: Unpack[RoundingKnobs],
 ) -> FloatArray:
     """The square root of ``a`` in ``fmt``, rounded once (the input first stored in ``fmt``).
 
     >>> sqrt(2.0, "bf16", "rtz"), sqrt(2.0, "bf16", "rup"), sqrt(-0.0, "fp16")
     (array(1.4140625), array(1.421875), array(-0.))
     """
-    op = _Op.make("sqrt", fmt, rounding, saturate, subnormals, random_bits)
+    op = _Op.make("sqrt", fmt, rounding, knobs)
     # the root of a negative number is NaN; the root is rounded to odd in one compiled pass
-    return op.apply(odd_sqrt, a, rng=rng)
+    return op.apply(odd_sqrt, a)

@@ -18,13 +18,16 @@ their files), ``summary`` (means, intervals, curves with bands). It needs the ``
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from floatlab.sweeps.grid import Grid, Task, load_grid_file, parse_seeds, sweep_keys
-from floatlab.sweeps.run import EXECUTORS, SweepEvent, execute, run_grid
+from floatlab.sweeps.run import EXECUTORS, RunOptions, SweepEvent, execute, run_grid, run_options_signature
 from floatlab.sweeps.summary import METRICS, config_columns, final_rows, plot_curves, summarize
 from floatlab.sweeps.table import TABLE_SUFFIXES, read_table, to_frame, write_table
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "EXECUTORS",
@@ -49,19 +52,13 @@ __all__ = [
 ]
 
 
+@run_options_signature
 def sweep(
     grid: Mapping[str, Sequence[Any]] | Grid | str | os.PathLike[str],
     fixed: Mapping[str, Any] | None = None,
     *,
     out: str | os.PathLike[str] | None = None,
-    executor: str = "process",
-    workers: int | None = None,
-    scheduler: str | None = None,
-    processes: bool = True,
-    threads: int = 1,
-    retry_failed: bool = False,
-    timeout: float = 30.0,
-    callback: Callable[[SweepEvent], None] | None = None,
+    **options: Unpack[RunOptions],
 ) -> Any:
     """Run every combination of ``grid``'s values (a mapping of axes, a :class:`Grid`, or a TOML or
     YAML file with the tables ``grid`` and ``fixed``) with the settings ``fixed``; return the tidy
@@ -84,17 +81,6 @@ def sweep(
     elif fixed:
         raise ValueError("sweep of a Grid with fixed settings: expected the settings inside the Grid")
     path = None if out is None else os.fspath(out)
-    rows = run_grid(
-        grid,
-        path,
-        executor=executor,
-        workers=workers,
-        scheduler=scheduler,
-        processes=processes,
-        threads=threads,
-        retry_failed=retry_failed,
-        timeout=timeout,
-        callback=callback,
-    )
+    rows = run_grid(grid, path, **options)
     in_grid = {t.run_id for t in grid.tasks}
     return to_frame([r for r in rows if r["run_id"] in in_grid])

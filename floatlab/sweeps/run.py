@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import os
 import queue
@@ -38,7 +39,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_all
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from floatlab.sweeps.grid import Grid, Task
 from floatlab.sweeps.table import read_table, records, run_rows, write_table
@@ -475,3 +476,41 @@ def run_grid(
         if cluster is not None:
             cluster.close()
     return table.rows
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword-only options of :func:`run_grid`, typed once: a function that runs a grid takes
+    them as ``**options: Unpack[RunOptions]`` and hands them to :func:`run_grid`, whose defaults
+    they have (:func:`run_options_signature` spells them out for help() and the API reference).
+
+    >>> sorted(RunOptions(executor="serial", threads=2))
+    ['executor', 'threads']
+    """
+
+    executor: str
+    workers: int | None
+    scheduler: str | None
+    processes: bool
+    threads: int
+    retry_failed: bool
+    timeout: float
+    callback: Callable[[SweepEvent], None] | None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def run_options_signature(fn: F) -> F:
+    """``fn``, which takes :class:`RunOptions` as ``**options``, shown with them spelled out as
+    :func:`run_grid`'s keyword-only parameters, defaults included: the signature help() and the API
+    reference show. The function itself is unchanged.
+
+    >>> @run_options_signature
+    ... def f(grid: Grid, **options: Any) -> None: ...
+    >>> list(inspect.signature(f).parameters)[:3]
+    ['grid', 'executor', 'workers']
+    """
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    options = [p for p in inspect.signature(run_grid).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    fn.__signature__ = inspect.signature(fn).replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    return fn
