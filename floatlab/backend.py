@@ -16,6 +16,7 @@ already a CuPy array is seen (then CuPy is loaded anyway). The GEMMs in a comput
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "Backend",
     "BackendUnavailable",
     "cuda_available",
+    "gemm_stacks",
     "get_backend",
     "get_xp",
     "host_ints",
@@ -73,6 +75,36 @@ def get_xp(*arrays: Any) -> ModuleType:
         if is_cupy(a):
             return sys.modules["cupy"]
     return np
+
+
+def gemm_stacks(a: Any, b: Any) -> tuple[tuple[int, ...], Any, Any]:
+    """``a @ b`` (shapes (..., M, K) and (..., K, N), leading axes broadcast) as one batched GEMM:
+    the leading shape of the result, and the operands as stacks (B, M', K) and (B, K, N) whose
+    product, reshaped to ``(*leading, M, N)``, is ``a @ b``. When ``b`` is one matrix the rows of
+    every matrix of ``a`` are stacked into one (B = 1: one long GEMM instead of many short ones);
+    otherwise both are broadcast to the leading shape. Views where the layout allows (callers
+    that need C order make it so); NumPy or CuPy arrays alike.
+
+    >>> lead, a3, b3 = gemm_stacks(np.ones((2, 3, 4, 5)), np.ones((5, 6)))
+    >>> lead, a3.shape, b3.shape
+    ((2, 3), (1, 24, 5), (1, 5, 6))
+    >>> lead, a3, b3 = gemm_stacks(np.ones((3, 4, 5)), np.ones((2, 1, 5, 6)))
+    >>> lead, a3.shape, b3.shape
+    ((2, 3), (6, 4, 5), (6, 5, 6))
+    """
+    xp = get_xp(a, b)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    # (the shapes are spelled out: a reshape to -1 of an empty array is refused)
+    if b.ndim == 2:
+        lead: tuple[int, ...] = tuple(a.shape[:-2])
+        return lead, a.reshape(1, math.prod(lead) * m, k), b[None]
+    lead = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    nb = math.prod(lead)
+    return (
+        lead,
+        xp.broadcast_to(a, (*lead, m, k)).reshape(nb, m, k),
+        xp.broadcast_to(b, (*lead, k, n)).reshape(nb, k, n),
+    )
 
 
 def to_numpy(x: Any) -> np.ndarray:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from floatlab.rounding import arrays, flushed, integers, options, params, scaled, spec
 from floatlab.rounding.arrays import *  # noqa: F403
-from floatlab.rounding.exact_matmul import exact_matmul
+from floatlab.rounding.exact_gemm import exact_matmul
 from floatlab.rounding.flushed import *  # noqa: F403
 from floatlab.rounding.integers import *  # noqa: F403
 from floatlab.rounding.options import *  # noqa: F403

@@ -1,4 +1,4 @@
-"""The loops of :func:`floatlab.rounding.exact_matmul.exact_matmul`, compiled by numba (this module
+"""The loops of :func:`floatlab.rounding.exact_gemm.exact_matmul`, compiled by numba (this module
 is imported on first use: ``import floatlab`` stays light).
 
 ``grow`` and ``sign_minus`` are exact expansion arithmetic (Shewchuk, Discrete Comput. Geom. 18,

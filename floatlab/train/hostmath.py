@@ -14,7 +14,7 @@ recipes' scaled GEMMs, the Hadamard transform, BatchNorm's channel sums) goes th
   exp, log and tanh are NumPy's vector code, which NumPy picks for the CPU (AVX-512, AVX2 or
   its baseline), each with its own last bits.
 * **deterministic** (``with deterministic():``, ``TrainConfig(deterministic=True)``, ``--deterministic``):
-  :func:`floatlab.rounding.exact_matmul.exact_matmul`, the exact sum of the exact products
+  :func:`floatlab.rounding.exact_gemm.exact_matmul`, the exact sum of the exact products
   rounded once to nearest even, and :func:`floatlab.rounding.elementary.exact_f32`, the
   correctly rounded exp, log and tanh. Nothing is left to the machine's choice of order or code,
   so the bits are the same on any CPU, BLAS build and thread count, at the cost of a float64
@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.backend import get_xp
+from floatlab.backend import gemm_stacks, get_xp
 from floatlab.rounding.elementary import exact_f32
-from floatlab.rounding.exact_matmul import exact_matmul
+from floatlab.rounding.exact_gemm import exact_matmul
 
 __all__ = ["deterministic", "host_exp", "host_log", "host_matmul", "host_tanh", "is_deterministic"]
 
@@ -124,8 +124,7 @@ def host_matmul(a: Array, b: Array, out: Array | None = None) -> Array:
     with _blas_one_thread():
         if len(blocks) == 1:
             return gemm(a, b, out=out)
-        a3 = np.broadcast_to(a, (*batch, m, k)).reshape(stack, m, k)
-        b3 = np.broadcast_to(b, (*batch, k, n)).reshape(stack, k, n)
+        _, a3, b3 = gemm_stacks(a, b)
         o3 = out.reshape(stack, m, n)
         _pool().map_all(gemm, [(a3[lo:hi], b3[lo:hi], o3[lo:hi]) for lo, hi in blocks])
     return out

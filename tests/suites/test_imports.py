@@ -208,3 +208,20 @@ def test_the_old_module_addresses_of_floatlab_train_import_the_module_at_its_new
         assert module.__spec__ is not None
         assert module.__spec__.name == new
     assert floatlab.train.get_policy is importlib.import_module("floatlab.train.policy").get_policy
+
+
+def test_no_package_exports_a_name_that_hides_one_of_its_modules() -> None:
+    # `import floatlab.train.precision.matmul as m` binds the package's attribute: a function
+    # exported under a module's name would stand in for the module
+    import importlib
+    import pkgutil
+
+    import floatlab
+
+    for info in pkgutil.walk_packages(floatlab.__path__, "floatlab."):
+        if not info.ispkg or info.name.startswith("floatlab.torch"):
+            continue
+        package = importlib.import_module(info.name)
+        for sub in pkgutil.iter_modules(package.__path__):
+            shadow = vars(package).get(sub.name)
+            assert shadow is None or type(shadow).__name__ == "module", f"{info.name}.{sub.name}"

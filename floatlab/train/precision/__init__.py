@@ -6,6 +6,9 @@
 * ``scaler``: loss scaling, static or dynamic (:class:`LossScaler`, :func:`make_scaler`);
 * ``precision``: the policy at run time, every storage point of a step (:class:`Precision`);
 * ``matmul`` and ``accumulate``: GEMMs in a compute format, and with a narrow accumulator;
+
+(a name exported here never hides a module of the package: ``matmul.matmul`` and
+``presets.presets`` are reached through their modules)
 * ``update``: the optimizer's step added to the weights in the weights' format.
 
 >>> get_policy("apex-O2").name, Precision("mixed-fp16").fwd.name
@@ -13,7 +16,7 @@
 """
 
 from floatlab.train.precision.accumulate import accumulate_matmul, accumulator_format
-from floatlab.train.precision.matmul import gemm, gemm_format, matmul
+from floatlab.train.precision.matmul import gemm, gemm_format
 from floatlab.train.precision.policy import (
     FP32_OPS,
     POLICIES,
@@ -24,7 +27,7 @@ from floatlab.train.precision.policy import (
     policy_names,
 )
 from floatlab.train.precision.precision import Array, Params, Precision, Rounder
-from floatlab.train.precision.presets import Preset, get_preset, preset_names, preset_overrides, presets
+from floatlab.train.precision.presets import Preset, get_preset, preset_names, preset_overrides
 from floatlab.train.precision.scaler import SCALER_PRESETS, LossScaler, make_scaler
 from floatlab.train.precision.update import apply_updates
 
@@ -49,9 +52,7 @@ __all__ = [
     "get_policy",
     "get_preset",
     "make_scaler",
-    "matmul",
     "policy_names",
     "preset_names",
     "preset_overrides",
-    "presets",
 ]

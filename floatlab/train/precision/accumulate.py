@@ -45,12 +45,12 @@ exact rational oracle.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from floatlab.backend import gemm_stacks
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import accumulate_products, check_rounding, odd_sum, round_array
 
@@ -187,28 +187,11 @@ def accumulate_matmul(
     a32, b32, f, n_every, mode = _checked(a, b, accumulate, promote_every, rounding)
     if f.encoding != "ieee":
         return _numpy_sums(a32, b32, f, n_every, mode)
-    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
-    if b32.ndim == 2:
-        # a stack of row blocks times one matrix is one reduction over the stacked rows (the
-        # shapes spelled out: a reshape to -1 of an empty array is refused)
-        lead = a32.shape[:-2]
-        rows = a32.reshape(1, math.prod(lead) * m, k)
-        out = accumulate_products(rows, b32[None], f, mode, promote_every=n_every)
-        return out.reshape(*lead, m, n)
-    batch, a3, b3 = _stacked(a32, b32)
-    return accumulate_products(a3, b3, f, mode, promote_every=n_every).reshape(*batch, m, n)
-
-
-def _stacked(
-    a32: NDArray[np.float32], b32: NDArray[np.float32]
-) -> tuple[tuple[int, ...], NDArray[np.float32], NDArray[np.float32]]:
-    """The broadcast leading shape, and both operands as C-contiguous stacks (B, M, K), (B, K, N)."""
-    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
-    batch = tuple(np.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]))
-    nb = math.prod(batch)
-    a3 = np.ascontiguousarray(np.broadcast_to(a32, (*batch, m, k)).reshape(nb, m, k))
-    b3 = np.ascontiguousarray(np.broadcast_to(b32, (*batch, k, n)).reshape(nb, k, n))
-    return batch, a3, b3
+    lead, a3, b3 = gemm_stacks(a32, b32)
+    out = accumulate_products(
+        np.ascontiguousarray(a3), np.ascontiguousarray(b3), f, mode, promote_every=n_every
+    )
+    return out.reshape(*lead, a32.shape[-2], b32.shape[-1])
 
 
 def accumulate_matmul_reference(
@@ -237,16 +220,16 @@ def _numpy_sums(
     a32: NDArray[np.float32], b32: NDArray[np.float32], f: FloatFormat, n_every: int | None, mode: str
 ) -> NDArray[np.float32]:
     """The reference's work, on checked arguments."""
-    m, k, n = a32.shape[-2], a32.shape[-1], b32.shape[-1]
-    batch, a32s, b32s = _stacked(a32, b32)
-    nb = math.prod(batch)
+    m, n = a32.shape[-2], b32.shape[-1]
+    lead, a32s, b32s = gemm_stacks(a32, b32)
+    nb, rows, k = a32s.shape
     a3, b3 = a32s.astype(np.float64), b32s.astype(np.float64)
-    at = np.ascontiguousarray(np.moveaxis(a3, -1, 0))  # (K, B, M): at[k] is column k of every a
+    at = np.ascontiguousarray(np.moveaxis(a3, -1, 0))  # (K, B, M'): at[k] is column k of every a
     bt = np.ascontiguousarray(np.moveaxis(b3, -2, 0))  # (K, B, N)
     chunk = k if n_every is None else n_every
-    total = np.zeros(nb * m * n)
+    total = np.zeros(nb * rows * n)
     for lo in range(0, k, max(chunk, 1)):
-        acc = np.zeros(nb * m * n)
+        acc = np.zeros(nb * rows * n)
         for kk in range(lo, min(lo + chunk, k)):
             # two fp32 values: their product has at most 48 significant bits, exact in float64
             # (inf * 0 is NaN, as in the hardware: not a warning)
@@ -255,5 +238,5 @@ def _numpy_sums(
             acc = round_array(odd_sum(acc, prod, mode == "rdown"), f, mode)
         # the promotion: an fp32 addition on the CUDA cores (without it, the one chunk is the sum)
         total = acc if n_every is None else round_array(odd_sum(total, acc, False), FP32)
-    out: NDArray[np.float32] = total.astype(np.float32).reshape(*batch, m, n)
+    out: NDArray[np.float32] = total.astype(np.float32).reshape(*lead, m, n)
     return out

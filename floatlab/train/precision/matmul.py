@@ -22,13 +22,12 @@ tensor-core GEMM the trainer's policies use.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab.backend import Backend, get_backend
+from floatlab.backend import Backend, gemm_stacks, get_backend
 from floatlab.formats import BF16, FP16, FP32, FP64, TF32, FloatFormat, get_format
 from floatlab.rounding import round_array
 from floatlab.train.hostmath import host_matmul
@@ -140,19 +139,8 @@ def cupy_matmul(cp: Any, a: Any, b: Any, f: FloatFormat, gemm: Any = None) -> An
         raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: expected arrays of 2 or more dimensions")
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: inner dimensions differ")
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    # (the shapes are spelled out: a reshape to -1 of an empty array is ambiguous, and refused)
-    if b.ndim == 2:
-        # a stack of row blocks times one matrix is one GEMM on the stacked rows
-        batch: tuple[int, ...] = a.shape[:-2]
-        a2 = a.reshape(1, math.prod(batch) * m, k)
-        out = _gemm_ex(cp, a2, b[None], f, gemm).reshape(*batch, m, n)
-        return out
-    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    nb = math.prod(batch)
-    a3 = cp.broadcast_to(a, (*batch, m, k)).reshape(nb, m, k)
-    b3 = cp.broadcast_to(b, (*batch, k, n)).reshape(nb, k, n)
-    return _gemm_ex(cp, a3, b3, f, gemm).reshape(*batch, m, n)
+    lead, a3, b3 = gemm_stacks(a, b)
+    return _gemm_ex(cp, a3, b3, f, gemm).reshape(*lead, a.shape[-2], b.shape[-1])
 
 
 #: the first compute capability whose tensor cores take each GEMM input format

@@ -39,11 +39,12 @@ True
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from floatlab.backend import gemm_stacks
 
 __all__ = ["exact_matmul"]
 
@@ -73,17 +74,8 @@ def exact_matmul(a: Any, b: Any) -> NDArray[np.float32]:
     b2 = b32[:, None] if b32.ndim == 1 else b32
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"exact_matmul of shapes {a32.shape} and {b32.shape}: inner dimensions differ")
-    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
-    if b2.ndim == 2:
-        # a stack of matrices times one matrix: one GEMM on the stacked rows
-        batch: tuple[int, ...] = a2.shape[:-2]
-        a3 = a2.reshape(1, math.prod(batch) * m, k)
-        b3 = b2[None]
-    else:
-        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
-        a3 = np.broadcast_to(a2, (*batch, m, k)).reshape(-1, m, k)
-        b3 = np.broadcast_to(b2, (*batch, k, n)).reshape(-1, k, n)
-    out = _exact_3d(a3, b3).reshape(*batch, m, n)
+    lead, a3, b3 = gemm_stacks(a2, b2)
+    out = _exact_3d(a3, b3).reshape(*lead, a2.shape[-2], b2.shape[-1])
     if a32.ndim == 1:
         out = out[..., 0, :]
     if b32.ndim == 1:
