@@ -12,7 +12,6 @@ and the padding is not stored); the counts cover the real values only.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from floatlab._signature import spelled_out
 from floatlab.blocks.formats import E8M0_BIAS, E8M0_NAN, SCALE_MODES, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.formats import get_format
@@ -299,14 +299,8 @@ class _Layout:
         return np.ascontiguousarray(moved)
 
 
-def _block_signature(fn: F) -> F:
-    """``fn``, which takes :class:`BlockOptions` as ``**options``, shown with them spelled out as
-    keyword-only parameters with their defaults: the signature help() and the API reference show.
-    The function itself is unchanged."""
-    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    options = [p for p in inspect.signature(_Layout).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    fn.__signature__ = inspect.signature(fn).replace(parameters=[*own, *options])  # type: ignore[attr-defined]
-    return fn
+#: mx_quantize's and mx_round's ``**options``, shown as the layout's keyword-only parameters
+_block_signature = spelled_out(_Layout)
 
 
 @_block_signature

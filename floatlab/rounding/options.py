@@ -15,7 +15,6 @@ True
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypedDict, TypeVar
@@ -23,6 +22,7 @@ from typing import Any, TypeAlias, TypedDict, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from floatlab._signature import spelled_out
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
 from floatlab.rounding.spec import DEFAULT_RANDOM_BITS, Rounding, check_random_bits, check_rounding
 
@@ -161,28 +161,6 @@ class RoundingKnobs(TypedDict, total=False):
     random_bits: int
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def knob_signature(fn: F) -> F:
-    """``fn``, which takes the knobs as ``**knobs: Unpack[RoundingKnobs]``, shown with them spelled
-    out as keyword-only parameters with :meth:`RoundingOptions.make`'s defaults (before a last
-    ``flags``): the signature help() and the API reference show. The function itself is unchanged.
-
-    >>> @knob_signature
-    ... def f(x: float, *, flags: bool = False, **knobs: Any) -> None: ...
-    >>> list(inspect.signature(f).parameters), inspect.signature(f).parameters["saturate"].default
-    (['x', 'rng', 'saturate', 'subnormals', 'random_bits', 'flags'], False)
-    """
-    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    make = inspect.signature(RoundingOptions.make).parameters
-    knobs = [make[name] for name in RoundingKnobs.__annotations__]
-    at = len(own) - (1 if own and own[-1].name == "flags" else 0)
-    shown = inspect.signature(fn).replace(parameters=[*own[:at], *knobs, *own[at:]])
-    fn.__signature__ = shown  # type: ignore[attr-defined]
-    return fn
-
-
 # typed: True and 1, np.True_ and True are told apart, so that 1 is refused however often it comes
 @functools.lru_cache(maxsize=256, typed=True)
 def _checked(rounding: str, saturate: object, subnormals: object, random_bits: object) -> RoundingOptions:
@@ -289,3 +267,20 @@ def _integers_as_float64(a: np.ndarray) -> np.ndarray:
                 "floatlab.encode, which rounds them once)"
             )
     return wide
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def knob_signature(fn: F) -> F:
+    """``fn``, which takes the knobs as ``**knobs: Unpack[RoundingKnobs]``, shown with them spelled
+    out as keyword-only parameters with :meth:`RoundingOptions.make`'s defaults (before a last
+    ``flags``): the signature help() and the API reference show. The function itself is unchanged.
+
+    >>> import inspect
+    >>> @knob_signature
+    ... def f(x: float, *, flags: bool = False, **knobs: Any) -> None: ...
+    >>> list(inspect.signature(f).parameters), inspect.signature(f).parameters["saturate"].default
+    (['x', 'rng', 'saturate', 'subnormals', 'random_bits', 'flags'], False)
+    """
+    return spelled_out(RoundingOptions.make, RoundingKnobs.__annotations__, before="flags")(fn)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import math
 import os
 import queue
@@ -39,8 +38,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_all
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict
 
+from floatlab._signature import spelled_out
 from floatlab.sweeps.grid import Grid, Task
 from floatlab.sweeps.table import read_table, records, run_rows, write_table
 
@@ -497,20 +497,5 @@ class RunOptions(TypedDict, total=False):
     callback: Callable[[SweepEvent], None] | None
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def run_options_signature(fn: F) -> F:
-    """``fn``, which takes :class:`RunOptions` as ``**options``, shown with them spelled out as
-    :func:`run_grid`'s keyword-only parameters, defaults included: the signature help() and the API
-    reference show. The function itself is unchanged.
-
-    >>> @run_options_signature
-    ... def f(grid: Grid, **options: Any) -> None: ...
-    >>> list(inspect.signature(f).parameters)[:3]
-    ['grid', 'executor', 'workers']
-    """
-    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    options = [p for p in inspect.signature(run_grid).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    fn.__signature__ = inspect.signature(fn).replace(parameters=[*own, *options])  # type: ignore[attr-defined]
-    return fn
+#: sweep()'s ``**options``, shown as :func:`run_grid`'s keyword-only parameters, defaults included
+run_options_signature = spelled_out(run_grid)
