@@ -328,7 +328,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
     if args.fmt is None:
         ui.show(formats_table_view(color=ui.color))
-    elif args.fmt.strip().lower().replace("-", "_") in BLOCK_FORMATS:
+    elif BLOCK_FORMATS.find(args.fmt) is not None:
         ui.show(block_format_view(args.fmt, color=ui.color))
     else:
         ui.show(format_detail_view(args.fmt, color=ui.color))
