@@ -38,7 +38,7 @@ def _in_notebook() -> bool:
     if shell is None:
         return False
     try:
-        ip = shell.get_ipython()  # type: ignore[attr-defined]
+        ip = shell.get_ipython()
     except Exception:  # (an IPython too old or half imported)
         return False
     return ip is not None and getattr(ip, "kernel", None) is not None
