@@ -62,6 +62,9 @@ class Registry(Mapping[str, T]):
     names (default: ``expected one of a, b, c``). A value that is not a string is refused with
     ``{what} {value}: expected {kind}`` (default: ``a name, one of a, b, c``).
 
+    ``rule`` builds the value of a name the registry does not hold from the name itself (see
+    :meth:`lookup`): such names are read, never added.
+
     As a mapping, a registry is read by canonical name only (``registry["fp16"]``, ``in``,
     iteration in the order the names were added), as a dict of them would be.
 
@@ -85,6 +88,7 @@ class Registry(Mapping[str, T]):
         sep: str = "",
         listing: Callable[[tuple[str, ...]], str] | None = None,
         kind: str = "",
+        rule: Callable[[str], T | None] | None = None,
     ) -> None:
         if len(sep) > 1 or (alike and not sep):
             raise ValueError(f"sep={sep!r}: expected the one character that {alike!r} read as")
@@ -92,6 +96,7 @@ class Registry(Mapping[str, T]):
         self._table = str.maketrans(dict.fromkeys(alike, sep))
         self._listing = listing
         self._kind = kind
+        self._rule = rule
         self._keys: dict[str, str] = {}  # the key of every name and alias -> its canonical name
         self._names: dict[str, str] = {}  # canonical name -> its key, in the order added
         self._values: dict[str, T] = {}
@@ -176,9 +181,21 @@ class Registry(Mapping[str, T]):
     def lookup(self, text: object) -> T:
         """The value of the name or alias ``text``, in any spelling the registry reads, checked.
 
+        A registry with a ``rule`` (a function of a name's :meth:`key` that builds its value, or
+        gives None when the name is not of its kind) reads the names it does not hold by that
+        rule; the rule raises ValueError for a name of its kind that it cannot build.
+
         >>> Registry("colour", {"red": "#f00"}).lookup(" RED ")
         '#f00'
+        >>> grey = Registry("colour", rule=lambda k: f"#{k[4:] * 3}" if k.startswith("grey") else None)
+        >>> grey.lookup("Grey8")
+        '#888'
         """
+        found = self.find(text)
+        if found is None and self._rule is not None and isinstance(text, str):
+            built = self._rule(self.key(text))
+            if built is not None:
+                return built
         return self[self.name(text)]
 
     # ---- what is not known -------------------------------------------------------------------------
