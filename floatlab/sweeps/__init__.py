@@ -21,19 +21,31 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from floatlab.sweeps.grid import Grid, Task, load_grid_file, parse_seeds, sweep_keys
-from floatlab.sweeps.run import EXECUTORS, RunOptions, SweepEvent, execute, run_grid, run_options_signature
+from floatlab.sweeps.curves import curves_frame
+from floatlab.sweeps.grid import CONFIG_COLUMNS, Grid, Task, load_grid_file, parse_seeds, sweep_keys
+from floatlab.sweeps.histories import run_histories
+from floatlab.sweeps.run import (
+    EXECUTORS,
+    RunOptions,
+    SweepEvent,
+    _run_grid,
+    execute,
+    run_grid,
+    run_options_signature,
+)
 from floatlab.sweeps.summary import METRICS, config_columns, final_rows, plot_curves, summarize
-from floatlab.sweeps.table import TABLE_SUFFIXES, read_table, to_frame, write_table
+from floatlab.sweeps.table import TABLE_SUFFIXES, read_curves, read_table, to_frame, write_table
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = [
+    "CONFIG_COLUMNS",
     "EXECUTORS",
     "METRICS",
     "TABLE_SUFFIXES",
     "Grid",
+    "RunOptions",
     "SweepEvent",
     "Task",
     "config_columns",
@@ -42,8 +54,10 @@ __all__ = [
     "load_grid_file",
     "parse_seeds",
     "plot_curves",
+    "read_curves",
     "read_table",
     "run_grid",
+    "run_histories",
     "summarize",
     "sweep",
     "sweep_keys",
@@ -62,8 +76,12 @@ def sweep(
 ) -> Any:
     """Run every combination of ``grid``'s values (a mapping of axes, a :class:`Grid`, or a TOML or
     YAML file with the tables ``grid`` and ``fixed``) with the settings ``fixed``; return the tidy
-    table as a pandas DataFrame (one row per run and evaluation). With ``out`` (.parquet or .csv) the
-    table is written after every run, and the runs already there are skipped. ``executor``:
+    table as a pandas DataFrame (one row per run and evaluation), each run's per-step history in
+    ``df.attrs["curves"]`` (one row per run and step, with the run's key and configuration columns;
+    see :mod:`floatlab.sweeps.curves`; not kept with ``curves=False``). With ``out`` (.parquet or
+    .csv) the table is written after every run, the curves beside it (``<stem>.curves.parquet``),
+    and the runs already there are skipped. ``progress``: a bar over the runs (None: in a notebook
+    or a terminal). ``executor``:
     "serial", "process" (a local pool of ``workers`` processes, this one among them; default every
     core) or "dask" (a ``LocalCluster``, or the cluster at ``scheduler``). See
     :func:`floatlab.sweeps.run.run_grid`.
@@ -72,6 +90,9 @@ def sweep(
     ...            executor="serial")
     >>> df[["precision", "seed", "status", "step"]].values.tolist()
     [['bf16', 0, 'ok', 2], ['bf16', 1, 'ok', 2]]
+    >>> c = df.attrs["curves"]   # every step of every run
+    >>> c["seed"].tolist(), c["step"].tolist()
+    ([0, 0, 1, 1], [1, 2, 1, 2])
     """
     if isinstance(grid, (str, os.PathLike)):
         axes, from_file = load_grid_file(grid)
@@ -81,6 +102,11 @@ def sweep(
     elif fixed:
         raise ValueError("sweep of a Grid with fixed settings: expected the settings inside the Grid")
     path = None if out is None else os.fspath(out)
-    rows = run_grid(grid, path, **options)
+    rows, curves = _run_grid(grid, path, **options)
     in_grid = {t.run_id for t in grid.tasks}
-    return to_frame([r for r in rows if r["run_id"] in in_grid])
+    df = to_frame([r for r in rows if r["run_id"] in in_grid])
+    if curves is not None:
+        keys = list(dict.fromkeys(df["run_id"])) if len(df) else []
+        configs = df.drop_duplicates("run_id")[["run_id", *[c for c in CONFIG_COLUMNS if c in df.columns]]]
+        df.attrs["curves"] = curves_frame([(k, curves.runs[k]) for k in keys], configs)
+    return df

@@ -36,6 +36,7 @@ from typing import Any
 from floatlab.train.config import TrainConfig
 
 __all__ = [
+    "CONFIG_COLUMNS",
     "CONFIG_KEYS",
     "MAX_FILE_BYTES",
     "MAX_FILE_VALUES",
@@ -61,6 +62,9 @@ MAX_FILE_VALUES = 100_000
 CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "policy")
 #: where a run's arrays live: the one setting outside TrainConfig
 _EXTRA_KEYS = ("backend",)
+#: the table's configuration columns (:meth:`Task.columns`): every TrainConfig field, the policy
+#: overrides among them, and the backend; what a summary may group by
+CONFIG_COLUMNS: tuple[str, ...] = (*(f.name for f in dataclasses.fields(TrainConfig)), *_EXTRA_KEYS)
 
 
 def _policy_keys() -> tuple[str, ...]:

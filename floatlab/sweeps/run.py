@@ -38,13 +38,18 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_all
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from floatlab._signature import spelled_out
+from floatlab.sweeps.curves import CurvesFile, curves_path, read_curves_file, whole
 from floatlab.sweeps.grid import Grid, Task
-from floatlab.sweeps.table import read_table, records, run_rows, write_table
+from floatlab.sweeps.table import read_runs, records, run_rows, write_table
 
-__all__ = ["EXECUTORS", "SweepEvent", "execute", "run_grid"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+__all__ = ["EXECUTORS", "RunOptions", "SweepEvent", "execute", "run_grid"]
 
 #: where the runs go
 EXECUTORS: tuple[str, ...] = ("serial", "process", "dask")
@@ -75,14 +80,28 @@ def execute(task: Task, threads: int = 1, data: Any = None) -> list[dict[str, An
     >>> execute(bad.tasks[0])[0]["status"]
     'failed'
     """
+    return _execute(task, threads, data)[0]
+
+
+#: what a run sends back besides its rows: nothing, its steps' arrays, or its whole history
+SENDS = ("rows", "curves", "history")
+#: a run's rows and what else it sends (None for a failed run)
+Outcome = tuple[list[dict[str, Any]], Any]
+
+
+def _execute(task: Task, threads: int = 1, data: Any = None, send: str = "rows") -> Outcome:
+    """:func:`execute`, and what ``send`` asks for: ``"curves"``, the steps' arrays
+    (:func:`~floatlab.sweeps.curves.step_arrays`), ``"history"``, the history as plain data
+    (:meth:`~floatlab.train.history.History.to_dict`: histograms and operand records included)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a training fault is in the history already
-        return _train(task, threads, data)
+        return _train(task, threads, data, send)
 
 
-def _train(task: Task, threads: int, data: Any) -> list[dict[str, Any]]:
-    """:func:`execute` under the caller's warning filters (the filters are global: a thread that
+def _train(task: Task, threads: int, data: Any, send: str = "rows") -> Outcome:
+    """:func:`_execute` under the caller's warning filters (the filters are global: a thread that
     changed them while another thread did too could leave them changed)."""
+    from floatlab.sweeps.curves import step_arrays
     from floatlab.train import Trainer
     from floatlab.train.data.text import check_model_and_data
 
@@ -92,9 +111,11 @@ def _train(task: Task, threads: int, data: Any) -> list[dict[str, Any]]:
                 check_model_and_data(task.config.model, task.config.data)
             trainer = Trainer.from_config(task.config, data, backend=task.backend)
             history = trainer.run()
-        return run_rows(task, history, stopped=str(trainer.stopped or ""))
+        rows = run_rows(task, history, stopped=str(trainer.stopped or ""))
+        extra = step_arrays(history) if send == "curves" else history.to_dict() if send == "history" else None
+        return rows, extra
     except Exception as e:  # a failed run is a result; the sweep goes on
-        return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split()))
+        return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split())), None
 
 
 @dataclass
@@ -117,22 +138,34 @@ class SweepEvent:
 
 
 class _Table:
-    """The rows so far, kept in the grid's order and written after every run."""
+    """The rows so far, kept in the grid's order and written after every run; with ``curves``, each
+    run's steps too, written beside the table first (so that a run in the table has its curves)."""
 
-    def __init__(self, grid: Grid, path: str | None, retry_failed: bool) -> None:
+    def __init__(self, grid: Grid, path: str | None, retry_failed: bool, curves: bool) -> None:
         self.path = path
         self.order = {t.run_id: t.index for t in grid.tasks}
         self.rows: list[dict[str, Any]] = []
+        self.curves = CurvesFile(None if path is None else curves_path(path)) if curves else None
         if path is not None and os.path.exists(path):
-            df = read_table(path)
+            df = read_runs(path)
             _check_columns(path, [str(c) for c in df.columns], list(run_rows(grid.tasks[0], error="-")[0]))
             old = records(df)
             if retry_failed:
                 old = [r for r in old if r["status"] != "failed"]
+            if self.curves is not None and self.curves.path is not None:
+                # a run whose curves are missing or cut short has not finished: it runs again
+                have, cut = (
+                    read_curves_file(self.curves.path) if os.path.exists(self.curves.path) else ({}, set())
+                )
+                steps = {r["run_id"]: r["steps_run"] for r in old}
+                kept = {k for k, n in steps.items() if k not in cut and whole(have.get(k), n)}
+                old = [r for r in old if r["run_id"] in kept]
+                for k in kept:
+                    self.curves.add(k, have.get(k))
             self.rows = old
         self.have = {r["run_id"] for r in self.rows}
 
-    def add(self, rows: list[dict[str, Any]]) -> None:
+    def add(self, rows: list[dict[str, Any]], steps: Any = None) -> None:
         self.rows.extend(rows)
         self.have.update(r["run_id"] for r in rows)
         big = len(self.order)
@@ -140,6 +173,10 @@ class _Table:
         self.rows.sort(
             key=lambda r: (self.order.get(r["run_id"], big), r["eval"] if r["eval"] is not None else -1)
         )
+        if self.curves is not None:
+            for key in dict.fromkeys(r["run_id"] for r in rows):
+                self.curves.add(key, steps)
+            self.curves.write(list(dict.fromkeys(r["run_id"] for r in self.rows)))
         if self.path is not None:
             write_table(self.rows, self.path)
 
@@ -223,13 +260,13 @@ _DIED = "its worker process died (killed, as by the out-of-memory killer, or cra
 def _run_pool(
     todo: list[Task],
     workers: int,
-    run: Callable[[Task], list[dict[str, Any]]],
+    run: Callable[[Task], Outcome],
     args: Callable[[Task], tuple[Any, ...]],
-    finished: Callable[[Task, list[dict[str, Any]]], None],
+    finished: Callable[[Task, Outcome], None],
     context: Any,
 ) -> None:
     """Run ``todo`` on ``workers``: a thread here (``run``) and ``workers - 1`` child processes
-    (:func:`execute` with ``args``, started by ``context``), each taking the next task from one
+    (:func:`_execute` with ``args``, started by ``context``), each taking the next task from one
     queue as it gets free; the results reach ``finished`` here, in this thread, as they come. At
     most one task is handed to the pool per child, so a free worker never waits behind a busy one.
     Warnings are ignored meanwhile, in this thread too (see :func:`_train`).
@@ -261,7 +298,7 @@ def _run_pool(
         return ProcessPoolExecutor(workers - 1, mp_context=context)
 
     pool = new_pool()
-    in_pool: dict[Future[list[dict[str, Any]]], Task] = {}
+    in_pool: dict[Future[Outcome], Task] = {}
     suspects: deque[Task] = deque()  # runs of a pool that broke with several in it: each runs alone
 
     def feed() -> None:
@@ -279,7 +316,7 @@ def _run_pool(
             if task is None:
                 return
             try:
-                f = pool.submit(execute, task, *args(task))
+                f = pool.submit(_execute, task, *args(task))
             except BrokenProcessPool:  # a child died idle, or just now (its runs will report it)
                 if alone:
                     suspects.appendleft(task)
@@ -294,7 +331,7 @@ def _run_pool(
             in_pool[f] = task
             f.add_done_callback(functools.partial(report, task))
 
-    def report(task: Task, f: Future[list[dict[str, Any]]]) -> None:
+    def report(task: Task, f: Future[Outcome]) -> None:
         results.put((task, f))  # (bound to its task: a broken pool's runs leave in_pool first)
 
     helper = threading.Thread(target=here, name="floatlab-sweep-run", daemon=True)
@@ -331,7 +368,7 @@ def _run_pool(
                 in_pool.clear()
                 if len(died) == 1:
                     reason = f"{_DIED}: {type(got.exception()).__name__}"
-                    finished(died[0], run_rows(died[0], error=reason))
+                    finished(died[0], (run_rows(died[0], error=reason), None))
                     left -= 1
                 else:
                     suspects.extend(died)
@@ -345,13 +382,13 @@ def _run_pool(
                 helper.join()
 
 
-def _result(task: Task, future: Future[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The rows of a run done in the pool; a run whose task or rows could not travel between the
-    processes is failed with the reason (execute itself never raises)."""
+def _result(task: Task, future: Future[Outcome]) -> Outcome:
+    """What a run done in the pool sent; a run whose task or result could not travel between the
+    processes is failed with the reason (_execute itself never raises)."""
     e = future.exception()
     if e is None:
         return future.result()
-    return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split()))
+    return run_rows(task, error=" ".join(f"{type(e).__name__}: {e}".split())), None
 
 
 def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: float) -> Any:
@@ -373,7 +410,117 @@ def _dask_client(scheduler: str | None, workers: int, processes: bool, timeout: 
         ) from None
 
 
-def run_grid(
+def _checked(
+    executor: str, scheduler: str | None, threads: int, workers: int | None, timeout: float, progress: Any
+) -> str:
+    """The executor the options ask for; a bad option is one ValueError naming it."""
+    from floatlab.text.progress import progress_wanted
+
+    if executor not in EXECUTORS:
+        raise ValueError(f"sweep executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads={threads!r}: expected at least 1 thread per run")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers={workers!r}: expected a number of workers >= 1 (None: every core)")
+    if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
+    progress_wanted(progress)  # (refuses anything but True, False and None)
+    return "dask" if scheduler is not None else executor
+
+
+class _Watch:
+    """The sweep's progress: the callback's :class:`SweepEvent` and the bar
+    (:func:`floatlab.text.progress.progress_bar`: runs done of the total, running and failed)."""
+
+    def __init__(
+        self, total: int, skipped: int, callback: Callable[[SweepEvent], None] | None, progress: bool | None
+    ) -> None:
+        from floatlab.text.progress import NoBar, progress_bar
+
+        self.event = SweepEvent(total=total, skipped=skipped)
+        self.callback = callback
+        self.bar = progress_bar(total, "sweep", progress=progress, unit="run") if total else NoBar()
+
+    def start(self) -> None:
+        if self.callback is not None:
+            self.callback(self.event)
+
+    def done(self, task: Task, status: str, running: int) -> None:
+        event = self.event
+        event.done += 1
+        event.running = running
+        event.task, event.status = task, status
+        event.failed += status == "failed"
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"running {running}, failed {event.failed}")
+        if self.callback is not None:
+            self.callback(event)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _dispatch(
+    todo: list[Task],
+    executor: str,
+    n: int,
+    *,
+    threads: int,
+    send: str,
+    scheduler: str | None,
+    processes: bool,
+    timeout: float,
+    context: Any,
+    data: dict[tuple[str, int, int], Any],
+    finished: Callable[[Task, Outcome, int], None],
+) -> None:
+    """Run ``todo`` on ``executor`` with ``n`` workers; ``finished(task, outcome, running)`` here,
+    as each run ends (``running``: the runs still going or due)."""
+    left = len(todo)
+
+    def end(task: Task, outcome: Outcome) -> None:
+        nonlocal left
+        left -= 1
+        finished(task, outcome, min(n, left))
+
+    if executor == "serial" or (executor == "process" and n == 1):
+        for task in todo:
+            end(task, _execute(task, threads, data[_data_key(task)], send))
+        return
+    if executor == "process":
+        _run_pool(
+            todo,
+            n,
+            lambda t: _train(t, threads, data[_data_key(t)], send),
+            lambda t: (threads, data[_data_key(t)], send),
+            end,
+            context,
+        )
+        return
+    client = _dask_client(scheduler, n, processes, timeout)
+    try:
+        from distributed import KilledWorker, as_completed
+
+        # each data set goes to every worker once, not with every task (to one worker only, it
+        # would draw every task there: the scheduler runs a task where its data is)
+        sent = {
+            k: None if d is None else client.scatter(d, broadcast=True, hash=False) for k, d in data.items()
+        }
+        futures = {client.submit(_execute, t, threads, sent[_data_key(t)], send, pure=False): t for t in todo}
+        for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
+            try:
+                outcome = f.result()
+            except KilledWorker as e:  # the run killed every worker it was given (out of memory, say)
+                outcome = run_rows(futures[f], error=f"{_DIED}: {type(e).__name__}"), None
+            end(futures[f], outcome)
+    finally:
+        cluster = client.cluster if scheduler is None else None
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _run_grid(
     grid: Grid,
     out: str | None = None,
     *,
@@ -385,97 +532,41 @@ def run_grid(
     retry_failed: bool = False,
     timeout: float = 30.0,
     callback: Callable[[SweepEvent], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run ``grid``'s tasks not yet in the table ``out`` on ``executor`` ("serial", "process": a
-    local pool of ``workers`` processes, this one and ``workers - 1`` children (default: every
-    core), "dask": a ``LocalCluster`` of
-    ``workers`` workers, processes or threads, or the cluster at ``scheduler``); write the table
-    after each run; return its rows. Failed runs in the table are run again with ``retry_failed``.
-    ``timeout``: seconds to reach a Dask scheduler (a positive number). An existing table whose
-    columns are not this sweep's is refused, before any run.
-
-    >>> g = Grid({"seed": [0, 1]}, {"data": "underflow", "hidden": (4,), "steps": 2})
-    >>> rows = run_grid(g, executor="serial")
-    >>> [(r["seed"], r["status"]) for r in rows]
-    [(0, 'ok'), (1, 'ok')]
-    """
-    if executor not in EXECUTORS:
-        raise ValueError(f"sweep executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-    if scheduler is not None:
-        executor = "dask"
-    if threads < 1:
-        raise ValueError(f"threads={threads!r}: expected at least 1 thread per run")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers={workers!r}: expected a number of workers >= 1 (None: every core)")
-    if not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
-        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
-    table = _Table(grid, out, retry_failed)
+    progress: bool | None = None,
+    curves: bool = True,
+) -> tuple[list[dict[str, Any]], CurvesFile | None]:
+    """:func:`run_grid`, and the runs' curves (None without ``curves``)."""
+    executor = _checked(executor, scheduler, threads, workers, timeout, progress)
+    if not isinstance(curves, bool):
+        raise ValueError(f"curves={curves!r}: expected True (keep each run's steps) or False")
+    table = _Table(grid, out, retry_failed, curves)
     todo = [t for t in grid.tasks if t.run_id not in table.have]
-    event = SweepEvent(total=len(todo), skipped=len(grid.tasks) - len(todo))
     n = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     # the pool's fork server starts now and prepares itself while the data sets are read
     context = _start_method() if executor == "process" and n > 1 else None
     data = _shared_data(todo)
-    if callback is not None:
-        callback(event)
+    watch = _Watch(len(todo), len(grid.tasks) - len(todo), callback, progress)
 
-    def finished(task: Task, rows: list[dict[str, Any]]) -> None:
-        table.add(rows)
-        event.done += 1
-        event.task, event.status = task, rows[0]["status"]
-        event.failed += rows[0]["status"] == "failed"
-        if callback is not None:
-            callback(event)
+    def finished(task: Task, outcome: Outcome, running: int) -> None:
+        rows, steps = outcome
+        table.add(rows, steps)
+        watch.done(task, rows[0]["status"], running)
 
-    if not todo:
-        if out is not None and not os.path.exists(out):
-            table.add([])
-        return table.rows
-    if executor == "serial" or (executor == "process" and n == 1):
-        for task in todo:
-            event.running = 1
-            finished(task, execute(task, threads, data[_data_key(task)]))
-        return table.rows
-    if executor == "process":
-        event.running = n
-
-        def pool_finished(task: Task, rows: list[dict[str, Any]]) -> None:
-            event.running = min(n, len(todo) - event.done - 1)
-            finished(task, rows)
-
-        _run_pool(
-            todo,
-            n,
-            lambda t: _train(t, threads, data[_data_key(t)]),
-            lambda t: (threads, data[_data_key(t)]),
-            pool_finished,
-            context,
-        )
-        return table.rows
-    client = _dask_client(scheduler, n, processes, timeout)
     try:
-        from distributed import KilledWorker, as_completed
-
-        # each data set goes to every worker once, not with every task (to one worker only, it
-        # would draw every task there: the scheduler runs a task where its data is)
-        sent = {
-            k: None if d is None else client.scatter(d, broadcast=True, hash=False) for k, d in data.items()
-        }
-        futures = {client.submit(execute, t, threads, sent[_data_key(t)], pure=False): t for t in todo}
-        event.running = min(n, len(futures))
-        for f in as_completed(list(futures)):  # type: ignore[no-untyped-call]
-            try:
-                rows = f.result()
-            except KilledWorker as e:  # the run killed every worker it was given (out of memory, say)
-                rows = run_rows(futures[f], error=f"{_DIED}: {type(e).__name__}")
-            finished(futures[f], rows)
-            event.running = min(n, len(todo) - event.done)
+        watch.start()
+        if not todo:
+            if out is not None and not os.path.exists(out):
+                table.add([])
+            elif table.curves is not None and table.curves.path and not os.path.exists(table.curves.path):
+                table.curves.write(list(dict.fromkeys(r["run_id"] for r in table.rows)))
+        else:
+            _dispatch(
+                todo, executor, n, threads=threads, send="curves" if curves else "rows", scheduler=scheduler,
+                processes=processes, timeout=timeout, context=context, data=data, finished=finished,
+            )  # fmt: skip
     finally:
-        cluster = client.cluster if scheduler is None else None
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    return table.rows
+        watch.close()
+    return table.rows, table.curves
 
 
 class RunOptions(TypedDict, total=False):
@@ -495,7 +586,33 @@ class RunOptions(TypedDict, total=False):
     retry_failed: bool
     timeout: float
     callback: Callable[[SweepEvent], None] | None
+    progress: bool | None
+    curves: bool
 
 
-#: sweep()'s ``**options``, shown as :func:`run_grid`'s keyword-only parameters, defaults included
-run_options_signature = spelled_out(run_grid)
+#: a function's ``**options: Unpack[RunOptions]``, shown as keyword-only parameters, defaults included
+run_options_signature = spelled_out(_run_grid)
+
+
+@run_options_signature
+def run_grid(grid: Grid, out: str | None = None, **options: Unpack[RunOptions]) -> list[dict[str, Any]]:
+    """Run ``grid``'s tasks not yet in the table ``out`` on ``executor`` ("serial", "process": a
+    local pool of ``workers`` processes, this one and ``workers - 1`` children (default: every
+    core), "dask": a ``LocalCluster`` of ``workers`` workers, processes or threads, or the cluster
+    at ``scheduler``); write the table after each run; return its rows. Failed runs in the table are
+    run again with ``retry_failed``. ``timeout``: seconds to reach a Dask scheduler (a positive
+    number). An existing table whose columns are not this sweep's is refused, before any run.
+
+    ``callback(event)`` sees a :class:`SweepEvent` at the start and after each run; ``progress``
+    draws a bar over the runs (None: in a notebook or a terminal; see
+    :func:`floatlab.text.progress.progress_bar`). With ``curves`` (the default) each run's per-step
+    history is kept, and with ``out`` written beside the table (``<stem>.curves.parquet`` or
+    ``.csv``, see :mod:`floatlab.sweeps.curves`) before it; a run in the table whose curves are
+    missing or cut short runs again.
+
+    >>> g = Grid({"seed": [0, 1]}, {"data": "underflow", "hidden": (4,), "steps": 2})
+    >>> rows = run_grid(g, executor="serial")
+    >>> [(r["seed"], r["status"]) for r in rows]
+    [(0, 'ok'), (1, 'ok')]
+    """
+    return _run_grid(grid, out, **options)[0]

@@ -28,6 +28,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from floatlab.io import atomic_output, first_bytes
+from floatlab.sweeps.curves import curves_frame, curves_path, read_curves_file, whole
+from floatlab.sweeps.grid import CONFIG_COLUMNS
 
 if TYPE_CHECKING:
     from floatlab.sweeps.grid import Task
@@ -37,6 +39,9 @@ __all__ = [
     "EVAL_COLUMNS",
     "RUN_COLUMNS",
     "TABLE_SUFFIXES",
+    "attach_curves",
+    "read_curves",
+    "read_runs",
     "read_table",
     "run_rows",
     "to_frame",
@@ -154,12 +159,62 @@ def read_table(path: str | os.PathLike[str]) -> Any:
     Parquet file's alike); a file that is not one is one ValueError. Only whole runs come back: a
     run with a row that is cut short (a field missing, a value that is no number, the file ending
     mid-row) or with its evaluations incomplete has not finished, and none of its rows is kept.
+    When the sweep's curves file is beside it (:func:`floatlab.sweeps.curves.curves_path`), the
+    curves of its runs are in ``attrs["curves"]`` (as :func:`read_curves` gives them).
 
     >>> read_table("no/such.parquet")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: ...no/such.parquet...
     """
+    df = read_runs(path)
+    beside = curves_path(path)
+    if os.path.exists(beside):
+        attach_curves(df, read_curves_file(beside))
+    return df
+
+
+def read_curves(path: str | os.PathLike[str]) -> Any:
+    """The per-step curves of a sweep written to ``path`` (the table, or its curves file beside it):
+    one row per run and step, the run's key (``run_id``) and configuration columns (categoricals),
+    then :data:`floatlab.train.history.STEP_FIELDS`. Only the runs that are whole in the table and
+    in the curves file come back; a missing or unreadable file is one ValueError.
+
+    >>> read_curves("no/such.parquet")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ...no/such.curves.parquet...
+    """
+    name = os.fspath(path)
+    beside = curves_path(name)
+    first_bytes(beside, "a sweep's curves file (.curves.parquet or .curves.csv)")
+    stem, suffix = os.path.splitext(beside)
+    table = stem[: -len(".curves")] + suffix
+    df = read_runs(table) if os.path.exists(table) else None
+    if df is None:
+        raise ValueError(f"sweep curves {beside!r}: expected its table {table!r} beside it")
+    return attach_curves(df, read_curves_file(beside))
+
+
+def attach_curves(df: Any, found: tuple[dict[str, Any], set[str]]) -> Any:
+    """Put the curves ``found`` (:func:`floatlab.sweeps.curves.read_curves_file`) of the runs of the
+    table ``df`` that are whole in both in ``df.attrs["curves"]``, with the table's configuration
+    columns; return them."""
+    runs, cut = found
+    if len(df):
+        per_run = df.drop_duplicates("run_id")
+        steps = dict(zip(per_run["run_id"], per_run["steps_run"], strict=True))
+        keys = [k for k, n in steps.items() if k not in cut and k in runs and whole(runs[k], n)]
+        configs = per_run[["run_id", *[c for c in CONFIG_COLUMNS if c in df.columns]]]
+    else:
+        keys, configs = [], None
+    frame = curves_frame([(k, runs[k]) for k in keys], configs)
+    df.attrs["curves"] = frame
+    return frame
+
+
+def read_runs(path: str | os.PathLike[str]) -> Any:
+    """:func:`read_table` without the curves."""
     import pandas as pd
 
     name = os.fspath(path)

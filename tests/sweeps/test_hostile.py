@@ -235,9 +235,11 @@ def _killing_sweep(
 
     train = runner._train
 
-    def here(task: Any, threads: int, d: Any) -> Any:  # this process's share: a normal run
+    def here(
+        task: Any, threads: int, d: Any, send: str = "rows"
+    ) -> Any:  # this process's share: a normal run
         failed.wait(60)
-        return train(task, threads, None if isinstance(d, _Killer) else d)
+        return train(task, threads, None if isinstance(d, _Killer) else d, send)
 
     def callback(event: SweepEvent) -> None:
         if event.status == "failed":
@@ -290,11 +292,11 @@ class _FakePool:
 
     def __init__(self, workers: int, mp_context: Any = None) -> None:
         self.workers = workers
-        self.held: list[tuple[Any, Future[list[dict[str, Any]]]]] = []
+        self.held: list[tuple[Any, Future[Any]]] = []
         self.pools.append(self)
 
-    def submit(self, fn: Any, task: Any, *args: Any) -> Future[list[dict[str, Any]]]:
-        f: Future[list[dict[str, Any]]] = Future()
+    def submit(self, fn: Any, task: Any, *args: Any) -> Future[Any]:
+        f: Future[Any] = Future()
         self.held.append((task, f))
         if len(self.pools) > 1 or len(self.held) == self.workers:
             broken = any(t.run_id in self.killers for t, _ in self.held)
@@ -302,7 +304,7 @@ class _FakePool:
                 if broken:
                     g.set_exception(BrokenProcessPool("a child process terminated abruptly"))
                 else:
-                    g.set_result([{"run_id": t.run_id, "status": "ok"}])
+                    g.set_result(([{"run_id": t.run_id, "status": "ok"}], None))
             self.held = []
             self.first_done.set()
         return f
@@ -321,16 +323,16 @@ def test_a_pool_that_breaks_with_several_runs_in_it_runs_each_again_alone(
     monkeypatch.setattr(runner, "ProcessPoolExecutor", _FakePool)
     here: list[str] = []
 
-    def run(task: Any) -> list[dict[str, Any]]:  # this process's share: never killed
+    def run(task: Any) -> Any:  # this process's share: never killed
         here.append(task.run_id)
         assert _FakePool.first_done.wait(60)  # the pool holds the other two runs meanwhile
-        return [{"run_id": task.run_id, "status": "ok"}]
+        return [{"run_id": task.run_id, "status": "ok"}], None
 
     got: dict[str, list[dict[str, Any]]] = {}
 
-    def finished(task: Any, rows: list[dict[str, Any]]) -> None:
+    def finished(task: Any, outcome: Any) -> None:
         assert task.run_id not in got  # each run ends once
-        got[task.run_id] = rows
+        got[task.run_id] = outcome[0]
 
     runner._run_pool([k1, innocent, k2], 3, run, lambda t: (), finished, None)
     assert len(here) == 1
