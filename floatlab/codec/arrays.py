@@ -32,15 +32,17 @@ def _decode_vectorised(codes: npt.NDArray[np.integer[Any]], f: FloatFormat) -> n
     mag = c & np.uint64(f.sign_mask - 1)
     efield = mag >> m
     frac = mag & np.uint64(f.mantissa_mask)
-    normal = efield != 0
+    normal = (efield != 0) | (not f.has_zero)
     significand = frac | (normal.astype(np.uint64) << m)
-    # subnormals share the exponent of the smallest normal; int32 holds every exponent here
-    scale = np.maximum(efield, np.uint64(1)).astype(np.int32) - np.int32(f.bias + f.mantissa_bits)
+    # subnormals share the exponent of the smallest normal (a scale format has none: its zero
+    # exponent field is a binade); int32 holds every exponent here
+    low = np.uint64(0 if not f.has_zero else 1)
+    scale = np.maximum(efield, low).astype(np.int32) - np.int32(f.bias + f.mantissa_bits)
     # exact: the significand has at most 53 bits and the result lies in float64's range (the all-ones
     # exponent of IEEE formats may overflow here: those codes are inf/NaN and are rewritten below)
     with np.errstate(over="ignore"):
         out: npt.NDArray[np.float64] = np.ldexp(significand.astype(np.float64), scale)
-    negative = (c >> np.uint64(f.bits - 1)).astype(bool)
+    negative = ((c >> np.uint64(f.sign_bit)) & np.uint64(1)).astype(bool)
     np.negative(out, out=out, where=negative)
     _patch_specials(out, c, f)
     return out
@@ -48,8 +50,11 @@ def _decode_vectorised(codes: npt.NDArray[np.integer[Any]], f: FloatFormat) -> n
 
 def _patch_specials(out: npt.NDArray[np.float64], c: npt.NDArray[np.uint64], f: FloatFormat) -> None:
     """Write infinities and NaNs (with the bits of :func:`_nan_bits64`) into ``out`` in place."""
-    sign = c >> np.uint64(f.bits - 1)
+    sign = (c >> np.uint64(f.sign_bit)) & np.uint64(1)
     mag = c & np.uint64(f.sign_mask - 1)
+    if f.extended:  # P3109: +-inf at the largest magnitude code
+        inf = mag == np.uint64(f.inf_code)
+        out[inf] = np.where(sign[inf] != 0, -np.inf, np.inf)
     if f.encoding == "ieee":
         top = (mag >> np.uint64(f.mantissa_bits)) == np.uint64((1 << f.exponent_bits) - 1)
         frac = mag & np.uint64(f.mantissa_mask)
@@ -59,7 +64,7 @@ def _patch_specials(out: npt.NDArray[np.float64], c: npt.NDArray[np.uint64], f: 
         shift = np.uint64(52 - f.mantissa_bits)
         payload = frac[nan] << shift
     elif f.has_nan:
-        nan = (c == np.uint64(f.sign_mask)) if f.encoding == "fnuz" else (mag == np.uint64(f.sign_mask - 1))
+        nan = c == np.uint64(f.nan_code or 0) if f.encoding == "fnuz" else (mag == np.uint64(f.sign_mask - 1))
         payload = np.full(int(np.count_nonzero(nan)), 1 << 51, dtype=np.uint64)
     else:
         return

@@ -77,8 +77,8 @@ class Decoded:
     # ---- the fields as bit strings --------------------------------------------------------------
     @property
     def sign_bits(self) -> str:
-        """The sign bit as a string, ``"0"`` or ``"1"``."""
-        return str(self.sign)
+        """The sign bit as a string, ``"0"`` or ``"1"`` (empty for an unsigned format)."""
+        return str(self.sign) if self.fmt.signed else ""
 
     @property
     def exponent_bits(self) -> str:
@@ -178,6 +178,11 @@ class Decoded:
         """
         if self.kind == "nan":
             return None
+        if not self.fmt.signed:  # no negative values: one code down, none below the smallest
+            mag, f = self.code, self.fmt
+            if f.has_inf and mag == f.inf_code:
+                return f.max_code
+            return mag - 1 if mag > 0 else None
         up = _next_up_code(self.fmt, _negate_code(self.fmt, self.code))
         return None if up is None else _negate_code(self.fmt, up)
 
@@ -194,8 +199,11 @@ class Decoded:
         fmt, name, sign = self.fmt, self.fmt.name, self.sign
         mag = self.code & (fmt.sign_mask - 1)
         if self.kind == "nan":
+            if not fmt.signed:
+                return f"NaN (all bits set: the one NaN of {name}, which has no sign)"
             if fmt.encoding == "fnuz":
-                return f"NaN (the pattern of -0: {name} has no negative zero and no infinities)"
+                infs = "" if fmt.has_inf else " and no infinities"
+                return f"NaN (the pattern of -0: {name} has no negative zero{infs})"
             if fmt.encoding == "fn":
                 return f"NaN (all exponent and fraction bits set; {name} has no infinities)"
             text = "quiet NaN" if self.quiet else "signalling NaN"
@@ -329,7 +337,7 @@ class Decoded:
 
 
 def _negate_code(fmt: FloatFormat, code: int) -> int:
-    """The code of -x (for a non-NaN code); "fnuz" zero is its own negative."""
+    """The code of -x (for a non-NaN code of a signed format); "fnuz" zero is its own negative."""
     if fmt.encoding == "fnuz" and code == 0:
         return 0
     return code ^ fmt.sign_mask
@@ -342,7 +350,7 @@ def _next_up_code(fmt: FloatFormat, code: int) -> int | None:
     mag = code & (fmt.sign_mask - 1)
     if fmt.has_inf and mag == fmt.inf_code:
         return None if not negative else fmt.sign_mask | fmt.max_code
-    if mag == 0:  # both zeros step to the smallest positive subnormal
+    if mag == 0 and fmt.has_zero:  # both zeros step to the smallest positive subnormal
         return 1
     if not negative:
         if mag < fmt.max_code:
@@ -380,7 +388,7 @@ def decode(code: int, fmt: FloatFormat | str) -> Decoded:
             f"expected an integer from 0x0 to {f.code_mask:#x} ({f.bits} bits)"
         )
     m = f.mantissa_bits
-    sign = c >> (f.bits - 1)
+    sign = (c >> f.sign_bit) & 1
     efield = (c >> m) & ((1 << f.exponent_bits) - 1)
     frac = c & f.mantissa_mask
     kind: Kind
@@ -390,10 +398,10 @@ def decode(code: int, fmt: FloatFormat | str) -> Decoded:
         kind = "nan"
         # IEEE: the top fraction bit is the quiet bit; the lone NaN of fn/fnuz formats is quiet
         quiet = bool((frac >> (m - 1)) & 1) if f.encoding == "ieee" else True
-    elif f.has_inf and efield == (1 << f.exponent_bits) - 1:
+    elif f.has_inf and (c & (f.sign_mask - 1)) == f.inf_code:
         kind = "infinity"
     else:
-        kind = "normal" if efield else ("subnormal" if frac else "zero")
+        kind = "normal" if efield or not f.has_zero else ("subnormal" if frac else "zero")
         mag = f.code_magnitude(c)
         exact = -mag if sign else mag
     return Decoded(f, c, sign, efield, frac, kind, quiet, exact)

@@ -46,11 +46,14 @@ from floatlab.rounding.params import DecodeParams, EncodeParams
 def _core(
     sig: Any, e: Any, sgn: Any, rnd: Any, z: Any, m_in: Any, norm: Any, m_t: Any, emin_t: Any,
     cl: Any, c_rne: Any, c_rna: Any, c_dp: Any, c_dn: Any, c_odd: Any, c_st: Any, rmask: Any,
+    c_cp: Any,
 ) -> Any:  # fmt: skip
     """Round sig * 2^(e - m_in), sig < 2^(m_in + 1), to m_t fraction bits at an exponent >= emin_t.
 
     Returns (code magnitude before overflow handling, its exponent te, inexact, the true
-    exponent of the input). ``rnd`` is the 32-bit random word of stochastic rounding.
+    exponent of the input). ``rnd`` is the 32-bit random word of stochastic rounding. ``c_cp``
+    1: "even" and "odd" are the parity of the whole lower code, not of the kept significand
+    (they differ only without fraction bits: P3109's precision-1 formats).
     """
     one = _u(1, z)
     zs = _s(0, z)
@@ -69,7 +72,7 @@ def _core(
     rem = _u(sig & _u(p2 - one, z), z)
     half = _shr(p2, 1)
     inexact = rem != 0
-    odd = (kept & one) != 0
+    odd = (_u(kept + _u(_u(te - _s(emin_t, z), z) * _u(c_cp, z), z), z) & one) != 0
     neg = sgn != 0
     # stochastic: floor(rem * 2^32 / 2^s), the remainder as a 32-bit fraction (s is not
     # clamped here: a huge s must give 0); cut to random_bits and added to the random word,
@@ -133,9 +136,12 @@ def _encode_one(u: Any, z: Any, rnd: Any, p: Any, shift: Any) -> Any:
     mag, te, inexact, et = _core(
         sig, e, sgn, rnd, z, m_in, p.true_exponent, p.mantissa_bits, emin_t, p.shift_cap,
         p.mode_rne, p.mode_rna, p.mode_rup, p.mode_rdown, p.mode_rodd, p.mode_stochastic, p.random_mask,
+        p.code_parity,
     )  # fmt: skip
     if sig == 0:
         mag = zero
+    if (p.no_zero != 0) & (mag != zero):
+        mag = _u(mag - one, z)  # a scale format's zero exponent field is 2^emin (below it: clamped)
     # compare the exponent too: for a huge input the shifted code would wrap around
     ovf = (te > _s(p.emax + shift, z)) | (mag > _u(p.max_code, z))
     neg = sgn != 0
@@ -155,6 +161,11 @@ def _encode_one(u: Any, z: Any, rnd: Any, p: Any, shift: Any) -> Any:
     sbit = _shl(sgn, p.sign_bit)
     if p.fnuz != 0 and mag == 0:
         sbit = zero  # fnuz has no negative zero
+    if p.unsigned != 0:
+        # no sign: a negative value (not -0) is the NaN, and so is a zero where there is none
+        if ((sgn != 0) & ((sig != 0) | special)) | ((p.no_zero != 0) & (sig == 0) & ~special):
+            mag = _u(p.nan_base, z)
+        sbit = zero
     code = _u(sbit | mag, z)
     return Rounded(code, sgn, special, f, sig, e, inexact, et, ovf, flushed)
 
@@ -176,7 +187,8 @@ def _decode_one(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> Any
     nan_mode = d.nan_mode
     sgn = _u(_shr(c, d.sign_bit) & one, z)
     mag_a = _u(c & _u(_shl(one, d.sign_bit) - one, z), z)
-    ex = _u(_shr(mag_a, m_a), z)
+    # a scale format's zero exponent field is a binade: read one up, against a bias one up
+    ex = _u(_shr(mag_a, m_a) + _u(d.no_zero, z), z)
     f = _u(mag_a & _u(_shl(one, m_a) - one, z), z)
     top = ex == _u(d.exponent_mask, z)
     is_nan = (
@@ -184,7 +196,7 @@ def _decode_one(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> Any
         | ((nan_mode == 1) & (mag_a == _u(_shl(one, d.sign_bit) - one, z)))
         | ((nan_mode == 2) & (sgn != 0) & (mag_a == 0))
     )
-    is_inf = (nan_mode == 0) & top & (f == 0)
+    is_inf = ((nan_mode == 0) & top & (f == 0)) | ((d.inf_mag != 0) & (mag_a == _u(d.inf_mag, z)))
     normal = ex != 0
     sig = _u(f | _shl(_u(normal, z), m_a), z)
     if exact:
@@ -198,7 +210,7 @@ def _decode_one(c: Any, nan_sgn: Any, z: Any, d: Any, exact: Any = False) -> Any
     else:
         e = _s(_s(max(ex, one), z) - _s(d.bias, z), z)
         mag, te, _inexact, _et = _core(
-            sig, e, sgn, np.uint32(0), z, m_a, 1, m_b, d.out_emin, d.shift_cap, 1, 0, 0, 0, 0, 0, 0
+            sig, e, sgn, np.uint32(0), z, m_a, 1, m_b, d.out_emin, d.shift_cap, 1, 0, 0, 0, 0, 0, 0, 0
         )
         if (te > _s(d.out_emax, z)) | (mag > _u(d.out_max_code, z)):
             mag = _u(d.out_inf, z)  # beyond the output format: round to nearest overflows to inf
@@ -377,7 +389,7 @@ def _flags_one(xi: Any, i: Any, z: Any, p: Any) -> Any:
             unbounded = _core(
                 r.significand, r.exponent, r.sign, rnd, z, p.in_mantissa_bits, p.true_exponent,
                 p.mantissa_bits, et, p.shift_cap, p.mode_rne, p.mode_rna, p.mode_rup, p.mode_rdown,
-                p.mode_rodd, p.mode_stochastic, p.random_mask,
+                p.mode_rodd, p.mode_stochastic, p.random_mask, p.code_parity,
             )[0]  # fmt: skip
             tiny = unbounded < _shl(_u(1, z), p.mantissa_bits + 1)
     flags = 0

@@ -74,6 +74,9 @@ class EncodeParams(NamedTuple):
     has_inf: int
     key0: int  # the stochastic-rounding key
     key1: int
+    unsigned: int  # 1: no sign bit; a negative value is the NaN
+    no_zero: int  # 1: a scale format (E8M0): no zero, its zero exponent field is 2^emin
+    code_parity: int  # 1: ties to the even code (no fraction bits: P3109 precision 1), not significand
 
 
 class DecodeParams(NamedTuple):
@@ -102,6 +105,8 @@ class DecodeParams(NamedTuple):
     payload_mask: int
     payload_shr: int
     payload_shl: int
+    inf_mag: int  # a non-IEEE format's infinity magnitude code (P3109 extended), else 0
+    no_zero: int  # 1: a scale format (E8M0), its zero exponent field a binade (bias one up)
 
 
 NAN_IEEE, NAN_FN, NAN_FNUZ, NAN_NONE = 0, 1, 2, 3
@@ -167,7 +172,7 @@ def _encode_params_base(
     m_in, m_t = src.mantissa_bits, fmt.mantissa_bits
     # inf input: the target's inf, or its largest finite value, or its NaN (as round_scalar)
     if specials_from is None:
-        if fmt.has_inf:
+        if fmt.has_inf and not (saturate and fmt.extended):  # P3109 saturation clamps inf too
             inf_mag = fmt.inf_code
         elif saturate or not fmt.has_nan:
             inf_mag = fmt.max_code
@@ -204,7 +209,7 @@ def _encode_params_base(
             emax=fmt.emax,
             max_code=fmt.max_code,
             shift_cap=min(m_in + 2, lanes - 1),
-            sign_bit=fmt.bits - 1,
+            sign_bit=fmt.sign_bit,
             mode_rne=int(mode == "rne"),
             mode_rna=int(mode == "rna"),
             mode_rup=int(mode == "rup"),
@@ -226,6 +231,9 @@ def _encode_params_base(
             has_inf=int(sp.has_inf),
             key0=0,
             key1=0,
+            unsigned=int(not fmt.signed),
+            no_zero=int(not fmt.has_zero),
+            code_parity=int(fmt.mantissa_bits == 0 and fmt.has_zero),
         )
     )
 
@@ -258,16 +266,16 @@ def decode_params(fmt: FloatFormat, out: FloatFormat, lanes: int) -> DecodeParam
     """The parameters of "decode codes of ``fmt`` into the IEEE format ``out`` (rne)"."""
     if fmt.encoding == "ieee":
         nan_mode = NAN_IEEE
-    elif fmt.encoding == "fnuz":
+    elif fmt.encoding == "fnuz" and fmt.signed:
         nan_mode = NAN_FNUZ
     else:
-        nan_mode = NAN_FN if fmt.has_nan else NAN_NONE
+        nan_mode = NAN_FN if fmt.has_nan else NAN_NONE  # an unsigned format's NaN: all ones
     m_a, m_b = fmt.mantissa_bits, out.mantissa_bits
     return DecodeParams(
         mantissa_bits=m_a,
         exponent_mask=(1 << fmt.exponent_bits) - 1,
-        bias=fmt.bias,
-        sign_bit=fmt.bits - 1,
+        bias=fmt.bias + int(not fmt.has_zero),
+        sign_bit=fmt.sign_bit,
         emin=fmt.emin,
         nan_mode=nan_mode,
         out_mantissa_bits=m_b,
@@ -281,4 +289,6 @@ def decode_params(fmt: FloatFormat, out: FloatFormat, lanes: int) -> DecodeParam
         payload_mask=(1 << m_a) - 1 if fmt.encoding == "ieee" else 0,
         payload_shr=max(m_a - m_b, 0),
         payload_shl=max(m_b - m_a, 0),
+        inf_mag=fmt.inf_code if fmt.has_inf and fmt.encoding != "ieee" else 0,
+        no_zero=int(not fmt.has_zero),
     )

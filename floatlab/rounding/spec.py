@@ -168,7 +168,8 @@ def random_bits_at(key: tuple[int, int], index: int, random_bits: int = DEFAULT_
 
 # ---- the scalar reference -----------------------------------------------------------------------
 def _round_up(mode: str, r: int, den: int, kept: int, negative: bool, rand: int, random_bits: int) -> bool:
-    """Whether to step from ``kept`` (the truncated significand) to ``kept + 1``.
+    """Whether to step from ``kept`` (the truncated significand, or the lower code whose parity
+    decides: see :func:`round_rational`) to ``kept + 1``.
 
     The exact value lies ``r / den`` (in [0, 1)) of the gap beyond ``kept``; integers only,
     so that a value with a 300,000-bit numerator costs one division, not a Fraction's gcds.
@@ -196,7 +197,11 @@ def _round_up(mode: str, r: int, den: int, kept: int, negative: bool, rand: int,
 def _scaled_round(
     mag: Fraction, exp: int, fmt: FloatFormat, mode: str, negative: bool, rand: int, random_bits: int
 ) -> tuple[int, bool]:
-    """Round mag to a multiple of 2^(exp - m); return (multiple, inexact)."""
+    """Round mag to a multiple of 2^(exp - m); return (multiple, inexact).
+
+    Without fraction bits (and with a zero) "even" is the parity of the lower code, as
+    P3109 and gfloat read it; elsewhere that of the significand (the same parity when m > 0).
+    """
     shift = fmt.mantissa_bits - exp  # mag * 2^shift, as num / den
     num, den = mag.numerator, mag.denominator
     if shift >= 0:
@@ -204,7 +209,8 @@ def _scaled_round(
     else:
         den <<= -shift
     kept, r = divmod(num, den)
-    return kept + _round_up(mode, r, den, kept, negative, rand, random_bits), r != 0
+    parity = kept + (exp - fmt.emin if fmt.mantissa_bits == 0 and fmt.has_zero else 0)
+    return kept + _round_up(mode, r, den, parity, negative, rand, random_bits), r != 0
 
 
 def round_rational(
@@ -236,10 +242,14 @@ def round_rational(
     check_random_bits(random_bits)
     value = Fraction(value)
     negative = value < 0 or (value == 0 and negative_zero)
-    sign = fmt.sign_mask if negative else 0
+    sign = fmt.sign_mask if negative and fmt.signed else 0
     mag = abs(value)
     m = fmt.mantissa_bits
     flags = Flags.NONE
+    if (value < 0 and not fmt.signed) or (mag == 0 and not fmt.has_zero):
+        # no sign (a negative value) or no zero (E8M0): the NaN
+        assert fmt.nan_code is not None
+        return fmt.nan_code, Flags.INVALID
     if mag == 0:
         return (sign if fmt.has_negative_zero else 0), flags
 
@@ -248,6 +258,8 @@ def round_rational(
     kept, inexact = _scaled_round(mag, te, fmt, mode, negative, rand, random_bits)
     # the carry out of the significand walks into the exponent field by itself
     code_mag = ((te - fmt.emin) << m) + kept
+    if not fmt.has_zero:  # a scale format: its zero exponent field is 2^emin; below it, the smallest
+        code_mag = max(code_mag - 1, 0)
     if inexact:
         flags |= Flags.INEXACT
         # tininess after rounding: would the result be below 2^emin with an unbounded exponent?
@@ -306,7 +318,9 @@ def round_scalar(
     """
     fmt = get_format(fmt)
     negative = math.copysign(1.0, x) < 0
-    sign = fmt.sign_mask if negative else 0
+    sign = fmt.sign_mask if negative and fmt.signed else 0
+    if not fmt.signed and negative and x != 0 and not math.isnan(x):
+        return round_rational(Fraction(-1), fmt)  # a negative value (-inf too) is the NaN
     if math.isnan(x):
         bits = _float_bits(x)
         quiet_in = (bits >> 51) & 1
@@ -323,7 +337,7 @@ def round_scalar(
         assert nan is not None
         return (nan if fmt.encoding == "fnuz" else sign | nan), flags
     if math.isinf(x):
-        if fmt.has_inf:
+        if fmt.has_inf and not (saturate and fmt.extended):  # P3109 saturation clamps inf too
             return sign | fmt.inf_code, Flags.NONE
         if saturate or not fmt.has_nan:
             return sign | fmt.max_code, Flags.INVALID
