@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, parse_code
+from floatlab.cli._common import UI, View, add_command, parse_code, parse_formats
 from floatlab.codec import decode
 from floatlab.formats import FloatFormat, get_format
 from floatlab.text import render
@@ -31,6 +31,9 @@ examples:
   floatlab decode 0x7e -f e4m3           8-bit codes need the format named
   floatlab decode 0b0011110000000000     binary: 16 digits is fp16
   floatlab decode 15360 -f bf16          a decimal code, with its format
+  floatlab decode 0x7bff -f e5m10        any eXmY layout (e5m10 is fp16's: 65504)
+  floatlab decode 0x7bff -f fp16,bf16    one code read in several formats
+  floatlab decode 0x7f -f p3109_k8p3se   an IEEE P3109 format (this code is +inf)
 """
 
 
@@ -51,34 +54,53 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "codes", nargs="+", metavar="CODE", help="hex (0x7bff), binary (0b...) or, with -f, decimal"
     )
     p.add_argument(
-        "-f", "--format", dest="fmt", metavar="FMT", help="the format of every CODE (fp16, bf16, e4m3, ...)"
+        "-f",
+        "--format",
+        dest="fmts",
+        metavar="FMT",
+        action="append",
+        help="the format of every CODE (fp16, bf16, e4m3, e6m9, p3109_k8p3se, ...); repeat or separate "
+        "by commas to read the codes in each",
     )
     return p
 
 
 def decode_view(
-    codes: Sequence[str | int], fmt: FloatFormat | str | None = None, *, color: bool = False
+    codes: Sequence[str | int],
+    fmt: FloatFormat | str | Sequence[FloatFormat | str] | None = None,
+    *,
+    color: bool = False,
 ) -> View:
-    """Decode ``codes`` (strings as typed on the command line, or ints with ``fmt``) into one view.
+    """Decode ``codes`` (strings as typed on the command line, or ints with ``fmt``) into one view;
+    ``fmt`` may be several formats: each code is read in each, code by code.
 
     >>> print(decode_view(["0x3C00"]).data[0]["value"])
     1.0
+    >>> [d["value"] for d in decode_view(["0x7bff"], ["fp16", "bf16"]).data]
+    [65504.0, 3.3895313892515355e+38]
     """
-    f = None if fmt is None else get_format(fmt)
+    if fmt is None:
+        formats: list[FloatFormat | None] = [None]
+    elif isinstance(fmt, (str, FloatFormat)):
+        formats = [get_format(fmt)]
+    else:
+        formats = [get_format(f) for f in fmt]
     decoded = []
     for c in codes:
-        if isinstance(c, int):
-            if f is None:
-                raise ValueError(f"code {c!r} is an integer: name its format")
-            code, cf = parse_code(str(c), f)
-        else:
-            code, cf = parse_code(c, f)
-        decoded.append(decode(code, cf))
+        for f in formats:
+            if isinstance(c, int):
+                if f is None:
+                    raise ValueError(f"code {c!r} is an integer: name its format")
+                code, cf = parse_code(str(c), f)
+            else:
+                code, cf = parse_code(c, f)
+            decoded.append(decode(code, cf))
     text = "\n\n".join(render(d, color=color) for d in decoded)
     return View(text, [d.to_dict() for d in decoded])
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Print the decoded ``args.codes``."""
-    ui.show(decode_view(args.codes, args.fmt, color=ui.color))
+    formats = parse_formats(args.fmts) if args.fmts else None
+    ui.show(decode_view(args.codes, formats, color=ui.color))
     return 0

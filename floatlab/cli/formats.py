@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_command, aligned
 from floatlab.codec import decode, encode
-from floatlab.formats import FORMATS, FloatFormat, get_format
+from floatlab.formats import FORMATS, NAMING, FloatFormat, get_format
 from floatlab.text import bold, dim, hex_code, table
 
 if TYPE_CHECKING:
@@ -62,10 +62,26 @@ def _g(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _encoding_words(fmt: FloatFormat) -> str:
+    """The encoding in words, with P3109's infinities and an unsigned format's missing sign."""
+    words = _ENCODING_WORDS[fmt.encoding]
+    if fmt.extended:
+        words = "P3109 extended: +-inf at the largest magnitude code, one NaN, no -0"
+    elif fmt.encoding == "fnuz" and not fmt.signed:
+        words = "P3109 finite: no infinities, one NaN"
+    if not fmt.signed:
+        words += "; unsigned: no sign bit, a negative value rounds to the NaN"
+    if not fmt.has_zero:
+        words += "; a scale format: powers of two, no zero"
+    return words
+
+
 def _nan_count(fmt: FloatFormat) -> int:
     """How many codes of ``fmt`` are NaN."""
     if not fmt.has_nan:
         return 0
+    if not fmt.signed:
+        return 1  # the all-ones code
     if fmt.encoding == "ieee":
         return 2 * ((1 << fmt.mantissa_bits) - 1)  # top exponent, any nonzero fraction, either sign
     # fn: all bits below the sign set, once per sign; fnuz: the code of -0 alone, so one in all
@@ -87,6 +103,8 @@ def _nan_detail(fmt: FloatFormat) -> str:
     assert nan is not None
     if n == 2:
         return f"2 codes, one per sign ({hex_code(nan, fmt)} and {hex_code(nan | fmt.sign_mask, fmt)})"
+    if not fmt.signed:
+        return f"1 code in all ({hex_code(nan, fmt)}, all bits set)"
     return f"1 code in all ({hex_code(nan, fmt)}, the code of -0)"
 
 
@@ -171,7 +189,12 @@ def formats_table_view(*, color: bool = False) -> View:
     text = table(header, rows, align="<>>>>>>>>><<", color=color)
     note = (
         "  digits: decimal digits always kept\n"
-        "  NaN: how many codes are NaN: 2, one per sign; 1, one in all (the code of -0); many (IEEE)"
+        "  NaN: how many codes are NaN: 2, one per sign; 1, one in all (the code of -0, or all ones "
+        "when unsigned); many (IEEE)\n\n"
+        "  families: IEEE 754 (fp64 ... fp16), bfloat16, TF32, OCP fp8 (E5M2, E4M3), the FNUZ fp8 "
+        "(Graphcore/AMD), fp8 E3M4, OCP MX fp6/fp4 and the E8M0 scale, IEEE P3109 (by name)\n"
+        "  any other format by its name: " + NAMING + "\n"
+        "  explain one: floatlab formats e6m9, floatlab formats p3109_k8p3se"
     )
     blocks_text, blocks_data = _block_formats_table(color)
     return View(
@@ -247,12 +270,14 @@ def block_format_view(fmt: Any, *, color: bool = False) -> View:
 def _landmarks(fmt: FloatFormat) -> list[tuple[str, int | None, str]]:
     """(name, code or None, note) for 0, 1, max, smallest normal/subnormal, inf and NaN."""
     marks: list[tuple[str, int | None, str]] = [
-        ("zero", 0, ""),
+        ("zero", 0, "") if fmt.has_zero else ("zero", None, "none: a scale format"),
         ("one", int(encode(1.0, fmt)), ""),
         ("max", fmt.max_code, ""),
-        ("smallest normal", 1 << fmt.mantissa_bits, ""),
+        ("smallest normal", 1 << fmt.mantissa_bits if fmt.has_zero else 0, ""),
     ]
-    if fmt.mantissa_bits > 0:
+    if not fmt.has_zero:
+        marks.append(("smallest subnormal", None, "none: no subnormals"))
+    elif fmt.mantissa_bits > 0:
         marks.append(("smallest subnormal", 1, ""))
     else:
         marks.append(("smallest subnormal", None, "none: no fraction bits"))
@@ -277,8 +302,12 @@ def format_detail_view(fmt: FloatFormat | str, *, color: bool = False) -> View:
     f = get_format(fmt)
     lines = [bold(f"{f.name}: {f.description}" if f.description else f.name, color), ""]
     props = [
-        ("layout", f"1 sign + {f.exponent_bits} exponent + {f.mantissa_bits} fraction bits = {f.bits} bits"),
-        ("encoding", f"{f.encoding} ({_ENCODING_WORDS[f.encoding]})"),
+        (
+            "layout",
+            f"{'1 sign + ' if f.signed else 'no sign + '}{f.exponent_bits} exponent + {f.mantissa_bits} "
+            f"fraction bits = {f.bits} bits",
+        ),
+        ("encoding", f"{f.encoding} ({_encoding_words(f)})"),
         ("bias", str(f.bias)),
         ("exponents", f"emin {f.emin}, emax {f.emax}"),
         (
