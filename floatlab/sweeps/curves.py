@@ -4,7 +4,8 @@ step, beside the table of evaluations.
 Each run sends its steps as arrays (:func:`step_arrays`: the columns of
 :data:`floatlab.train.history.STEP_FIELDS`, numbers as int64, float64 and bool, the faults as text);
 :func:`curves_frame` puts them together with the run's key and configuration columns (the same as
-the table's), the key and the configuration as categoricals, so that 100 runs of 5000 steps (half a
+the table's; the configured ``lr`` is ``config_lr`` there, beside each step's ``lr``: see
+:func:`config_name`), the key and the configuration as categoricals, so that 100 runs of 5000 steps (half a
 million rows) take tens of megabytes, not hundreds. The file beside the table (``<stem>.curves.parquet``
 or ``.csv``, :func:`curves_path`) holds the key and the steps only: the configuration of each key is
 in the table, and :func:`floatlab.sweeps.read_table` and :func:`floatlab.sweeps.read_curves` join it
@@ -37,7 +38,16 @@ from floatlab.train.history import STEP_FIELDS
 if TYPE_CHECKING:
     from floatlab.train.history import History
 
-__all__ = ["CURVE_COLUMNS", "CurvesFile", "curves_frame", "curves_path", "read_curves_file", "step_arrays"]
+__all__ = [
+    "CURVE_COLUMNS",
+    "CurvesFile",
+    "config_name",
+    "curves_frame",
+    "curves_path",
+    "read_curves_file",
+    "step_arrays",
+    "whole",
+]
 
 #: the columns of the curves file: the run's key, then its steps
 CURVE_COLUMNS: tuple[str, ...] = ("run_id", *STEP_FIELDS)
@@ -47,6 +57,17 @@ _TEXT = ("fault",)
 _FLOATS = tuple(k for k in STEP_FIELDS if k not in (*_INTS, *_BOOLS, *_TEXT))
 
 Arrays = dict[str, "np.ndarray[Any, Any]"]
+
+
+def config_name(column: str) -> str:
+    """The name a configuration column of the table has in the curves table: its own, but for one
+    that a step's column also has (``lr``, the configured learning rate, beside each step's
+    scheduled ``lr``), which is ``config_`` and its name.
+
+    >>> config_name("precision"), config_name("lr")
+    ('precision', 'config_lr')
+    """
+    return f"config_{column}" if column in STEP_FIELDS else column
 
 
 def step_arrays(history: History) -> Arrays:
@@ -149,7 +170,7 @@ def curves_frame(parts: Iterable[tuple[str, Arrays]], configs: Any = None) -> An
         per_run = configs.drop_duplicates("run_id").set_index("run_id").reindex(keys)
         for col in per_run.columns:
             codes, uniques = pd.factorize(per_run[col], use_na_sentinel=True)
-            data[col] = pd.Categorical.from_codes(np.asarray(codes)[which], categories=uniques)
+            data[config_name(col)] = pd.Categorical.from_codes(np.asarray(codes)[which], categories=uniques)
     arrays = [a for _, a in parts] or [_empty()]
     for k in STEP_FIELDS:
         col = np.concatenate([a[k] for a in arrays])
