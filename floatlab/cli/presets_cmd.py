@@ -135,7 +135,7 @@ def preset_detail_view(name: str, *, color: bool = False) -> View:
     >>> preset_detail_view("apex-O3").data["scaler"]["kind"]
     'none'
     """
-    from floatlab.train.precision.presets import get_preset
+    from floatlab.train.precision.presets import BATCHNORM_KINDS, get_preset
 
     p = get_preset(name)
     props = [
@@ -143,6 +143,8 @@ def preset_detail_view(name: str, *, color: bool = False) -> View:
         ("policy", p.policy.describe().split(": ", 1)[1]),
         ("loss scaler", scaler_words(p.scaler)),
         ("notes", p.notes),
+        ("memory", f"{p.policy.memory_layout} layout; {BATCHNORM_KINDS[p.batchnorm]}"),
+        ("memory source", p.memory_source or "floatlab's own"),
     ]
     lines = [bold(f"{p.name}: {p.title}", color), "", *aligned(props)]
     return View("\n".join(lines), p.to_dict())

@@ -8,7 +8,9 @@ real system would store instead: each tensor of the step at the width of its for
   ``batchnorm_fp32``.
 * **gradients** (and fp32 **master gradients**), in the format the framework keeps them.
 * **optimizer state**: SGD's momentum (one buffer per parameter, none without momentum),
-  AdamW's two moments; fp32, the default of every framework.
+  AdamW's two moments, each in the format of the weight the optimizer updates (torch's
+  optimizers make their buffers like the parameter: fp32 beside fp32 master weights, fp16 where
+  the optimizer updates an fp16 model, as under Apex O3, which leaves the optimizer alone).
 * **running statistics**: BatchNorm's running mean and variance.
 * **activations**, **loss** and **indices**: what the forward pass keeps for the backward pass at
   a batch size: every array of the model's cache (the logits too), and the loss's saved
@@ -16,12 +18,21 @@ real system would store instead: each tensor of the step at the width of its for
   A float array is counted in the format its op stores it in: the forward format for what
   :meth:`~floatlab.train.precision.Precision.act` and the GEMMs store, fp32 for the
   intermediates of ops kept in fp32 (such as a LayerNorm's normalised values under the "norm"
-  fp32 op). Views of one buffer count once.
+  fp32 op). Views of one buffer count once. BatchNorm's are what the framework's BatchNorm
+  keeps (a preset's ``batchnorm``, :data:`~floatlab.train.precision.presets.BATCHNORM_KINDS`):
+  under PyTorch (autocast, Apex, fastai) its 16-bit input and fp32 per-channel mean and 1/std,
+  though its parameters are fp32; where it computes in fp32 (Keras 3, MindSpore O2, floatlab's
+  own policies), its fp32 normalised values and 1/std.
 
 Every line is arithmetic on the model's shapes (:func:`param_shapes`, :func:`buffer_shapes` and
 the shapes its forward pass gives its cache), in Python integers: no weight is allocated and no
 forward pass runs, so a model of billions of weights at a batch of 10^20 is counted at once and
-exactly. The tests hold the counts to a real model's parameters and a real forward pass's cache.
+exactly. The tests hold the counts to a real model's parameters and a real forward pass's cache,
+and the formats of torch-amp, apex-O2 and apex-O3 to torch itself (the dtypes of the tensors a
+torch twin saves for the backward pass, its ``.grad`` and its ``optimizer.state``). The counts
+of activations are floatlab's models' (a convolution keeps its im2col rows where torch keeps
+its input, a layer its pre-activation where torch's ReLU keeps its output): the formats are the
+framework's, the element counts floatlab's.
 
 Where master weights live is a framework's choice, the *layout* (:data:`LAYOUTS`), which the
 policy carries as data (its ``memory_layout``: a framework preset's is its framework's):
@@ -71,6 +82,7 @@ __all__ = [
     "OPTIMIZER_BUFFERS",
     "Entry",
     "Ledger",
+    "batchnorm_kind",
     "buffer_shapes",
     "layout_of",
     "ledger",
@@ -217,6 +229,22 @@ def layout_of(policy: Policy | str) -> str:
     return get_policy(policy).memory_layout
 
 
+def batchnorm_kind(policy: Policy | str) -> str:
+    """What BatchNorm keeps for the backward pass under ``policy``
+    (:data:`~floatlab.train.precision.presets.BATCHNORM_KINDS`): a preset's ``batchnorm``
+    (``"input"`` for PyTorch's: autocast, Apex, fastai), looked up by the policy's name (a changed
+    preset, ``"torch-amp*"``, is its preset's); ``"fp32"`` for floatlab's own policies, whose
+    BatchNorm computes in fp32 under ``batchnorm_fp32`` and in the forward format without it.
+
+    >>> [batchnorm_kind(p) for p in ("torch-amp", "apex-O2*", "keras", "mixed-fp16")]
+    ['input', 'input', 'fp32', 'fp32']
+    """
+    from floatlab.train.precision.presets import PRESETS
+
+    name = PRESETS.find((policy if isinstance(policy, str) else policy.name).strip().rstrip("*"))
+    return "fp32" if name is None else PRESETS[name].batchnorm
+
+
 # ---- the ledger -----------------------------------------------------------------------------------
 def ledger(
     model: Model,
@@ -266,7 +294,7 @@ def ledger_for(run: TrainConfig | Trainer | History) -> Ledger:
     >>> cfg = TrainConfig(model="mlp", data="underflow", precision="bf16", hidden=(8,), batch_size=16)
     >>> led = ledger_for(cfg)
     >>> led.policy, led.model, led.batch_size, round(led.ratio, 3)
-    ('bf16', 'mlp 64-8-10', 16, 0.593)
+    ('bf16', 'mlp 64-8-10', 16, 0.505)
     """
     from floatlab.train.config import TrainConfig
     from floatlab.train.history import History
@@ -315,10 +343,8 @@ def _entries(model: Model, policy: Policy, layout: str, buffers: int, batch_size
         bits[fmt.name] = storage_bits(fmt)
 
     wide, bn32 = policy.wide, policy.batchnorm_fp32
-    total = 0
     for k, shape in param_shapes(model).items():
         n, norm = math.prod(shape), k in model.norm_params
-        total += n
         stored = policy.param_format(norm)  # what the optimizer updates
         compute = wide if norm and bn32 else policy.forward  # what the forward pass reads (P.weights)
         if layout == "autocast":
@@ -332,8 +358,8 @@ def _entries(model: Model, policy: Policy, layout: str, buffers: int, batch_size
             if compute != stored:
                 add("master weights", stored, n)
                 add("master gradients", stored, n)
-    if buffers:
-        add("optimizer state", wide, buffers * total)
+        if buffers:  # made like the weight the optimizer updates (torch's zeros_like, clone)
+            add("optimizer state", stored, buffers * n)
     for shape in buffer_shapes(model).values():
         add("running statistics", policy.param_format(True), math.prod(shape))
     for (what, name, width), n in _saved_counts(model, policy, batch_size).items():
@@ -439,12 +465,17 @@ def _saved_counts(model: Model, policy: Policy, batch_size: int) -> dict[tuple[s
         add("indices", "int64", tokens)  # the token ids
         classes, labels = V, tokens
     elif isinstance(model, ConvNet):
+        reads_input = batchnorm_kind(policy) == "input"
         bn = held if policy.batchnorm_fp32 else norm
         side, c_in = model.side, 1
         for c in model.channels:
             pooled = n * (side // 2) ** 2 * c
             add("activations", fwd, n * side * side * 9 * c_in + pooled)  # im2col's rows, the pooled output
-            add("activations", bn, n * side * side * c + c)  # BatchNorm's normalised values, 1/std
+            if reads_input:  # torch's BatchNorm: its input as it came, mean and 1/std as its parameters
+                add("activations", fwd, n * side * side * c)
+                add("activations", policy.param_format(True), 2 * c)
+            else:
+                add("activations", bn, n * side * side * c + c)  # BatchNorm's normalised values, 1/std
             add("indices", "uint8", pooled)  # where each maximum was
             side, c_in = side // 2, c
         add("activations", fwd, n * model.n_out)  # the logits

@@ -32,6 +32,7 @@ from floatlab.train.precision.policy import PRESET_POLICIES, Policy, get_policy
 from floatlab.train.precision.scaler import LossScaler, make_scaler
 
 __all__ = [
+    "BATCHNORM_KINDS",
     "PRESETS",
     "Preset",
     "PresetScaler",
@@ -41,6 +42,22 @@ __all__ = [
     "presets",
     "resolve_policy",
 ]
+
+
+#: what a framework's BatchNorm keeps for the backward pass when its parameters stay fp32 (a
+#: preset's ``batchnorm``; the memory ledger counts it so): ``"fp32"``, BatchNorm upcasts its
+#: 16-bit input and computes in fp32, so what it keeps is fp32 (Keras 3's
+#: ``BatchNormalization.call`` casts its input to ``result_type(input, "float32")``; MindSpore
+#: O2's black list keeps the cell in fp32; floatlab's own policies compute it so); ``"input"``,
+#: BatchNorm reads its 16-bit input with fp32 parameters, returns 16 bits and keeps that 16-bit
+#: input plus fp32 per-channel mean and 1/std (PyTorch autocast lists ``batch_norm`` in neither
+#: of its cast lists; Apex O1 leaves it unpatched, "batch_norm ... correctly handles fp16 in/out
+#: with fp32 weights", apex/amp/lists/functional_overrides.py; Apex O2's ``convert_network`` and
+#: fastai v1's ``model2half`` keep BatchNorm's parameters fp32 and never cast its input)
+BATCHNORM_KINDS: dict[str, str] = {
+    "fp32": "BatchNorm upcasts its 16-bit input and keeps fp32 values for the backward pass",
+    "input": "BatchNorm reads its 16-bit input with fp32 parameters and keeps that input",
+}
 
 
 class PresetScaler(NamedTuple):
@@ -69,8 +86,11 @@ class PresetScaler(NamedTuple):
 @dataclass(frozen=True)
 class Preset:
     """One framework's recipe: ``policy`` holds all of it (formats, master weights, fp32 ops,
-    BatchNorm, loss scaler); ``source`` cites what it follows; ``notes`` says what floatlab
-    simulates of it and what it does not.
+    BatchNorm, loss scaler); ``source`` cites what it follows (the framework's file and version);
+    ``notes`` says what floatlab simulates of it and what it does not. ``batchnorm``
+    (:data:`BATCHNORM_KINDS`) says what the framework's fp32-parameter BatchNorm keeps for the
+    backward pass, ``memory_source`` where that and the optimizer state's format are read; only
+    the memory ledger reads them.
 
     >>> get_preset("mindspore-O3").make_policy().describe()  # doctest: +ELLIPSIS
     'mindspore-O3: forward fp16, backward fp16, fp32 master weights, no loss scaling, ...'
@@ -81,6 +101,12 @@ class Preset:
     source: str
     policy: Policy
     notes: str = ""
+    batchnorm: str = "fp32"
+    memory_source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.batchnorm not in BATCHNORM_KINDS:
+            raise ValueError(f"batchnorm={self.batchnorm!r}: expected one of {', '.join(BATCHNORM_KINDS)}")
 
     def make_policy(self) -> Policy:
         """The precision policy (named after the preset) to train with.
@@ -158,6 +184,8 @@ class Preset:
             "fp32_reductions": p.fp32_reductions,
             "fp32_ops": sorted(p.fp32_ops),
             "memory_layout": p.memory_layout,
+            "batchnorm": self.batchnorm,
+            "memory_source": self.memory_source,
             "scaler": self.scaler._asdict(),
             "notes": self.notes,
             "policy": p.to_dict(),
@@ -165,37 +193,70 @@ class Preset:
 
 
 # ---- the presets ----------------------------------------------------------------------------------
-def _preset(name: str, title: str, source: str, notes: str) -> Preset:
-    return Preset(name, title, source, PRESET_POLICIES[name], notes)
+def _preset(
+    name: str, title: str, source: str, notes: str, batchnorm: str = "fp32", memory: str = ""
+) -> Preset:
+    return Preset(name, title, source, PRESET_POLICIES[name], notes, batchnorm, memory)
+
+
+# where the ledger's facts about torch come from (checked against torch 2.13 on CPU in
+# tests/train/analysis/test_memory.py: saved tensors by dtype, optimizer.state's dtypes)
+_TORCH_MEMORY = (
+    "torch 2.13 (checked on CPU in the tests): autocast casts batch_norm to neither dtype, so "
+    "BatchNorm reads its 16-bit input and keeps it with save_mean and save_invstd; an optimizer "
+    "makes its state like the parameter it updates (torch/optim/sgd.py: grad.detach().clone(); "
+    "adam.py, which AdamW extends: zeros_like)"
+)
 
 
 _APEX = "NVIDIA/apex apex/amp/frontend.py class {0}; apex/amp/scaler.py LossScaler"
-_MS = "mindspore/python/mindspore/train/amp.py _config_level['{0}']"
+_MS = "MindSpore 2.x mindspore/python/mindspore/train/amp.py _config_level['{0}']"
+# (not checkable here: Apex needs CUDA; the tests emulate it in torch as these sources say)
+_APEX_MEMORY = (
+    "apex/amp/_initialize.py: O2 calls convert_network (apex/fp16_utils/fp16util.py), which keeps "
+    "BatchNorm's parameters fp32 and casts no BatchNorm input; O3 calls model.to(fp16); O1 leaves "
+    "batch_norm unpatched (apex/amp/lists/functional_overrides.py: it 'correctly handles fp16 in/out "
+    "with fp32 weights'); without master weights the torch optimizer keeps its state like the fp16 "
+    "parameters. " + _TORCH_MEMORY
+)
+_MS_MEMORY = (
+    "MindSpore 2.x train/amp.py AMP_BLACK_LIST (BatchNorm1d/2d/3d, LayerNorm): the cell stays fp32 "
+    "and its input is cast to fp32 (not checked here: MindSpore is not installed)"
+)
 
 _PRESETS: tuple[Preset, ...] = (
     _preset(
         "torch-amp",
         "PyTorch autocast + GradScaler",
-        "torch autocast op lists (docs: amp, 'CUDA Ops that can autocast to float32'); "
+        "torch 2.x autocast op lists (docs: amp, 'CUDA Ops that can autocast to float32'); "
         "torch/amp/grad_scaler.py GradScaler",
         "GEMMs in fp16 with fp32 accumulation; autocast's fp32 list (softmax, log_softmax, layer_norm, "
         "exp, log, pow, sum, losses) in fp32; fp32 weights cast per op. floatlab stores every activation "
-        "in fp16 where autocast keeps an fp32-list op's output (and the residual stream) in fp32.",
+        "in fp16 where autocast keeps an fp32-list op's output (and the residual stream) in fp32. "
+        "BatchNorm is on neither list: it reads its fp16 input with fp32 parameters and returns fp16.",
+        batchnorm="input",
+        memory=_TORCH_MEMORY,
     ),
     _preset(
         "keras",
         "Keras 3 mixed_float16 + LossScaleOptimizer",
-        "keras/src/optimizers/loss_scale_optimizer.py; keras/src/layers/normalization/*.py; "
+        "Keras 3 (3.15) keras/src/optimizers/loss_scale_optimizer.py; keras/src/layers/normalization/*.py; "
         "TensorFlow mixed precision guide (final softmax with dtype='float32')",
         "Layers compute in fp16 on fp32 variables; LayerNormalization and BatchNormalization compute in "
         "fp32; the final softmax and the loss in fp32; attention's softmax in fp16. Keras 3's scale has "
         "no floor and may grow to inf in fp32 (floatlab stops it at 2^127).",
+        memory="Keras 3.15 keras/src/layers/normalization/batch_normalization.py BatchNormalization.call: "
+        "compute_dtype = backend.result_type(inputs.dtype, 'float32'), the input cast to it, the output "
+        "cast back (checked in the tests with Keras's torch backend); optimizer variables are made like "
+        "the fp32 variables",
     ),
     _preset(
         "tf2-keras",
         "TensorFlow 2 tf.keras mixed_float16 + LossScaleOptimizer",
         "keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.15) _DynamicLossScaleState",
         "As keras, with tf.keras's scaler: 2^15, x2 after 2000 clean steps, /2 on overflow, never below 1.",
+        memory="counted as Keras 3 (BatchNorm upcast to fp32); tf.keras's own BatchNormalization is not "
+        "checked here (TensorFlow is not installed)",
     ),
     _preset(
         "tf1-static-128",
@@ -205,12 +266,15 @@ _PRESETS: tuple[Preset, ...] = (
         "fp16 compute on fp32 variables (a custom getter), reductions and softmax in fp32, the loss "
         "multiplied by 128 and the gradients divided by 128 with no overflow check: an overflowing step "
         "reaches the weights.",
+        memory="not checked (TensorFlow 1 is not installed): BatchNorm counted as computing in fp32",
     ),
     _preset(
         "apex-O0",
         "NVIDIA Apex amp O0: pure fp32",
         _APEX.format("O0"),
         "fp32 throughout; loss_scale 1.0 is a static scale whose overflow is never checked: no scaling.",
+        batchnorm="input",
+        memory=_APEX_MEMORY,
     ),
     _preset(
         "apex-O1",
@@ -219,6 +283,8 @@ _PRESETS: tuple[Preset, ...] = (
         "FP16_FUNCS (linear, conv, matmul) in fp16, FP32_FUNCS (softmax, log_softmax, layer_norm, exp, "
         "log, pow, sum, norm, losses) in fp32, fp32 model weights; floatlab's op set stands for the "
         "full lists and, unlike O1, stores every op output in fp16.",
+        batchnorm="input",
+        memory=_APEX_MEMORY,
     ),
     _preset(
         "apex-O2",
@@ -226,6 +292,8 @@ _PRESETS: tuple[Preset, ...] = (
         _APEX.format("O2") + "; apex/amp/_initialize.py (output cast to fp32)",
         "model.half() except BatchNorm; fp32 master weights; the model's output is cast to fp32, so the "
         "loss is fp32; softmax and layer norm inside the model in fp16.",
+        batchnorm="input",
+        memory=_APEX_MEMORY,
     ),
     _preset(
         "apex-O3",
@@ -233,6 +301,8 @@ _PRESETS: tuple[Preset, ...] = (
         _APEX.format("O3") + "; apex/amp/_initialize.py (output cast to fp32)",
         "model.half() with BatchNorm; no master weights; loss_scale 1.0 (unchecked: no scaling); the "
         "output is cast to fp32 before the loss.",
+        batchnorm="input",
+        memory=_APEX_MEMORY,
     ),
     _preset(
         "fastai",
@@ -242,13 +312,20 @@ _PRESETS: tuple[Preset, ...] = (
         "model2half: every parameter fp16 except BatchNorm's; fp32 master copies; output to fp32 before "
         "the loss (loss_fp32). Scale 2^16, /2 on overflow while above 1, x2 after 1000 clean steps "
         "while below 2^24; at scale 1 an overflowing step is applied. fastai still calls the optimizer "
-        "on an overflowing step with zero gradients (momentum and weight decay act); floatlab skips it.",
+        "on an overflowing step with zero gradients (momentum and weight decay act); floatlab skips it. "
+        "fastai v1's callback is its own and never imports Apex. (fastai v2's MixedPrecision of 2020, "
+        "now NonNativeMixedPrecision in fastai/callback/fp16.py, starts at max_loss_scale 2^24 with "
+        "scale_wait=500; today's fastai v2 to_fp16 is PyTorch's autocast and GradScaler: torch-amp.)",
+        batchnorm="input",
+        memory="fastai v1 fastai/torch_core.py model2half keeps BatchNorm's parameters fp32; the batch is "
+        "cast to fp16 (batch_to_half) and BatchNorm reads it as it comes. " + _TORCH_MEMORY,
     ),
     _preset(
         "mindspore-O0",
         "MindSpore amp O0: fp32",
         _MS.format("O0"),
         "No cast, no loss scale manager.",
+        memory=_MS_MEMORY,
     ),
     _preset(
         "mindspore-O1",
@@ -256,6 +333,7 @@ _PRESETS: tuple[Preset, ...] = (
         _MS.format("O1") + "; AMP_WHITE_LIST",
         "Dense, MatMul, BatchMatMul, Conv and ReLU cells in fp16 (outputs cast back to fp32), the rest in "
         "fp32; parameters fp32; no loss scale manager. floatlab stores every activation in fp16.",
+        memory=_MS_MEMORY,
     ),
     _preset(
         "mindspore-O2",
@@ -264,6 +342,7 @@ _PRESETS: tuple[Preset, ...] = (
         "network.to_float(fp16) except the black list (BatchNorm1d/2d/3d, LayerNorm); parameters stay "
         "fp32 (cast at use); the loss in fp32 (WithLossCell casts the output). The scale is not capped: "
         "in MindSpore it could grow to inf in fp32, floatlab stops it at 2^127.",
+        memory=_MS_MEMORY,
     ),
     _preset(
         "mindspore-O3",
@@ -271,6 +350,7 @@ _PRESETS: tuple[Preset, ...] = (
         _MS.format("O3"),
         "network.to_float(fp16) with keep_batchnorm_fp32=False; parameters stay fp32 (MindSpore casts "
         "them at use: fp32 master weights); the loss in fp32; no loss scale manager.",
+        memory=_MS_MEMORY,
     ),
     _preset(
         "mindspore-fixed-128",
@@ -278,6 +358,7 @@ _PRESETS: tuple[Preset, ...] = (
         "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager "
         "(drop_overflow_update=True); nn.FixedLossScaleUpdateCell",
         "O2's policy with a fixed scale of 128: an overflowing step is dropped, the scale never changes.",
+        memory=_MS_MEMORY,
     ),
     _preset(
         "mindspore-fixed-128-nodrop",
@@ -285,6 +366,7 @@ _PRESETS: tuple[Preset, ...] = (
         "mindspore/python/mindspore/train/loss_scale_manager.py FixedLossScaleManager.get_update_cell "
         "(None); amp.build_train_network (TrainOneStepCell with sens=128)",
         "O2's policy with a fixed scale of 128 and no overflow check: an overflowing step is applied.",
+        memory=_MS_MEMORY,
     ),
 )
 #: the presets by name (case is ignored and ``_`` read as ``-``), in :func:`presets` order

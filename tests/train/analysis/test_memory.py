@@ -22,6 +22,7 @@ from floatlab.train.analysis.memory import (
     LAYOUTS,
     Ledger,
     _saved_counts,
+    batchnorm_kind,
     buffer_shapes,
     layout_of,
     ledger,
@@ -285,6 +286,11 @@ POLICIES = ["fp32", "fp64", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "apex-O3
 @pytest.mark.parametrize("policy", POLICIES)
 def test_activation_count_is_a_real_forward_pass_count(model: Model, policy: str) -> None:
     p = get_policy(policy)
+    if isinstance(model, ConvNet) and batchnorm_kind(p) == "input":
+        # floatlab's BatchNorm caches its normalised values and 1/std, torch's keeps its input, mean
+        # and 1/std (test_memory_torch.py holds the ledger to torch): the cache is floatlab's own
+        # policy's, the same policy renamed
+        p = p.replace(name="floatlab's own")
     for n in (1, 7):
         assert _saved_counts(model, p, n) == measured_saved(model, p, n)
 
@@ -468,7 +474,10 @@ def test_the_layout_is_the_policys_data_not_its_name() -> None:
 
 # Every name's ledgers while the ledger chose the layout from the list of names above: the layout,
 # each model's total bytes (sgd with momentum, batch 3), and the first 16 hex digits of the SHA-256
-# of the JSON of all eight ledgers (each model with sgd and with adamw)
+# of the JSON of all eight ledgers (each model with sgd and with adamw). Changed since, on purpose,
+# and held to torch in test_memory_torch.py: the optimizer state in the format of the weights it
+# updates (fp16, bf16, apex-O3: was fp32), and PyTorch's BatchNorm keeping its 16-bit input and
+# its mean and 1/std (torch-amp, apex-O0 to O3, fastai: was its normalised values in fp32)
 LEDGER_MODELS: list[Model] = [
     ConvNet(64, 10, channels=(4, 8)),
     TransformerLM(8, 11, layers=2, d_model=16, heads=2),
@@ -477,8 +486,8 @@ LEDGER_MODELS: list[Model] = [
 ]
 LEDGERS_WAS: dict[str, tuple[str, int, int, int, int, str]] = {
     "fp32": ("apex-o2", 28416, 141024, 85440, 30720, "988b96aa8a87feab"),
-    "fp16": ("apex-o2", 15720, 84496, 52992, 20192, "beac7cb02ca6f18f"),
-    "bf16": ("apex-o2", 15720, 84496, 52992, 20192, "7ec6710a0243f9d5"),
+    "fp16": ("apex-o2", 14364, 70704, 42732, 15372, "7e208d0f65ade3a9"),
+    "bf16": ("apex-o2", 14364, 70704, 42732, 15372, "f94c744d5f28f28c"),
     "mixed-fp16": ("apex-o2", 23484, 144272, 97260, 39532, "57f08c57bff25e8d"),
     "mixed-bf16": ("apex-o2", 23484, 144272, 97260, 39532, "277c948ad214db06"),
     "mixed-fp8": ("apex-o2", 18402, 118312, 82650, 34298, "451ede0a802fd481"),
@@ -490,15 +499,15 @@ LEDGERS_WAS: dict[str, tuple[str, int, int, int, int, str]] = {
     "mxfp4": ("apex-o2", 23484, 144272, 97260, 39532, "5b56574326e65b8c"),
     "nvfp4": ("apex-o2", 23484, 144272, 97260, 39532, "808ce85abe6882e8"),
     "fp64": ("apex-o2", 56520, 281664, 170856, 61416, "52c50c8cd4ddfab5"),
-    "torch-amp": ("autocast", 22176, 130480, 87000, 34712, "566e0badb90e789f"),
+    "torch-amp": ("autocast", 19920, 130480, 87000, 34712, "48922721cf5af050"),
     "keras": ("autocast", 22176, 130480, 87000, 34712, "af4efafa68696178"),
     "tf2-keras": ("autocast", 22176, 130480, 87000, 34712, "56b056a7b5305e81"),
     "tf1-static-128": ("autocast", 22176, 130480, 87000, 34712, "b1a3a1c5e9c0d677"),
-    "apex-O0": ("apex-o2", 28416, 141024, 85440, 30720, "bd9477fc8978ef22"),
-    "apex-O1": ("autocast", 22176, 130480, 87000, 34712, "95326eb316929d3c"),
-    "apex-O2": ("apex-o2", 23484, 140192, 94092, 39532, "9e0b1b2153cb73f9"),
-    "apex-O3": ("apex-o2", 15780, 85024, 53052, 20252, "5eb5fdf8ff9dff7c"),
-    "fastai": ("apex-o2", 23484, 140192, 94092, 39532, "78e3bd91893d8293"),
+    "apex-O0": ("apex-o2", 28464, 141024, 85440, 30720, "bc353ff6893f8adf"),
+    "apex-O1": ("autocast", 19920, 130480, 87000, 34712, "0e846222c6a42460"),
+    "apex-O2": ("apex-o2", 21228, 140192, 94092, 39532, "c96d764534ec22e8"),
+    "apex-O3": ("apex-o2", 14448, 71232, 42792, 15432, "482042565ef69d9b"),
+    "fastai": ("apex-o2", 21228, 140192, 94092, 39532, "d7e35ba5dd280aa8"),
     "mindspore-O0": ("apex-o2", 28416, 141024, 85440, 30720, "76190477c4bd5d08"),
     "mindspore-O1": ("autocast", 22176, 130480, 87000, 34712, "5df54124f5baef0f"),
     "mindspore-O2": ("autocast", 22176, 130480, 87000, 34712, "92c248ef7ee03d5f"),
