@@ -209,6 +209,20 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
         metavar="on|off",
         help="Kahan-compensated updates of low-precision weights (a compensation buffer in their format)",
     )
+    ls = p.add_argument_group(
+        "dynamic loss scaler (torch.amp.GradScaler's names; default: the scaler preset's numbers)"
+    )
+    ls.add_argument("--init-scale", metavar="S", help="the first scale: 65536, 2^16, ...")
+    ls.add_argument("--growth-factor", type=float, metavar="F", help="the scale's growth, >= 1 (torch: 2)")
+    ls.add_argument(
+        "--backoff-factor", type=float, metavar="F", help="the scale's back-off on overflow, in (0, 1] (0.5)"
+    )
+    ls.add_argument(
+        "--growth-interval",
+        type=int,
+        metavar="N",
+        help="clean steps before the scale grows (torch: 2000; 10 shows growth in a short run)",
+    )
     fp8 = p.add_argument_group("fp8 recipes (fp8-tensorwise, fp8-delayed, fp8-blockwise) and the accumulator")
     fp8.add_argument(
         "--fp8-format",
@@ -286,6 +300,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "rounding",
         "update_rounding",
         "update_compensation",
+        "init_scale",
+        "growth_factor",
+        "backoff_factor",
+        "growth_interval",
         "fp8_format",
         "amax_history",
         "amax_compute_algo",
@@ -307,8 +325,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             f"--promote-every {out['promote_every']}: expected a number of products >= 1 "
             "(leave it out: no promotion)"
         )
-    if isinstance(out.get("static_scale"), str):
-        out["static_scale"] = float(parse_scale(out["static_scale"], "--static-scale"))
+    for name in ("static_scale", "init_scale"):
+        if isinstance(out.get(name), str):
+            out[name] = float(parse_scale(out[name], "--" + name.replace("_", "-")))
     if getattr(args, "fp32_ops", None) is not None:
         out["fp32_ops"] = parse_fp32_ops(args.fp32_ops)
     keep = getattr(args, "keep_bf16", None)

@@ -71,11 +71,18 @@ FAULTS: dict[str, str] = {
     "scale_collapse": "the loss scale fell below fp32's smallest normal, 2^-126",
     "scale_at_limit": "the loss scale was due to grow but stuck at fp32's limit",
 }
-EVAL_FIELDS: tuple[str, ...] = ("epoch", "step", "train_loss", "test_loss", "test_accuracy")
+#: an evaluation's fields: ``test_loss`` is measured in fp32 whatever the policy, and
+#: ``test_loss_in_format`` is the same loss as the policy's format computes it (see
+#: :mod:`floatlab.train.evaluation`; None in a history written before it was kept)
+EVAL_FIELDS: tuple[str, ...] = (
+    "epoch", "step", "train_loss", "test_loss", "test_accuracy", "test_loss_in_format",
+)  # fmt: skip
+#: evaluation fields that callers may leave out, with their value when they do
+EVAL_DEFAULTS: dict[str, Any] = {"test_loss_in_format": None}
 #: the columns of :meth:`History.to_csv` and :meth:`History.to_pandas`: the step fields, then the
 #: evaluation's (empty where no evaluation happened at that step; ``eval_epoch`` is the evaluation's
 #: ``epoch``, the epochs done by then, where the step's ``epoch`` counts from 0 the one in progress)
-CSV_FIELDS: tuple[str, ...] = (*STEP_FIELDS, "eval_epoch", "train_loss", "test_loss", "test_accuracy")
+CSV_FIELDS: tuple[str, ...] = (*STEP_FIELDS, "eval_epoch", *EVAL_FIELDS[2:])
 
 
 def bits_per_char(loss: float | None) -> float | None:
@@ -159,8 +166,9 @@ class History:
         _append_row("log_step", self.steps, STEP_FIELDS, {**STEP_DEFAULTS, **values})
 
     def log_eval(self, **values: Any) -> None:
-        """Append one evaluation; every field of :data:`EVAL_FIELDS` must be given."""
-        _append_row("log_eval", self.evals, EVAL_FIELDS, values)
+        """Append one evaluation; every field of :data:`EVAL_FIELDS` must be given
+        (``test_loss_in_format`` may be left out: None)."""
+        _append_row("log_eval", self.evals, EVAL_FIELDS, {**EVAL_DEFAULTS, **values})
 
     def log_operands(self, stats: Mapping[str, Mapping[str, float]]) -> None:
         """Record the GEMM operands' statistics of the step just logged (:meth:`log_step` first):
@@ -315,13 +323,18 @@ class History:
         hist_in = want_dict("history histograms", d.get("histograms", {}))
         ops_in = want_dict("history operands", d.get("operands", {}))
         n = _column_length(steps_in, "steps")
-        _column_length(evals_in, "evals")
         # a history saved before a column existed gets that column's default at every step
         steps = {
             k: [_from_json_float(v) for v in steps_in[k]] if k in steps_in else [STEP_DEFAULTS.get(k)] * n
             for k in STEP_FIELDS
         }
-        evals = {k: [_from_json_float(v) for v in evals_in.get(k, [])] for k in EVAL_FIELDS}
+        n_evals = _column_length(evals_in, "evals")
+        evals = {
+            k: [_from_json_float(v) for v in evals_in.get(k, [])]
+            if k in evals_in or k not in EVAL_DEFAULTS
+            else [EVAL_DEFAULTS[k]] * n_evals
+            for k in EVAL_FIELDS
+        }
         hist = {}
         for s, h in hist_in.items():
             if not s.isdigit():
@@ -358,7 +371,7 @@ class History:
             step = int(self.evals["step"][j])
             values = {
                 "eval_epoch": self.evals["epoch"][j],
-                **{k: self.evals[k][j] for k in ("train_loss", "test_loss", "test_accuracy")},
+                **{k: self.evals[k][j] for k in EVAL_FIELDS[2:]},
             }
             at = first_row.get(step)
             if at is not None and at not in taken:
@@ -381,8 +394,8 @@ class History:
         >>> h.log_step(step=1, epoch=0, loss=0.1, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
         ...            swallowed=0.0, lr=0.1, grad_norm=None, fault="nonfinite_batch,nonfinite_loss")
         >>> print(h.to_csv(), end="")
-        step,epoch,loss,accuracy,scale,skipped,flushed,swallowed,lr,grad_norm,fault,eval_epoch,train_loss,test_loss,test_accuracy
-        1,0,0.1,0.5,1.0,False,0.0,0.0,0.1,,"nonfinite_batch,nonfinite_loss",,,,
+        step,epoch,loss,accuracy,scale,skipped,flushed,swallowed,lr,grad_norm,fault,eval_epoch,train_loss,test_loss,test_accuracy,test_loss_in_format
+        1,0,0.1,0.5,1.0,False,0.0,0.0,0.1,,"nonfinite_batch,nonfinite_loss",,,,,
         """
         t = self.table()
         buf = io.StringIO()
@@ -404,7 +417,7 @@ class History:
         >>> h.log_step(step=1, epoch=0, loss=0.5, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
         ...            swallowed=0.0, lr=0.1, grad_norm=None)
         >>> df = h.to_pandas(); df.shape, float(df["loss"].iloc[0]), bool(df["test_loss"].isna().all())
-        ((1, 15), 0.5, True)
+        ((1, 16), 0.5, True)
         """
         try:
             import pandas as pd  # type: ignore[import-untyped,unused-ignore]
@@ -487,7 +500,11 @@ class History:
                 else [STEP_DEFAULTS.get(k)] * n
                 for k in STEP_FIELDS
             }
-            evals = {k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()] for k in EVAL_FIELDS}
+            evals = {
+                k: [_npz_value(k, v) for v in z[f"evals/{k}"].tolist()]
+                for k in EVAL_FIELDS
+                if f"evals/{k}" in z.files  # (from_dict fills a field a file written before it lacks)
+            }
         return cls.from_dict({**rest, "steps": steps, "evals": evals})
 
 
@@ -536,6 +553,6 @@ def _npz_value(key: str, v: Any) -> Any:
         return int(v)
     if key == "skipped":
         return bool(v)
-    if key == "grad_norm" and math.isnan(v):
+    if key in ("grad_norm", "test_loss_in_format") and math.isnan(v):
         return None
     return v

@@ -44,6 +44,7 @@ from floatlab.backend import Backend, get_backend, settle_allocator, to_numpy
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
 from floatlab.train.config import DEFAULT_LR, TrainConfig
 from floatlab.train.data.datasets import Dataset, get_data
+from floatlab.train.evaluation import Evaluation, evaluate
 from floatlab.train.history import FAULTS, History, TrainingFaultWarning
 from floatlab.train.hostmath import deterministic
 from floatlab.train.models.base import Model, get_model
@@ -442,14 +443,16 @@ class Trainer:
         self.history.add_histogram(self.step, data, h)
 
     # ---- epochs ---------------------------------------------------------------------------------
-    def evaluate(self, x: Array, y: Array, batch_size: int = 1024) -> tuple[float, float]:
-        """Loss and accuracy of the current weights on ``(x, y)``, forward in the policy's precision.
+    def evaluate(self, x: Array, y: Array, batch_size: int = 1024) -> Evaluation:
+        """Loss and accuracy of the current weights on ``(x, y)``: the forward pass in the policy's
+        precision, the loss measured in fp32 and, beside it, in the policy's format (see
+        :mod:`floatlab.train.evaluation`).
 
         >>> from floatlab.train.data.datasets import make_underflow_task
         >>> d = make_underflow_task(n_train=64, n_test=64)
         >>> tr = Trainer.from_config(TrainConfig(data="underflow", precision="bf16", hidden=(16,)), d)
-        >>> loss, acc = tr.evaluate(d.x_test, d.y_test)
-        >>> 0.0 <= acc <= 1.0 and loss > 0
+        >>> e = tr.evaluate(d.x_test, d.y_test)
+        >>> 0.0 <= e.accuracy <= 1.0 and e.loss > 0
         True
         """
         # an evaluation is a measurement: its stochastic roundings draw from a stream of their own
@@ -459,22 +462,7 @@ class Trainer:
             self.P.inference(stream=(self.seed, 3, self.step)),
             deterministic(self.deterministic),
         ):
-            return self._evaluate(x, y, batch_size)
-
-    def _evaluate(self, x: Array, y: Array, batch_size: int) -> tuple[float, float]:
-        w = self.P.weights(self.params, self.model.norm_params)
-        total_loss = 0.0
-        correct = 0
-        for i in range(0, len(y), batch_size):
-            xb, yb = self.backend.asarray(x[i : i + batch_size]), self.backend.asarray(y[i : i + batch_size])
-            logits, _ = self.model.forward(w, xb, self.P, train=False, buffers=self.buffers)
-            loss, _ = cross_entropy_forward(logits, yb, self.P)
-            total_loss += loss * len(yb)
-            correct += int(np.sum(np.argmax(logits, axis=-1) == yb))
-        n = max(len(y), 1)
-        # (each batch's loss is a mean over its examples' tokens; every example has as many)
-        per_example = int(np.prod(y.shape[1:])) if y.ndim > 1 else 1
-        return total_loss / n, correct / (n * per_example)
+            return evaluate(self.model, self.P, self.params, self.buffers, x, y, batch_size)
 
     @property
     def n_batches(self) -> int:
@@ -573,7 +561,7 @@ class Trainer:
             self._log_eval()
 
     def _log_eval(self) -> None:
-        test_loss, test_acc = self.evaluate(self.data.x_test, self.data.y_test)
+        measured = self.evaluate(self.data.x_test, self.data.y_test)
         # the training loss since the last evaluation (at most an epoch's steps)
         last = self.history.evals["step"][-1] if self.history.evals["step"] else 0
         window = max(min(self.step - last, self.n_batches), 1)
@@ -583,8 +571,9 @@ class Trainer:
             epoch=self.epoch,
             step=self.step,
             train_loss=train_loss,
-            test_loss=test_loss,
-            test_accuracy=test_acc,
+            test_loss=measured.loss,
+            test_accuracy=measured.accuracy,
+            test_loss_in_format=measured.loss_in_format,
         )
         # the epochs trained in all, a resumed run's included (its stored config names the first run's)
         meta = self.history.meta

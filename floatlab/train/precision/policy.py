@@ -77,6 +77,7 @@ __all__ = [
     "MEMORY_LAYOUTS",
     "POLICIES",
     "PRESET_POLICIES",
+    "SCALER_KNOBS",
     "LossScaling",
     "MemoryLayout",
     "Policy",
@@ -103,6 +104,14 @@ MEMORY_LAYOUTS: dict[str, str] = {
     "apex-o2": "Apex O2: low-precision model weights and gradients, fp32 master copies of both",
     "autocast": "autocast: fp32 weights and gradients, low-precision casts of the weights for the step",
 }
+#: the dynamic loss scaler's numbers a policy may set (torch.amp.GradScaler's names), with what each
+#: must be
+SCALER_KNOBS: dict[str, str] = {
+    "init_scale": "the first scale, a positive fp32 number",
+    "growth_factor": "what the scale is multiplied by after growth_interval clean steps, >= 1",
+    "backoff_factor": "what the scale is multiplied by on an overflow, in (0, 1]",
+    "growth_interval": "the clean steps in a row before the scale grows, an integer >= 1",
+}
 # the ops a policy may keep in fp32 (autocast's fp32 list, as far as these models have them);
 # "loss" is the loss's softmax and log alone (a model output cast to fp32 before the loss)
 FP32_OPS: frozenset[str] = frozenset({"softmax", "log", "exp", "sum", "norm", "loss"})
@@ -120,6 +129,11 @@ class Policy:
 
     ``memory_layout`` (:data:`MEMORY_LAYOUTS`) says where the framework the policy follows keeps
     the weights and gradients; only the memory ledger reads it.
+
+    ``init_scale``, ``growth_factor``, ``backoff_factor`` and ``growth_interval`` (torch's
+    ``GradScaler`` names; :data:`SCALER_KNOBS`) override the dynamic loss scaler's numbers (None:
+    those of the ``scaler`` preset), so that the scale's growth and back-off show within a few
+    hundred steps (``growth_interval=10``) instead of the frameworks' 2000.
 
     >>> p = Policy("custom", forward="e4m3", backward="e5m2", loss_scaling="dynamic")
     >>> p.forward.name, p.backward.name, p.weight_format.name
@@ -145,6 +159,10 @@ class Policy:
     accumulate: str = ""
     promote_every: int = 0
     memory_layout: MemoryLayout = "apex-o2"
+    init_scale: float | None = None
+    growth_factor: float | None = None
+    backoff_factor: float | None = None
+    growth_interval: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -214,6 +232,7 @@ class Policy:
             raise ValueError(
                 f"memory_layout={shown(self.memory_layout)}: expected one of {', '.join(MEMORY_LAYOUTS)}"
             )
+        self._check_scaler_knobs()
         if (self.forward == FP64) != (self.backward == FP64):
             raise ValueError("the fp64 reference policy needs fp64 for both forward and backward")
         for f in (self.forward, self.backward):
@@ -223,7 +242,30 @@ class Policy:
                     "expected a format with at most 8 exponent and 23 fraction bits"
                 )
 
+    def _check_scaler_knobs(self) -> None:
+        knobs = self.scaler_knobs
+        if not knobs:
+            return
+        if self.loss_scaling != "dynamic":
+            name, value = next(iter(knobs.items()))
+            raise ValueError(
+                f"{name}={shown(value)}: policy {self.name} has no dynamic loss scaling "
+                f"(loss_scaling={self.loss_scaling!r}); expected loss_scaling='dynamic' with scaler knobs"
+            )
+        from floatlab.train.precision.scaler import make_scaler
+
+        make_scaler(self)  # (the scaler's own checks: an interval >= 1, a growth factor >= 1, ...)
+
     # ---- derived --------------------------------------------------------------------------------
+    @property
+    def scaler_knobs(self) -> dict[str, float | int]:
+        """The loss scaler's numbers this policy sets itself (:data:`SCALER_KNOBS`), by name.
+
+        >>> get_policy("mixed-fp16").replace(growth_interval=10).scaler_knobs
+        {'growth_interval': 10}
+        """
+        return {k: v for k in SCALER_KNOBS if (v := getattr(self, k)) is not None}
+
     @property
     def fp8(self) -> Fp8Recipe | None:
         """The recipe when it is an fp8 one (None otherwise).
@@ -321,7 +363,8 @@ class Policy:
         parts = [f"forward {self.forward.name}", f"backward {self.backward.name}"]
         parts.append(f"{self.wide.name} master weights" if self.master_weights else "no master weights")
         if self.loss_scaling == "dynamic":
-            parts.append(f"dynamic loss scaling ({self.scaler})")
+            knobs = "".join(f", {k} {v:g}" for k, v in self.scaler_knobs.items())
+            parts.append(f"dynamic loss scaling ({self.scaler}{knobs})")
         elif self.loss_scaling == "static":
             # a static scale follows the overflow rule of the scaler preset it names (skip or take)
             rule = "" if self.scaler == "torch" else f" ({self.scaler})"
@@ -364,6 +407,9 @@ class Policy:
         d["forward"], d["backward"] = self.forward.name, self.backward.name
         d["fp32_ops"] = sorted(self.fp32_ops)
         d["recipe"] = None if self.recipe is None else self.recipe.to_dict()
+        for k in SCALER_KNOBS:  # (written only when set: the preset's numbers otherwise)
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod

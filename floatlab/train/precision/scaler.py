@@ -554,5 +554,20 @@ def make_scaler(policy: Policy) -> LossScaler:
     >>> s = make_scaler(get_policy("tf1-static-128"))
     >>> s.scale, s.is_dynamic, s.skips_nonfinite
     (128.0, False, False)
+
+    The policy's scaler knobs override the preset's numbers:
+
+    >>> s = make_scaler(get_policy("apex-O2").replace(growth_interval=10, init_scale=2.0**8))
+    >>> s.scale, s.growth_interval, s.max_scale == 2.0**24
+    (256.0, 10, True)
     """
-    return LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
+    scaler = LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
+    knobs = policy.scaler_knobs
+    if not knobs:
+        return scaler
+    state = scaler.state_dict()
+    state.update(knobs)
+    if "init_scale" in knobs:
+        state["scale"] = want_fp32_scale("init_scale", knobs["init_scale"])
+    scaler.load_state_dict(state)  # (its checks: an interval >= 1, a growth factor >= 1, ...)
+    return scaler
