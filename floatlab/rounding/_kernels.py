@@ -393,6 +393,16 @@ def _flags_one(xi: Any, i: Any, z: Any, p: Any) -> Any:
             )[0]  # fmt: skip
             tiny = unbounded < _shl(_u(1, z), p.mantissa_bits + 1)
     flags = 0
+    # an unsigned format's NaN for a negative value (or a scale format's for a zero): invalid alone
+    nan_in = r.special & (f != 0)
+    no_value = (
+        (p.unsigned != 0)
+        & ~nan_in
+        & (((r.sign != 0) & ((r.significand != 0) | r.special)) | ((p.no_zero != 0) & (r.significand == 0)))
+    )
+    if no_value:
+        finite = False
+        invalid = True
     if finite & (r.inexact | r.overflow | r.flushed):
         flags |= 1
     if finite & ((r.inexact & tiny) | r.flushed):

@@ -319,8 +319,8 @@ def round_scalar(
     fmt = get_format(fmt)
     negative = math.copysign(1.0, x) < 0
     sign = fmt.sign_mask if negative and fmt.signed else 0
-    if not fmt.signed and negative and x != 0 and not math.isnan(x):
-        return round_rational(Fraction(-1), fmt)  # a negative value (-inf too) is the NaN
+    if not fmt.signed and negative and math.isinf(x):
+        return round_rational(Fraction(-1), fmt)  # -inf, as every negative value, is the NaN
     if math.isnan(x):
         bits = _float_bits(x)
         quiet_in = (bits >> 51) & 1
