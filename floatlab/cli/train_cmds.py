@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option, parse_sizes
 from floatlab.cli.progress import Progress, eval_line
-from floatlab.cli.train_views import compare_view, train_view
+from floatlab.cli.train_views import compare_view, seeds_view, train_view
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -537,6 +537,8 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     names = [*args.policies, *args.preset]
     if not names:
         raise ValueError("compare needs at least one policy or --preset, e.g. fp32 fp16 bf16 mixed-fp16")
+    if args.seeds is not None:
+        return _compare_seeds(args, ui, names)
     configs = [config_from_args(args, p) for p in names]
     for c in configs:
         c.make_policy()
@@ -563,6 +565,42 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
             raise
         view = _with_curves(view, plot, ui.color)
     return _show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+
+
+def _compare_seeds(args: argparse.Namespace, ui: UI, names: list[str]) -> int:
+    """``compare --seeds``: the grid of policies and seeds on the sweeps' executors, each policy's
+    final validation as mean with its 95% interval and the paired gap to the first; the figure."""
+    from floatlab.sweeps import parse_seeds
+    from floatlab.text.progress import progress_wanted
+    from floatlab.train import compare, final_table, run_seeds
+    from floatlab.train.data.text import check_model_and_data
+
+    seeds = parse_seeds(args.seeds)
+    base = config_from_args(args, names[0])
+    for p in names:
+        config_from_args(args, p).make_policy()
+    check_model_and_data(args.model, args.data)
+    json_file = _json_file(args)
+    plot = None if args.plot is None else figure_name(args.plot)
+    check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
+    executor = "serial" if args.serial else "dask" if (args.dask or args.scheduler) else "process"
+    config = {k: v for k, v in base.to_dict().items() if k not in ("precision", "seed")}
+    runs = run_seeds(
+        names, seeds, executor=executor, workers=args.workers, scheduler=args.scheduler,
+        progress=None if not args.quiet and progress_wanted(None) else False, **config,
+    )  # fmt: skip
+    view = seeds_view(final_table(runs), color=ui.color)
+    histories = [h.to_dict() for hs in runs.values() for h in hs]
+    if plot is not None:
+        try:
+            with atomic_output(plot) as tmp:
+                compare(runs, tmp, title=f"{args.model} on {args.data}, seeds {args.seeds}")
+        except Exception:
+            if json_file is not None:  # the runs are not lost with the figure
+                _write_json(json_file, {**view.data, "histories": histories})
+            raise
+        view = _with_curves(view, plot, ui.color)
+    return _show(ui, view, json_file, {**view.data, "histories": histories})
 
 
 def _with_curves(view: View, plot: str, color: bool) -> View:
@@ -634,6 +672,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
         "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n"
+        "  floatlab compare fp32 mixed-bf16 bf16 --seeds 0-2 --data digits --epochs 2 --plot seeds.png\n"
         "  floatlab compare fp32 mixed-fp16 bf16 fp16 --model transformer --data text --steps 500 "
         "--plot lm.png\n",
     )
@@ -647,6 +686,13 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "(floatlab presets lists them; repeat for several); the switches below override its settings",
     )
     p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")
+    seeds = p.add_argument_group("over seeds (means with their 95%% intervals, gaps to the first policy)")
+    seeds.add_argument("--seeds", metavar="SEEDS", help="train each policy once per seed: 0-4, 0,2,5, ...")
+    how = seeds.add_mutually_exclusive_group()
+    how.add_argument("--serial", action="store_true", help="one run after another, in this process")
+    how.add_argument("--dask", action="store_true", help="on a Dask LocalCluster (default: a process pool)")
+    how.add_argument("--scheduler", metavar="ADDR", help="on the Dask cluster at ADDR (tcp://host:8786)")
+    seeds.add_argument("--workers", type=int, metavar="N", help="processes of the pool (default: every core)")
     _run_options(p)
     _switch_options(p)
     _output_options(p)

@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import View
 from floatlab.cli.progress import num as _num
@@ -177,3 +178,48 @@ def compare_view(histories: list[History], *, color: bool = False) -> View:
     if notes:
         out += "\n" + dim("\n".join(notes), color)
     return View(out, {"runs": [h.summary() for h in histories], "memory": ledgers})
+
+
+def seeds_view(final: Any, *, color: bool = False) -> View:
+    """What runs over seeds ended at (``final``: :func:`floatlab.train.final_table`'s DataFrame):
+    per policy the final validation metric's mean over the seeds with its 95% interval, and the
+    paired gap to the first policy with its interval.
+
+    >>> import pandas as pd
+    >>> rows = [{"label": "fp32", "metric": "test_accuracy", "unit": "share", "seeds": 3, "finished": 3,
+    ...          "mean": 0.95, "low": 0.94, "high": 0.96, "gap": 0.0, "gap_low": None, "gap_high": None},
+    ...         {"label": "bf16", "metric": "test_accuracy", "unit": "share", "seeds": 3, "finished": 3,
+    ...          "mean": 0.93, "low": 0.91, "high": 0.95, "gap": -0.02, "gap_low": -0.03, "gap_high": -0.01}]
+    >>> print(seeds_view(pd.DataFrame(rows)).text)  # doctest: +NORMALIZE_WHITESPACE
+      policy  seeds  final test accuracy (95% CI)  gap to fp32 (95% CI)
+      fp32    3      95.00 % (94.00 % to 96.00 %)  -
+      bf16    3      93.00 % (91.00 % to 95.00 %)  -2.00 % (-3.00 % to -1.00 %)
+    """
+    records = final.to_dict("records")
+    share = bool(records) and records[0]["unit"] == "share"
+
+    def value(v: Any, signed: bool = False) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if share:
+            return f"{100 * v:+.2f} %" if signed else _pct(v)
+        return f"{v:+.4f}" if signed else _num(v)
+
+    def interval(mean: Any, low: Any, high: Any, signed: bool = False) -> str:
+        if value(mean) == "-":
+            return "-"
+        if value(low) == "-":
+            return value(mean, signed)
+        return f"{value(mean, signed)} ({value(low, signed)} to {value(high, signed)})"
+
+    first = records[0]["label"] if records else "-"
+    rows = []
+    for i, r in enumerate(records):
+        gap = "-" if i == 0 else interval(r["gap"], r["gap_low"], r["gap_high"], signed=True)
+        seeds = str(r["seeds"]) if r["finished"] == r["seeds"] else f"{r['finished']} of {r['seeds']}"
+        rows.append([r["label"], seeds, interval(r["mean"], r["low"], r["high"]), gap])
+    metric = records[0]["metric"].replace("_", " ") if records else "metric"
+    bits = bool(records) and records[0]["unit"] == "bits/char"
+    what = "final validation loss, bits/char" if bits else f"final {metric}"
+    header = ["policy", "seeds", f"{what} (95% CI)", f"gap to {first} (95% CI)"]
+    return View(table(header, rows, align="<>>>", color=color), {"final": records})

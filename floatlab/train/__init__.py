@@ -15,6 +15,7 @@ products and sums in fp32).
 from floatlab.train import _moved
 from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
 from floatlab.train.analysis.plots import compare
+from floatlab.train.analysis.runs import final_table
 from floatlab.train.analysis.sampling import sample
 from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
 from floatlab.train.checkpoint import load_checkpoint, save_checkpoint
@@ -57,6 +58,7 @@ __all__ = [
     "Trainer",
     "clip_grad_norm",
     "compare",
+    "final_table",
     "deterministic",
     "gemm",
     "get_data",

@@ -661,10 +661,12 @@ def train(
     callback: Callable[[Trainer, StepStats], None] | None = None,
     label: str | None = None,
     backend: Backend | str | None = None,
+    progress: bool | None = None,
     **kwargs: Any,
 ) -> History:
     """Train and return the history; ``kwargs`` are :class:`TrainConfig` fields; ``backend``
-    is ``"numpy"`` (the default) or ``"cupy"`` (a CUDA GPU).
+    is ``"numpy"`` (the default) or ``"cupy"`` (a CUDA GPU); ``progress``: a bar of the steps
+    (None: in a notebook or a terminal).
 
     >>> h = train("mlp", "underflow", "mixed-fp16", epochs=1, hidden=(16,), histogram_steps=(1,))
     >>> h.summary()["steps"], h.histograms[1]["advice"]["log2_scale"] > 16
@@ -675,4 +677,16 @@ def train(
     trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None, backend=backend)
     if label is not None:
         trainer.history.label = label
-    return trainer.run(callback=callback)
+    from floatlab.text.progress import progress_bar
+
+    bar = progress_bar(cfg.total_steps(trainer.n_batches), trainer.history.label, progress=progress)
+
+    def step(t: Trainer, stats: StepStats) -> None:
+        bar.update(1)
+        if callback is not None:
+            callback(t, stats)
+
+    try:
+        return trainer.run(callback=step)
+    finally:
+        bar.close()

@@ -6,7 +6,9 @@ the fp8 operands over training.
   :func:`paired_gap`, :func:`late_phase`);
 * ``sampling``: text from a trained character model (:func:`sample`);
 * ``operands``: the fp8 recipes' operand record as a table;
-* ``plots``: the figures: runs side by side, the fp8 operands over training.
+* ``runs``: runs gathered by label over their seeds (:func:`group_runs`) and what they ended at
+  (:func:`final_table`: means, 95% intervals, paired gaps);
+* ``plots``: the figures: policies compared over seeds, the fp8 operands over training.
 
 >>> from floatlab.train.models import MLP
 >>> led = ledger(MLP(784, (256, 256), 10), "mixed-bf16", batch_size=64)
@@ -17,12 +19,15 @@ True
 from floatlab.train.analysis.memory import Ledger, ledger, ledger_for
 from floatlab.train.analysis.operands import operand_summary
 from floatlab.train.analysis.plots import compare, plot_operands
+from floatlab.train.analysis.runs import final_table, group_runs
 from floatlab.train.analysis.sampling import sample
 from floatlab.train.analysis.seeds import late_phase, paired_gap, run_seeds
 
 __all__ = [
     "Ledger",
     "compare",
+    "final_table",
+    "group_runs",
     "late_phase",
     "ledger",
     "ledger_for",

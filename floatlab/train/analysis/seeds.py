@@ -124,32 +124,82 @@ def run_seeds(
     *,
     dataset: Dataset | None = None,
     callback: Callable[[str, int, History], None] | None = None,
+    executor: str = "serial",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool | None = None,
     **config: Any,
 ) -> dict[str, list[History]]:
     """Train every policy once per seed with the same :class:`~floatlab.train.trainer.TrainConfig`
-    settings ``config``; return the histories by policy, in the order of ``seeds``. ``dataset`` (or
-    the config's data set, loaded once) is shared by every run. ``callback(policy, seed, history)``
-    is called after each run.
+    settings ``config``; return the histories by policy, in the order of ``seeds``: what
+    :func:`~floatlab.train.analysis.plots.compare` draws and
+    :func:`~floatlab.train.analysis.runs.final_table` sums up.
 
-    >>> out = run_seeds(["fp32", "bf16"], [0, 1], model="mlp", data="underflow", hidden=(8,), steps=3)
+    ``executor``: ``"serial"`` (here, one run after another; ``dataset``, or the config's data set
+    loaded once, is shared by every run, and ``callback(policy, seed, history)`` is called after
+    each), ``"process"`` (a local pool of ``workers`` processes) or ``"dask"`` (a local cluster, or
+    the one at ``scheduler``): the grid of policies and seeds on the sweeps' executors
+    (:func:`floatlab.sweeps.run_histories`), the same bits on each. ``progress``: a bar of the runs
+    (None: in a notebook or a terminal).
+
+    >>> out = run_seeds(["fp32", "bf16"], [0, 1], model="mlp", data="underflow", hidden=(8,), steps=3,
+    ...                 progress=False)
     >>> {p: [h.n_steps for h in hs] for p, hs in out.items()}
     {'fp32': [3, 3], 'bf16': [3, 3]}
+    >>> run_seeds(["fp32"], [0, 0], data="underflow")
+    Traceback (most recent call last):
+    ...
+    ValueError: seed 0 given twice: expected each seed once
     """
+    from floatlab.text.progress import progress_bar
     from floatlab.train.trainer import TrainConfig, Trainer
 
+    policies, seeds = list(policies), [int(s) for s in seeds]
+    if not policies or not seeds:
+        raise ValueError(f"{len(policies)} policies and {len(seeds)} seeds: expected at least one of each")
+    for what, items in (("policy", policies), ("seed", seeds)):
+        twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+        if twice is not None:
+            raise ValueError(f"{what} {twice!r} given twice: expected each {what} once")
     base = TrainConfig(**config)
+    configs = {(p, s): dataclasses.replace(base, precision=p, seed=s) for p in policies for s in seeds}
+    for cfg in configs.values():
+        cfg.make_policy()  # (an unknown policy or a bad override: refused before any run)
+    if executor != "serial":
+        if dataset is not None or callback is not None:
+            raise ValueError(
+                f"executor={executor!r} with a dataset object or a callback: expected executor='serial' "
+                "for those (the pool's workers read the data set by its name)"
+            )
+        from floatlab.sweeps import Grid, run_histories
+
+        fixed = {k: v for k, v in config.items() if k != "policy"} | dict(config.get("policy") or {})
+        grid = Grid({"precision": policies, "seed": seeds}, fixed)
+        ran = run_histories(grid, executor=executor, workers=workers, scheduler=scheduler, progress=progress)
+        done = iter(ran)
+        pooled: dict[str, list[History]] = {p: [] for p in policies}
+        for policy in policies:  # (the grid's order: policy by policy, seed by seed)
+            for _ in seeds:
+                history = next(done)
+                history.label = policy
+                pooled[policy].append(history)
+        return pooled
     shared = (
         dataset if dataset is not None else get_data(base.data, seed=base.data_seed, context=base.context)
     )
     out: dict[str, list[History]] = {p: [] for p in policies}
-    for policy in policies:
-        for seed in seeds:
-            cfg = dataclasses.replace(base, precision=policy, seed=seed)
-            trainer = Trainer.from_config(cfg, shared)
-            history = trainer.run()
+    bar = progress_bar(len(configs), "runs", progress=progress, unit="run")
+    try:
+        for (policy, seed), cfg in configs.items():
+            bar.set_postfix_str(f"{policy} seed {seed}")
+            history = Trainer.from_config(cfg, shared).run()
+            history.label = policy
             out[policy].append(history)
+            bar.update(1)
             if callback is not None:
                 callback(policy, seed, history)
+    finally:
+        bar.close()
     return out
 
 
