@@ -258,16 +258,19 @@ def _threshold_lines(
         r0 = threshold_ratio(fmt)
         r = _ratio_text(abs(w) / (gap / 2))
         half = "half an ulp" if gap == ulp else "half that gap"
+        # at a power of two the gap toward zero is half the ulp: an update of the other sign
+        # survives down to half of that (1 - 1/3000 is kept in fp16), so the rule is this sign's
+        who = "an update" if toward == ulp else "an update of this sign"
         if abs(u) == gap / 2:
             # the one size of update that round to nearest cannot settle by distance
             lines = [
                 f"{head}; the update is exactly {half}, so the tie rule decided.",
-                f"Anything less vanishes: an update more than {r} times smaller than the weight"
+                f"Anything less vanishes: {who} more than {r} times smaller than the weight"
                 " is always lost.",
             ]
         elif gap == ulp:
             lines = [
-                f"{head}; anything below half an ulp vanishes, so an update more than",
+                f"{head}; anything below half an ulp vanishes, so {who} more than",
                 f"{r} times smaller than the weight is always lost.",
             ]
         else:
@@ -372,7 +375,7 @@ def explain_add(
       1 + 0.0001 in fp16, round to nearest, ties to even
       0.0001 is stored as 0x068E = 0.00010001659393310546875 (exact)
       exact sum 1.00010001659393310546875 -> 1 (0x3C00): the update was swallowed
-      ulp(1) = 2^-10; anything below half an ulp vanishes, so an update more than
+      ulp(1) = 2^-10; anything below half an ulp vanishes, so an update of this sign more than
       2048 times smaller than the weight is always lost.
       For any normal weight in fp16: more than 4,096 times smaller is always lost,
       less than 2,048 times smaller never is.
