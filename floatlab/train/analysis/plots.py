@@ -184,14 +184,29 @@ def compare(
     return _saved(fig, path)
 
 
+def _recipe_words(history: History) -> tuple[str, str]:
+    """What the recipe's operands are, and what its recorded scale is, in words."""
+    policy = history.meta.get("policy")
+    recipe = policy.get("recipe") if isinstance(policy, dict) else None
+    kind = recipe.get("kind") if isinstance(recipe, dict) else None
+    elements = str(recipe.get("elements", "")).upper() if isinstance(recipe, dict) else ""
+    if kind == "nvfp4":
+        return f"NVFP4 ({elements} elements)", "largest block's scale (1 / (E4M3 block x fp32 tensor))"
+    if isinstance(kind, str) and kind.startswith("mx"):
+        return f"{kind.upper()} ({elements} elements)", "scale of the largest block (1 / E8M0 block scale)"
+    return "the fp8", "scale (fp8 max / amax)"
+
+
 def plot_operands(
     history: History,
     path: str | os.PathLike[str] | None = None,
     *,
     title: str | None = None,
 ) -> Figure:
-    """Draw each operand's amax (top row) and scale (bottom row) over the steps, one panel per
-    role (input, weight, grad), one line per layer, both on log axes; save to ``path`` when given.
+    """Draw each operand's amax (top row), scale (middle row) and its saturated, flushed and
+    subnormal shares in percent (bottom row) over the steps, one panel per role (input, weight,
+    grad), one line per layer; the labels name the recipe's element and scale formats (fp8, MX with
+    E8M0 block scales, NVFP4 with E4M3 block scales). Saved to ``path`` when given.
 
     >>> import tempfile
     >>> from floatlab.train.history import History
@@ -208,12 +223,12 @@ def plot_operands(
             f"history {history.label!r} has no fp8 operand record: expected a run under an fp8 recipe "
             "(fp8-tensorwise, fp8-delayed, fp8-blockwise)"
         )
-    from matplotlib.figure import Figure as _Figure
-
     steps = np.asarray(history.steps["step"], dtype=np.float64)
-    fig = _Figure(figsize=(15, 7), layout="constrained")
-    axes = fig.subplots(2, len(ROLES), sharex=True)
+    what, scale_label = _recipe_words(history)
+    fig = _figure(figsize=(15, 10), layout="constrained")
+    axes = fig.subplots(3, len(ROLES), sharex=True)
     layers = sorted({key.rsplit(".", 1)[0] for key in history.operands})
+    shares = (("saturated", "-"), ("flushed", "--"), ("subnormal", ":"))
     for j, role in enumerate(ROLES):
         for i, layer in enumerate(layers):
             cols = history.operands.get(f"{layer}.{role}")
@@ -223,12 +238,18 @@ def plot_operands(
             for row, stat in enumerate(("amax", "scale")):
                 v = np.asarray(cols.get(stat, [math.nan] * len(steps)), dtype=np.float64)
                 axes[row, j].plot(steps[: len(v)], v, color=color, lw=1, label=layer)
-        axes[0, j].set(title=f"{role}: amax", yscale="log")
-        axes[1, j].set(title=f"{role}: scale (fp8 max / amax)", yscale="log", xlabel="step")
+            for stat, ls in shares:
+                v = 100.0 * np.asarray(cols.get(stat, []), dtype=np.float64)
+                axes[2, j].plot(steps[: len(v)], v, color=color, lw=1, ls=ls)
+        axes[0, j].set(title=f"{role}: amax", yscale="log", ylabel="largest |value|")
+        axes[1, j].set(title=f"{role}: {scale_label}", yscale="log", ylabel="scale (log)")
+        axes[2, j].set(title=f"{role}: saturated (-), flushed (--), subnormal (:)", xlabel="step",
+                       ylabel="share of the operand (%)")  # fmt: skip
+        axes[2, j].set_yscale("symlog", linthresh=0.01)
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     drawn = [ax for ax in axes[0] if ax.get_lines()]
     if drawn:  # one legend of the layers, on the first panel that has them
         drawn[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(title or f"{history.label}: the fp8 operands' amax and scale, per layer")
+    fig.suptitle(title or f"{history.label}: {what} operands' amax, scale and shares, per layer")
     return _saved(fig, path)

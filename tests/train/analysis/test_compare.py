@@ -172,3 +172,24 @@ def test_a_sweep_table_is_grouped_by_an_explicit_column() -> None:
 def test_run_seeds_refuses_seeds_given_twice() -> None:
     with pytest.raises(ValueError, match="seed 0 given twice"):
         ft.run_seeds(["fp32"], [0, 0], data="underflow")
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [("mxfp4", "E8M0 block scale"), ("nvfp4", "E4M3 block"), ("fp8-delayed", "fp8 max / amax")],
+)
+def test_the_operand_figure_names_the_recipes_formats_and_plots_the_shares(policy: str, words: str) -> None:
+    from floatlab.train.analysis import plot_operands
+
+    h = ft.train("transformer", "text", policy, steps=3, layers=1, d_model=32, context=16, batch_size=4,
+                 progress=False)  # fmt: skip
+    fig = plot_operands(h)
+    assert words in fig.axes[3].get_title()
+    if policy != "fp8-delayed":
+        assert "E2M1 elements" in fig.get_suptitle()
+    shares = fig.axes[6]
+    assert shares.get_ylabel() == "share of the operand (%)"
+    key = next(k for k in h.operands if k.endswith(".input"))
+    flushed = [line for line in shares.get_lines() if line.get_linestyle() == "--"]
+    want = 100 * np.asarray(h.operands[key]["flushed"])
+    assert any(np.allclose(line.get_ydata(), want) for line in flushed)
