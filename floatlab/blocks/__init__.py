@@ -68,7 +68,8 @@ NVIDIA's recipe rounds gradients stochastically).
 (50 is halfway between E4M3's 48 and 52 and rounds to the even 48; then 300 / 48 = 6.25
 saturates to E2M1's 6.)
 
-Not covered: MXINT8 (integer elements).
+MXINT8 (``"mxint8"``) has integer elements: two's complement k / 64, k from -128 to 127, as gfloat's
+``format_info_mxint8``; its codes are those bytes (:meth:`BlockArray.elements` reads them).
 """
 
 from __future__ import annotations

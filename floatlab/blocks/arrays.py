@@ -23,7 +23,7 @@ import numpy.typing as npt
 from floatlab._signature import spelled_out
 from floatlab.blocks.formats import E8M0_BIAS, E8M0_NAN, SCALE_MODES, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
-from floatlab.formats import get_format
+from floatlab.formats import MXINT8_ELEMENT, get_format
 from floatlab.rounding import as_float_array, check_rounding, encode_blocks, round_array, round_blocks
 from floatlab.text import render
 
@@ -122,7 +122,11 @@ class BlockArray:
         return out
 
     def elements(self) -> npt.NDArray[np.float64]:
-        """The element values (before the block's scale is applied)."""
+        """The element values (before the block's scale is applied); MXINT8's codes are two's
+        complement integers k, its elements k / 64."""
+        if self.format.element is MXINT8_ELEMENT:
+            out: npt.NDArray[np.float64] = self.element_codes.view(np.int8) / 64.0
+            return out
         return decode_array(self.element_codes, self.format.element)
 
     def _per_value(self, block_values: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from floatlab.exact import floor_log2
-from floatlab.formats import FloatFormat, get_format
+from floatlab.formats import MXINT8_ELEMENT, FloatFormat, get_format
 from floatlab.registry import Registry
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "E8M0_BIAS",
     "E8M0_NAN",
     "MAX_BLOCK_SIZE",
+    "MXINT8",
     "MX_FORMATS",
     "NVFP4",
     "SCALE_MODES",
@@ -121,6 +122,11 @@ class BlockFormat:
         mxfp8_e5m2: 32 x float8_e5m2 (max 57344) + one E8M0 scale 2^-127..2^127, 8.25 bits per value
         """
         e = self.element
+        if e is MXINT8_ELEMENT:
+            return (
+                f"{self.name}: {self.block_size} x int8 (k / 64, -2 to 1.984375) + one E8M0 scale "
+                f"2^{_SCALE_MIN}..2^{_SCALE_MAX}, {self.bits_per_value:g} bits per value"
+            )
         scale = (
             "one E4M3 scale per block + one fp32 scale per tensor"
             if self.scale == "e4m3"
@@ -146,11 +152,18 @@ MX_FORMATS: dict[str, BlockFormat] = {
         ("mxfp4_e2m1", "float4_e2m1fn"),
     )
 }
+#: OCP MX's MXINT8: 8-bit two's complement integers k / 64 (k from -128 to 127), blocks of 32, an
+#: E8M0 scale (its element's emax is 0: the scale is 2^floor(log2 amax))
+MXINT8 = BlockFormat("mxint8", MXINT8_ELEMENT)
 #: NVIDIA's NVFP4: E2M1 elements in blocks of 16, an E4M3 scale per block, an fp32 scale per tensor
 NVFP4 = BlockFormat("nvfp4", get_format("float4_e2m1fn"), 16, "e4m3")
 #: every block format by name, the MX formats and NVFP4 (case is ignored and ``-`` read as ``_``)
 BLOCK_FORMATS: Registry[BlockFormat] = Registry(
-    "MX format", {**MX_FORMATS, NVFP4.name: NVFP4}, alike="-", sep="_", kind="a block format name"
+    "MX format",
+    {**MX_FORMATS, MXINT8.name: MXINT8, NVFP4.name: NVFP4},
+    alike="-",
+    sep="_",
+    kind="a block format name",
 )
 
 

@@ -25,9 +25,10 @@ from numpy.typing import ArrayLike
 
 from floatlab.backend import is_cupy
 from floatlab.exact import pow2
-from floatlab.formats import FP32, FP64, FloatFormat, get_format
+from floatlab.formats import FP32, FP64, MXINT8_ELEMENT, FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.cpu import add_count, decode_codes, odd_div, odd_sqrt, odd_sum
+from floatlab.rounding.int8 import mxint8_blocks
 from floatlab.rounding.options import (
     RNG,
     RoundingKnobs,
@@ -616,6 +617,8 @@ def _run_blocks(
         raise ValueError(f"element format {element.name}: expected at most 8 bits")
     if scale not in BLOCK_SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(BLOCK_SCALES)}")
+    if scale == "e4m3" and element is MXINT8_ELEMENT:
+        raise ValueError("scale='e4m3': MXINT8 elements take an E8M0 scale, 'floor' or 'rceil'")
     if scale != "e4m3" and tensor_scale is not None:
         raise ValueError(f"tensor_scale={tensor_scale!r}: only the 'e4m3' rule has a tensor scale")
     br, bc = _block_shape(block_size, rows)
@@ -667,4 +670,6 @@ def _run_blocks(
             rows.dtype if values else None,
             codes=codes,
         )
+        if element is MXINT8_ELEMENT:  # -2.0 and the two's complement codes
+            out = mxint8_blocks(rows, out, (br, bc), scale_shape, options)
     return (*out, t, scale_shape)
