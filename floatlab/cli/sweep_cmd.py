@@ -7,8 +7,11 @@ option) and ``--config FILE`` (TOML or YAML, tables ``grid`` and ``fixed``, whos
 an option given on the command line overrides); every other option is the ``train`` command's,
 shared by every run. Runs go to a local process pool on every core, to a Dask ``LocalCluster``
 (``--dask``) or to a running Dask cluster (``--scheduler ADDRESS``).
-``--out`` keeps the tidy table (Parquet or CSV), written after each run; running the same sweep
-again skips the runs in it. Every grid key and value is checked before the first run.
+``--out`` keeps the tidy table (Parquet or CSV), written after each run, and each run's per-step
+curves beside it (``<stem>.curves.parquet`` or ``.csv``); running the same sweep again skips the
+runs in it. ``--by`` groups the summary and ``--plot``'s curves (default: the configuration
+columns that vary); ``--metric`` is any evaluation or per-step metric. Every grid key and value
+is checked before the first run.
 
 >>> parser = argparse.ArgumentParser()
 >>> _ = register(parser.add_subparsers())
@@ -183,13 +186,23 @@ def _ci(mean: float, low: float, high: float, fmt: Any) -> str:
     return f"{fmt(mean)} [{fmt(low)}, {fmt(high)}]"
 
 
-def sweep_view(summary: Any, *, failures: list[str], out: str | None, color: bool) -> View:
-    """The summary table: per configuration, the runs and the final test accuracy and loss with
-    their 95% confidence intervals."""
+def sweep_view(
+    summary: Any,
+    *,
+    failures: list[str],
+    out: str | None,
+    color: bool,
+    keys: list[str] | None = None,
+    curves: str | None = None,
+) -> View:
+    """The summary table: per group (``keys``, default the configuration columns that vary), the
+    runs and the final test accuracy and loss with their 95% confidence intervals; where the table
+    and its per-step ``curves`` were written."""
     from floatlab.sweeps import config_columns
 
-    keys = [c for c in config_columns(summary) if c not in ("runs", "ok", "stopped", "failed")]
-    keys = [c for c in keys if not c.endswith(("_mean", "_low", "_high"))]
+    if keys is None:
+        keys = [c for c in config_columns(summary) if c not in ("runs", "ok", "stopped", "failed")]
+        keys = [c for c in keys if not c.endswith(("_mean", "_low", "_high"))]
     rows = []
     for r in summary.to_dict("records"):
         rows.append(
@@ -204,17 +217,28 @@ def sweep_view(summary: Any, *, failures: list[str], out: str | None, color: boo
     lines += [dim(f"  failed: {safe(f)}", color) for f in failures]
     if out is not None:
         lines.append(dim(f"  table written to {safe(out)}", color))
-    data = {"summary": summary.to_dict("records"), "failed": failures, "table": out}
+    if curves is not None:
+        lines.append(dim(f"  per-step curves written to {safe(curves)}", color))
+    data = {"summary": summary.to_dict("records"), "failed": failures, "table": out, "curves": curves}
     return View("\n".join(lines), data)
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Check the grid, run it, print the summary (see the module docstring)."""
-    from floatlab.sweeps import METRICS, TABLE_SUFFIXES, plot_curves, run_grid, summarize, to_frame
+    from floatlab.sweeps import EVAL_METRICS, STEP_METRICS, TABLE_SUFFIXES, plot_curves, summarize, sweep
+    from floatlab.sweeps.curves import curves_path
+    from floatlab.sweeps.table import run_rows
 
-    if args.metric not in METRICS:  # (checked before any run, though only --plot draws it)
-        raise ValueError(f"--metric {args.metric!r}: expected one of {', '.join(METRICS)}")
+    if args.metric not in (
+        *EVAL_METRICS,
+        *STEP_METRICS,
+    ):  # (checked before any run, though only --plot draws it)
+        raise ValueError(
+            f"--metric {args.metric!r}: expected one of {', '.join(EVAL_METRICS)} (per evaluation) or "
+            f"{', '.join(STEP_METRICS)} (per step)"
+        )
     grid = build_grid(args)  # every key and value checked: before any run
+    by = _by(args.by, list(run_rows(grid.tasks[0], error="-")[0]))
     plot = None if args.plot is None else figure_name(args.plot)
     json_file = _json_file(args)
     check_outputs(
@@ -224,30 +248,30 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     executor = "serial" if args.serial else "dask" if (args.dask or args.scheduler) else "process"
     progress = None if args.quiet or sys.stderr is None else SweepProgress(sys.stderr)
     try:
-        rows = run_grid(
+        df = sweep(
             grid,
-            args.out,
+            out=args.out,
             executor=executor,
             workers=args.workers,
             scheduler=args.scheduler,
             retry_failed=args.retry_failed,
             timeout=args.timeout,
             callback=progress,
+            progress=False,  # (the command's own lines and bar, through the callback)
         )
     finally:
         if progress is not None:
             progress.close()
-    ids = {t.run_id for t in grid.tasks}
-    df = to_frame([r for r in rows if r["run_id"] in ids])
-    failures = sorted({f"{r['precision']} seed {r['seed']}: {r['reason']}" for r in rows
-                       if r["run_id"] in ids and r["status"] == "failed"})  # fmt: skip
+    failures = sorted({f"{r['precision']} seed {r['seed']}: {r['reason']}" for r in df.to_dict("records")
+                       if r["status"] == "failed"})  # fmt: skip
     if failures and sys.stderr is not None:
         sys.stderr.write(f"floatlab: warning: {len(failures)} of {len(grid)} runs failed (see the table)\n")
-    summary = summarize(df)
-    view = sweep_view(summary, failures=failures, out=args.out, color=ui.color)
+    summary = summarize(df, by=by)
+    curves = None if args.out is None else curves_path(args.out)
+    view = sweep_view(summary, failures=failures, out=args.out, color=ui.color, keys=by, curves=curves)
     if plot is not None:
         with atomic_output(plot) as tmp:
-            plot_curves(df, tmp, metric=args.metric)
+            plot_curves(df, tmp, metric=args.metric, by=by)
         view = _with_curves(view, plot, ui.color)
     return _show(ui, view, json_file, view.data)  # --json FILE: the summary there, the text here
 
@@ -319,7 +343,14 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--metric",
         default="test_loss",
         metavar="NAME",
-        help="the curves' metric: test_loss (default), test_accuracy or train_loss",
+        help="the curves' metric: per evaluation test_loss (default), test_accuracy, train_loss; per step "
+        "loss, accuracy, scale, skipped, flushed, swallowed, lr, grad_norm",
+    )
+    files.add_argument(
+        "--by",
+        metavar="COL[,COL]",
+        help="group the summary and the curves by these table columns (default: the configuration "
+        "columns that vary), such as precision or precision,lr",
     )
     _run_options(p)
     _switch_options(p)
@@ -327,6 +358,27 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     # None: left out (see build_grid: with --config only the options given override the file's)
     p.set_defaults(**dict.fromkeys(_trainer_defaults(), None), run=run, parser=p)
     return p
+
+
+def _by(text: str | None, columns: list[str]) -> list[str] | None:
+    """``--by COL[,COL]``: columns of the table, checked before any run (None: left out).
+
+    >>> _by("precision, lr", ["precision", "lr", "seed"])
+    ['precision', 'lr']
+    >>> _by("precison", ["precision", "seed"])
+    Traceback (most recent call last):
+    ...
+    ValueError: --by 'precison' names no column of the sweep table: expected precision, seed
+    """
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--by {text!r}: expected column names such as precision or precision,lr")
+    for n in names:
+        if n not in columns:
+            raise ValueError(f"--by {n!r} names no column of the sweep table: expected {', '.join(columns)}")
+    return names
 
 
 def _workers(text: str) -> int:

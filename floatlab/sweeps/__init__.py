@@ -33,7 +33,15 @@ from floatlab.sweeps.run import (
     run_grid,
     run_options_signature,
 )
-from floatlab.sweeps.summary import METRICS, config_columns, final_rows, plot_curves, summarize
+from floatlab.sweeps.summary import (
+    EVAL_METRICS,
+    METRICS,
+    STEP_METRICS,
+    config_columns,
+    final_rows,
+    plot_curves,
+    summarize,
+)
 from floatlab.sweeps.table import TABLE_SUFFIXES, read_curves, read_table, to_frame, write_table
 
 if TYPE_CHECKING:
@@ -41,8 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_COLUMNS",
+    "EVAL_METRICS",
     "EXECUTORS",
     "METRICS",
+    "STEP_METRICS",
     "TABLE_SUFFIXES",
     "Grid",
     "RunOptions",

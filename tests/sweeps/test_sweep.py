@@ -210,6 +210,8 @@ def test_a_sweep_file(tmp_path: Path, suffix: str) -> None:
         (["--grid", "rounding=rne,bogus"], "bogus"),
         (["--seeds", "4-2"], "'4-2'"),
         (["--grid", "lr"], "KEY=VALUE1,VALUE2"),
+        (["--by", "precison"], "--by 'precison' names no column of the sweep table"),
+        (["--metric", "bits"], "--metric 'bits': expected one of"),
     ],
 )
 def test_bad_input_is_one_line_before_any_run(
@@ -249,3 +251,21 @@ def test_a_sweep_on_a_running_cluster_by_its_address(serial: pd.DataFrame) -> No
     with cluster:
         df = sweep(AXES, FIXED, scheduler=cluster.scheduler_address, timeout=30)
     pd.testing.assert_frame_equal(df, serial)
+
+
+def test_the_command_writes_the_curves_and_groups_by_the_columns_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, plot, report = tmp_path / "t.csv", tmp_path / "scale.png", tmp_path / "s.json"
+    argv = ["sweep", "--precision", "fp32", "--precision", "mixed-fp16", "--seeds", "0-1",
+            "--data", "underflow", "--hidden", "4", "--steps", "4", "--serial", "-q", "--out", str(out),
+            "--by", "seed", "--plot", str(plot), "--metric", "scale", "--json", str(report)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"per-step curves written to {tmp_path / 't.curves.csv'}" in text
+    summary = json.loads(report.read_text())
+    assert [(r["seed"], r["runs"]) for r in summary["summary"]] == [(0, 2), (1, 2)]
+    assert summary["curves"] == str(tmp_path / "t.curves.csv")
+    curves = read_table(out).attrs["curves"]
+    assert len(curves) == 4 * 4
+    assert plot.read_bytes()[:4] == b"\x89PNG"
