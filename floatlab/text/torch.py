@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from floatlab.text import percent, table
+from floatlab.torch.advice import ModelAdvice
 from floatlab.torch.inspect import KINDS, LayerReport
 from floatlab.torch.simulate import Simulation
 
@@ -80,29 +81,56 @@ def _layer_report_text(rep: LayerReport, kind: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _gemm_text(sim: Simulation, gemm: str, reason: str) -> str:
+    """What one layer's GEMMs get, in words."""
+    p = sim.policy
+    if gemm == "recipe":
+        return f"{p.name} recipe (its three GEMMs)"
+    if gemm == "own":
+        return f"its own precision ({reason})"
+    fmt = p.forward.name if p.forward == p.backward else f"{p.forward.name}, gradients {p.backward.name}"
+    return f"{fmt} operands, fp32 GEMM" + (f" (not the recipe: {reason})" if reason else "")
+
+
 def _simulation_text(sim: Simulation) -> str:
-    """What ran as the policy says, and what was left in its own precision, in words.
+    """What each layer's GEMMs got, what was left in its own precision, and what else the policy
+    asks of the run, in words.
 
     >>> from floatlab.text import render
     >>> import torch
     >>> from floatlab.torch import simulate
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
     >>> print(render(simulate(model, "mixed-fp16")))  # doctest: +NORMALIZE_WHITESPACE
-    simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne
+    simulate mixed-fp16 on Sequential: forward fp16, backward fp16, rounding rne; no GEMM recipe
+      0 (Linear): fp16 operands, fp32 GEMM
+      1 (BatchNorm1d): its own precision (not a GEMM)
       simulated (1): 0 (Linear); calls rounded so far: none
       left in their own precision (1): 1 (BatchNorm1d) (a torch.matmul, bmm or @ of theirs is
       rounded all the same)
       left to the model: softmax, norms, reductions and the loss in its own precision (the policy's
-      fp32 ops); dynamic loss scaling: use torch.amp.GradScaler; fp32 master
+      fp32 ops); dynamic loss scaling: sim.scaler() (torch rules, scale 65536); fp32 master
       weights: the optimizer updates the model's own parameters
     """
     p = sim.policy
     calls = ", ".join(f"{k} {v}" for k, v in sorted(sim.calls.items())) or "none"
+    on_recipe = sum(lp.gemm == "recipe" for lp in sim.plan)
+    linears = sum(lp.module.endswith("Linear") for lp in sim.plan)
+    recipe = "no GEMM recipe"
+    if p.recipe is not None:
+        recipe = f"recipe {p.recipe.describe()}, on {on_recipe} of {linears} Linear layers"
     lines = [
         f"simulate {p.name} on {type(sim.model).__name__}: forward {p.forward.name}, "
         f"backward {p.backward.name}, rounding {p.rounding}"
         + (", saturating" if p.saturate else "")
-        + ("" if p.subnormals else ", subnormals flushed"),
+        + ("" if p.subnormals else ", subnormals flushed")
+        + f"; {recipe}",
+    ]
+    if p.recipe is not None and not on_recipe:
+        lines.append(
+            f"  WARNING: the recipe reaches no layer: this run is plain {p.forward.name}, not {p.name}"
+        )
+    lines += [f"  {lp.name} ({lp.module}): {_gemm_text(sim, lp.gemm, lp.reason)}" for lp in sim.plan]
+    lines += [
         f"  simulated ({len(sim.simulated)}): {', '.join(sim.simulated) or 'none'}; "
         f"calls rounded so far: {calls}",
         f"  left in their own precision ({len(sim.skipped)}): {', '.join(sim.skipped) or 'none'}"
@@ -120,20 +148,50 @@ def _simulation_text(sim: Simulation) -> str:
             f"softmax, norms, reductions and the loss in its own precision (the policy computes "
             f"{', '.join(low_ops)} in {p.forward.name}: not simulated)"
         )
+    rule = sim.scaler().rule
     if p.loss_scaling == "dynamic":
-        left.append("dynamic loss scaling: use torch.amp.GradScaler")
+        left.append(f"dynamic loss scaling: sim.scaler() ({rule.name} rules, scale {rule.scale:g})")
     elif p.loss_scaling == "static":
-        left.append(f"static loss scale {p.static_scale:g}: multiply the loss by it, divide the gradients")
+        left.append(f"static loss scale {p.static_scale:g}: sim.scaler()")
     if p.master_weights:
         left.append(f"{p.wide.name} master weights: the optimizer updates the model's own parameters")
-    elif not p.is_wide:
+    elif sim.weights.params:
+        swallowed = sum(c.swallowed for c in sim.weights.steps)
+        updates = sum(c.updates for c in sim.weights.steps)
         left.append(
-            f"weights stored in {p.weight_format.name}: not simulated (the optimizer updates the "
-            "model's own parameters; swallowed updates do not happen)"
+            f"weights stored in {p.weight_format.name} at each optimizer step "
+            f"({p.update_rounding or p.rounding}"
+            + (", Kahan-compensated" if p.update_compensation else "")
+            + f"): {_plural(len(sim.weights.steps), 'step')} so far, {percent(swallowed, updates)} of "
+            "the updates swallowed"
         )
     lines.append(f"  left to the model: {'; '.join(left)}")
     return "\n".join(lines)
 
 
+def _advice_text(adv: ModelAdvice) -> str:
+    """The verdict in one line: the loss scale, the layers to keep wide and why.
+
+    >>> from floatlab.text import render
+    >>> from floatlab.torch.advice import ModelAdvice
+    >>> render(ModelAdvice.of({}, "fp16"))
+    'fp16: loss scale 2^0 for the whole model (2 binades of headroom); no layer needs a wider format'
+    """
+    reasons: dict[str, list[str]] = {}
+    for k in adv.keep:
+        at = f" at 2^{k.log2_scale}" if k.log2_scale else ""
+        reasons.setdefault(k.layer, []).append(f"{k.kind}: {percent(k.share)} {k.cause}{at}")
+    keep = "; ".join(f"{layer or '(model)'} ({', '.join(r)})" for layer, r in reasons.items())
+    return (
+        f"{adv.format}: loss scale 2^{adv.log2_scale} for the whole model ({_plural(adv.headroom, 'binade')} "
+        "of headroom); "
+        + (f"keep {keep} in a wider format" if keep else "no layer needs a wider format")
+    )
+
+
 #: the text view of each result type of this module
-TEXT: dict[type, Callable[..., str]] = {LayerReport: _layer_report_text, Simulation: _simulation_text}
+TEXT: dict[type, Callable[..., str]] = {
+    LayerReport: _layer_report_text,
+    Simulation: _simulation_text,
+    ModelAdvice: _advice_text,
+}

@@ -27,7 +27,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
     ) from e
 
 from floatlab.torch.inspect import DEFAULT_FORMATS, KINDS, LayerReport, TensorShares, inspect
-from floatlab.torch.simulate import Simulation, simulate
+from floatlab.torch.simulate import Simulation, SimulationWarning, simulate
 from floatlab.torch.tensors import array_tensor, is_tensor, tensor_array
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "KINDS",
     "LayerReport",
     "Simulation",
+    "SimulationWarning",
     "TensorShares",
     "array_tensor",
     "inspect",

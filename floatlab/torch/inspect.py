@@ -55,6 +55,8 @@ from floatlab.gradhist import GradHistogram
 from floatlab.io import save_figure
 from floatlab.rounding import ROUNDING_MODES, round_array_with_flags
 from floatlab.text import percent, render
+from floatlab.torch.advice import ModelAdvice
+from floatlab.torch.attention import PARTS, AttentionWatch
 from floatlab.torch_hooks import output_tensors
 
 if TYPE_CHECKING:
@@ -169,8 +171,14 @@ class LayerReport:
         steps: int,
         rounding: str = "rne",
         headroom: int = 2,
+        histograms: dict[tuple[str, str], GradHistogram] | None = None,
+        unseen: dict[str, str] | None = None,
     ) -> None:
         self.rows: tuple[TensorShares, ...] = tuple(rows)
+        #: the histogram of each (layer, kind)'s values: what :meth:`advice` judges any format by
+        self.histograms: dict[tuple[str, str], GradHistogram] = dict(histograms or {})
+        #: the layers whose tensors inspect could not see, with the reason
+        self.unseen: dict[str, str] = dict(unseen or {})
         self.formats: tuple[str, ...] = tuple(get_format(f).name for f in formats)
         self.steps = steps
         self.rounding = rounding
@@ -245,6 +253,36 @@ class LayerReport:
             "overflow_scaled", "lost_scaled",
         ]  # fmt: skip
         return pd.DataFrame.from_records(records, columns=columns)
+
+    def advice(self, fmt: FloatFormat | str, *, tolerance: float = 1e-3) -> ModelAdvice:
+        """One verdict for the model in ``fmt`` (any format: it is judged from the histograms of the
+        values, not the report's columns): one power-of-two loss scale, the layers to keep in a
+        wider format with the reason (a share above ``tolerance`` lost), and the headroom
+        (:class:`~floatlab.torch.advice.ModelAdvice`).
+
+        >>> import numpy as np
+        >>> from floatlab.gradhist import histogram
+        >>> rep = LayerReport([], formats=["fp16"], steps=1,
+        ...                   histograms={("fc", "activation_grad"): histogram(np.float32([2.0**-30]))})
+        >>> rep.advice("fp16").log2_scale
+        43
+        """
+        return ModelAdvice.of(
+            self.histograms, fmt, headroom=self.headroom, rounding=self.rounding, tolerance=tolerance
+        )
+
+    def summary(self) -> pd.DataFrame:
+        """The rows of :meth:`to_frame` that lose something: values flushed to zero or overflowed
+        unscaled, or NaN or infinite ones.
+
+        >>> rows = [TensorShares("fc", "Linear", "weight", "fp16", 4, 0, 0, 0, 1.0, 1, 0, 0, 0, 1, 0, 0),
+        ...         TensorShares("fc", "Linear", "weight", "bf16", 4, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, 0, 0)]
+        >>> LayerReport(rows, formats=["fp16", "bf16"], steps=1).summary()["format"].tolist()
+        ['fp16']
+        """
+        df = self.to_frame()
+        loses = (df["lost"] > 0) | (df["nan"] > 0) | (df["inf"] > 0)
+        return df[loses].reset_index(drop=True)
 
     def of_kind(self, kind: str) -> list[TensorShares]:
         """The rows of tensor kind ``kind`` (one of :data:`KINDS`), in the report's order; a
@@ -495,6 +533,8 @@ def inspect(
         leaf = next(iter(module.children()), None) is None
         if own or leaf:
             layers.append((name, module, own))
+        if isinstance(module, torch.nn.MultiheadAttention):  # the tensors inside it (out_proj is its own)
+            layers += [(f"{name}.{part}", module, []) for part in PARTS[:-1]]
     tallies: dict[tuple[str, str], _Tally] = {}
 
     def tally(name: str, kind: str, t: Any) -> None:
@@ -515,11 +555,16 @@ def inspect(
 
         return forward_hook
 
-    handles = [
+    def see(name: str, t: Any) -> Any:
+        watch(name)(None, None, t)
+        return t
+
+    handles = [  # the leaves' outputs, and a MultiheadAttention's (which has a child, out_proj)
         module.register_forward_hook(watch(name))
-        for name, module, _own in layers
-        if next(iter(module.children()), None) is None
+        for name, module in model.named_modules()
+        if next(iter(module.children()), None) is None or isinstance(module, torch.nn.MultiheadAttention)
     ]
+    attention = AttentionWatch(model, see).__enter__()
     try:
         for _ in range(steps):
             model.zero_grad(set_to_none=True)
@@ -539,6 +584,7 @@ def inspect(
     finally:
         for handle in handles:
             handle.remove()
+        attention.__exit__()
 
     rows: list[TensorShares] = []
     for name, module, _own in layers:
@@ -546,5 +592,11 @@ def inspect(
             if (name, kind) in tallies:
                 rows += tallies[name, kind].rows(name, type(module).__name__, kind, fmts, rounding, headroom)
     return LayerReport(
-        rows, formats=[f.name for f in fmts], steps=steps, rounding=rounding, headroom=headroom
+        rows,
+        formats=[f.name for f in fmts],
+        steps=steps,
+        rounding=rounding,
+        headroom=headroom,
+        histograms={key: t.hist for key, t in tallies.items()},
+        unseen=attention.unseen,
     )

@@ -2,76 +2,70 @@
 
 ::
 
-    with floatlab.torch.simulate(model, "mixed-bf16") as sim:
+    with floatlab.torch.simulate(model, "mixed-fp16") as sim:
+        scaler = sim.scaler()                      # the policy's loss scaling, GradScaler's interface
         for x, y in data:
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step(); opt.zero_grad()
-    print(sim)
+            scaler.scale(F.cross_entropy(model(x), y)).backward()
+            scaler.step(opt); scaler.update(); opt.zero_grad()
+    print(sim)                                     # what each layer's GEMMs got
+    sim.to_pandas()                                # a row per step, site and operand
 
 Inside the ``with`` block every GEMM of the model's forward pass runs as the policy's tensor
 core would: ``nn.Linear`` (``F.linear``), ``nn.Conv1d``/``nn.Conv2d`` (``F.conv1d``,
-``F.conv2d``) and ``torch.matmul``, ``torch.bmm``, ``torch.mm``, ``torch.addmm``,
-``torch.baddbmm``, ``torch.einsum`` (of two operands or more) and ``@`` (in any module,
-functional calls in a custom ``forward`` included) get their weights, inputs and bias (the
-added term) rounded into the forward format and their output stored in it; ``nn.Embedding``
-(``F.embedding``) reads its table rounded into the forward format.
+``F.conv2d``), ``nn.MultiheadAttention`` (its projections and its two attention GEMMs,
+:mod:`floatlab.torch.attention`) and ``torch.matmul``, ``torch.bmm``, ``torch.mm``,
+``torch.addmm``, ``torch.baddbmm``, ``torch.einsum`` (of two operands or more) and ``@`` (in any
+module, functional calls in a custom ``forward`` included) get their weights, inputs and bias
+(the added term) rounded into the forward format and their output stored in it;
+``nn.Embedding`` (``F.embedding``) reads its table rounded into the forward format.
 ``F.scaled_dot_product_attention`` runs as its two GEMMs, each treated so: ``q @ k^T * scale``,
 the mask and the softmax in the model's precision, then ``p @ v`` (torch's own math reference;
 a fused kernel keeps the scores in fp32, which this does not). Backward, the gradient reaching
 each of those outputs is rounded into the backward format, and so is each gradient they send on
 (to the input, the weight, the bias): a gradient is stored wherever an activation is. Every
 rounding is :func:`floatlab.round_array` with the policy's mode, ``saturate`` and ``subnormals``
-(stochastic rounding draws from a seeded generator). :attr:`Simulation.calls` counts them.
+(stochastic rounding draws from a seeded generator); a CUDA tensor is rounded on its GPU
+through DLPack. :attr:`Simulation.calls` counts them, and each adds its operand's statistics to
+the step's record (:meth:`Simulation.to_pandas`).
+
+A policy's GEMM recipe (fp8: per-tensor current or delayed scaling, DeepSeek-V3's blocks;
+microscaling: MXFP8, MXFP6, MXFP4, NVFP4) runs the three GEMMs of the ``nn.Linear`` layers that
+its plan picks (:func:`floatlab.torch.plan.plan_layers`: ``modules=``, or the recipe's
+``keep_bf16``) through the same :class:`~floatlab.train.recipes.Fp8Scaling` or
+:class:`~floatlab.train.recipes.MicroScaling` as floatlab's own trainer, on the host, with the
+layer's name as its site; the other GEMMs take the plain forward format. When the recipe
+reaches no layer at all (``"nvfp4"`` keeps the first and the last Linear in bf16: on a model of
+two, nothing is left), ``simulate`` warns (:class:`SimulationWarning`). A recipe's step ends
+when the next training forward pass begins (or at :meth:`Simulation.end_step`); a forward pass
+without gradients (an evaluation) records nothing.
+
+Weights: a policy without master weights (``"bf16"``, ``"fp16"``) stores them in its format
+at every ``optimizer.step()`` (:class:`floatlab.torch.weights.StoredWeights`, the NumPy
+trainer's update rounding: nearest, stochastic or Kahan-compensated), and counts the swallowed
+updates per step. Loss scaling: :meth:`Simulation.scaler` is the policy's rule with
+``torch.amp.GradScaler``'s interface (its knobs under torch's names, given to ``simulate``).
 
 How: one :class:`torch.overrides.TorchFunctionMode` sees those calls, switched on by a
 forward pre-hook on the model and off by its forward hook, and each rounding is an autograd
 function (:meth:`Simulation.store`). A mode, rather than patched module ``forward`` methods or
-a wrapper module, catches the functional GEMMs of custom modules (an attention's
-``q @ k.transpose(-1, -2)``) that module hooks cannot, changes no module or parameter (the
-parameters stay fp32 in the optimizer, the policy's master weights), and, switched by the
-model's own hooks, leaves the GEMMs outside the model's forward (a loss, an evaluation
-metric) alone. An exception in the forward pass or in a hook of the user's, a
-``KeyboardInterrupt`` included, switches the rounding off with the pass, and leaving the
-``with`` block removes the hooks and the mode whatever ended it: the model is left as it was.
+a wrapper module, catches the functional GEMMs of custom modules that module hooks cannot,
+changes no module, and leaves the GEMMs outside the model's forward (a loss, a metric) alone.
+An exception in the forward pass or in a hook, a ``KeyboardInterrupt`` included, switches the
+rounding off with the pass, and leaving the ``with`` block removes the hooks and the mode
+whatever ended it. Torch's fused fast paths of ``nn.MultiheadAttention`` and
+``nn.TransformerEncoderLayer`` (evaluation without gradients) are switched off while the
+rounding is on, so that their GEMMs are seen.
 
-It refuses, at ``simulate(...)``, in one line: a compiled model or one holding a compiled
-module (``torch.compile``: simulate the original, ``model._orig_mod``), and parameters whose
-dtype cannot hold the policy's formats or its fp32 master weights (an fp16 model under
-``"mixed-bf16"`` or ``"mxfp8"``; a model stored in the pure policy's own format, fp16 under
-``"fp16"``, is that policy and is accepted).
-
-What it does not simulate, said by ``print(sim)`` and :attr:`Simulation.skipped`:
-
-* layers with parameters that are none of the above (LayerNorm, BatchNorm, GroupNorm,
-  MultiheadAttention, a custom module holding a parameter, Conv3d, ConvTranspose): they run in
-  their own precision, as their parameters are;
-* other products of tensors (``torch.tensordot``, ``mv``, ``dot``, ``inner``, ``outer``,
-  ``addbmm``, ``addmv``, ``addr``, ``linalg.multi_dot``, ``F.bilinear``, ``F.conv3d``, the
-  transposed convolutions, ``F.multi_head_attention_forward``, in-place ``addmm_`` and kin): they
-  run in their own precision, and :attr:`Simulation.left` counts their calls;
-* the elementwise ops and reductions between GEMMs (softmax, layer norm, GELU, residual adds,
-  the loss) run in the model's precision, fp32, which is what a policy's fp32-op list asks for;
-  a pure ``"bf16"`` policy, which computes them in bf16 in floatlab's NumPy models, is simulated
-  at its GEMMs only. :meth:`Simulation.store` marks such a storage point by hand (a residual
-  stream kept in the forward format, as autocast's bf16 outputs keep it);
-* loss scaling: dynamic scaling is ``torch.amp.GradScaler``'s (it scales the loss, unscales the
-  gradients in fp32, skips a step with an inf and halves the scale); a static scale S
-  (``policy.static_scale``) is ``(loss * S).backward()`` and the gradients divided by S before
-  ``opt.step()``. The scale enters before the output gradients are rounded, as it must for
-  the gradients it saves from underflow;
-* weights stored in the forward format without master weights (``master_weights=False``): the
-  optimizer still updates the fp32 parameters, so swallowed updates are not simulated;
-* a policy's GEMM recipe (an fp8 recipe: per-tensor current or delayed scaling, DeepSeek-V3's
-  blocks; a microscaling one: MXFP8, MXFP6, MXFP4, NVFP4) reaches the ``nn.Linear`` layers (a
-  linear is ``F.linear`` with one of the model's Linear weights): their three GEMMs run through
-  the same :class:`~floatlab.train.recipes.Fp8Scaling` or
-  :class:`~floatlab.train.recipes.MicroScaling` as floatlab's own trainer, on the host, with
-  the layer's module name as its site; other GEMMs (attention's, convolutions) take the plain
-  forward format. A recipe's step ends when the next training forward pass begins (or at
-  :meth:`Simulation.end_step`); a forward pass without gradients (``torch.no_grad()``: an
-  evaluation) records nothing. ``"first"`` and ``"last"`` in ``keep_bf16`` are the first and
-  last Linear modules in the model's definition order. A narrow accumulator needs an fp8 recipe.
+It refuses, at ``simulate(...)``, in one line (:mod:`floatlab.torch.checks`): a compiled model,
+a model on the meta device, a model another simulation holds, and parameters whose dtype cannot
+hold the policy's formats or its fp32 master weights; it warns about a model without parameters
+and a frozen one. What it does not simulate, said by ``print(sim)`` and
+:attr:`Simulation.skipped`: layers with parameters that are no GEMM (norms, a custom module's
+own parameter, Conv3d, ConvTranspose), which run in their own precision; other products of
+tensors (``torch.tensordot``, ``mv``, ``outer``, ``addbmm``, ``F.bilinear``, ``F.conv3d``, the
+transposed convolutions, in-place ``addmm_`` and kin), counted in :attr:`Simulation.left`; the
+elementwise ops and reductions between GEMMs (softmax, norms, residual adds, the loss), in the
+model's precision (:meth:`Simulation.store` marks a storage point by hand).
 
 >>> import torch
 >>> _ = torch.manual_seed(0)
@@ -84,99 +78,55 @@ What it does not simulate, said by ``print(sim)`` and :attr:`Simulation.skipped`
 
 from __future__ import annotations
 
-import math
 import sys
+import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat
+from floatlab.errors import FloatlabWarning
+from floatlab.formats import FloatFormat
 from floatlab.rounding import round_array
 from floatlab.rounding.options import RNG, as_generator
 from floatlab.text import render
+from floatlab.torch._functions import GEMMS, LEFT, OPERANDS, SDPA_ARGS, TWO
+from floatlab.torch._recipe_linear import RecipeLinear
+from floatlab.torch.attention import attend, multi_head_attention
+from floatlab.torch.checks import FORMAT_OF_DTYPE, cautions, refusal
+from floatlab.torch.plan import GEMM_LAYERS, LayerPlan, ModuleFilter, plan_layers
+from floatlab.torch.records import StepRecords
+from floatlab.torch.scaler import PolicyScaler, scaler_for
 from floatlab.torch.tensors import FLOAT_DTYPES
+from floatlab.torch.weights import StoredWeights, UpdateCount
 from floatlab.train.precision.policy import Policy, get_policy
 from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
-__all__ = ["SIMULATED_LAYERS", "Simulation", "simulate"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["SIMULATED_LAYERS", "Simulation", "SimulationWarning", "simulate"]
 
 #: the layers simulate runs as the policy says (everything else with parameters is reported)
-SIMULATED_LAYERS: tuple[type[torch.nn.Module], ...] = (
-    torch.nn.Linear,
-    torch.nn.Conv1d,
-    torch.nn.Conv2d,
-    torch.nn.Embedding,
-)
-
-_FORMAT_OF_DTYPE: dict[torch.dtype, FloatFormat] = {
-    torch.float64: FP64,
-    torch.float32: FP32,
-    torch.float16: FP16,
-    torch.bfloat16: BF16,
-}
+SIMULATED_LAYERS: tuple[type[torch.nn.Module], ...] = GEMM_LAYERS
 
 
-def _gemm_functions() -> dict[Any, str]:
-    """The torch functions the mode rounds around, each with its name in the report."""
-    ops: dict[Any, str] = {
-        F.linear: "linear",
-        F.conv1d: "conv1d",
-        F.conv2d: "conv2d",
-        F.embedding: "embedding",
-        F.scaled_dot_product_attention: "scaled_dot_product_attention",
-        torch.einsum: "einsum",
-        torch.linalg.matmul: "matmul",
-    }
-    for name in ("matmul", "bmm", "mm", "addmm", "baddbmm"):
-        ops[getattr(torch, name)] = name
-        ops[getattr(torch.Tensor, name)] = name
-    ops[torch.Tensor.__matmul__] = "matmul"
-    ops[torch.Tensor.__rmatmul__] = "matmul"
-    return ops
+class SimulationWarning(FloatlabWarning):
+    """What simulate warns about: a policy's recipe that reaches no layer, a model without
+    parameters or with every parameter frozen. Filter it with
+    ``warnings.simplefilter("ignore", SimulationWarning)``.
+
+    >>> issubclass(SimulationWarning, FloatlabWarning)
+    True
+    """
 
 
-def _left_functions() -> dict[Any, str]:
-    """The products of tensors the mode sees and leaves in their own precision, each with its name
-    in the report (:attr:`Simulation.left` counts their calls)."""
-    ops: dict[Any, str] = {
-        F.bilinear: "bilinear",
-        F.conv3d: "conv3d",
-        F.conv_transpose1d: "conv_transpose1d",
-        F.conv_transpose2d: "conv_transpose2d",
-        F.conv_transpose3d: "conv_transpose3d",
-        F.multi_head_attention_forward: "multi_head_attention_forward",
-        torch.tensordot: "tensordot",
-        torch.linalg.multi_dot: "multi_dot",
-        torch.linalg.vecdot: "vecdot",
-    }
-    for name in ("mv", "dot", "vdot", "inner", "outer", "ger", "addbmm", "addmv", "addr", "chain_matmul"):
-        for owner in (torch, torch.Tensor):
-            if hasattr(owner, name):
-                ops[getattr(owner, name)] = name
-    for name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_"):  # (in place: into fp32 storage)
-        ops[getattr(torch.Tensor, name)] = name
-    return ops
-
-
-_GEMMS = _gemm_functions()
-_LEFT = _left_functions()
-#: the positional places and keywords of the operands each function's rounding reaches
-_OPERANDS = {
-    "linear": ((0, 1, 2), ("input", "weight", "bias")),
-    "conv1d": ((0, 1, 2), ("input", "weight", "bias")),
-    "conv2d": ((0, 1, 2), ("input", "weight", "bias")),
-    "embedding": ((1,), ("weight",)),  # (the indices are not values)
-    "addmm": ((0, 1, 2), ("input", "mat1", "mat2")),
-    "baddbmm": ((0, 1, 2), ("input", "batch1", "batch2")),
-}
-_TWO = ((0, 1), ("input", "other", "mat2"))
-_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
 #: the code of torch's ``Module.__call__`` body, which runs a module's hooks and its forward
 _CALL_IMPL = getattr(getattr(torch.nn.Module, "_call_impl", None), "__code__", None)
 
@@ -190,128 +140,24 @@ def _call_frame() -> FrameType | None:
     return frame
 
 
-def _compiled(model: torch.nn.Module) -> str | None:
-    """A one-line reason when ``model`` or a module inside it is compiled (the rounding cannot run
-    inside compiled code: dynamo retraces it at every call, and then fails), else None."""
-    # (torch.compile's wrapper class lives in dynamo: a program that never imported it has none)
-    dynamo = sys.modules.get("torch._dynamo.eval_frame")
-    wrapper = getattr(dynamo, "OptimizedModule", None)
-    for name, m in model.named_modules():
-        where = "model" if not name else f"module {name!r} of the model"
-        if wrapper is not None and isinstance(m, wrapper):
-            orig = "model._orig_mod" if not name else f"the original module, {name}._orig_mod"
-            return (
-                f"the {where} is a compiled module (torch.compile): expected the module itself, pass {orig}"
-            )
-        if getattr(m, "_compiled_call_impl", None) is not None:
-            return (
-                f"the {where} was compiled in place (Module.compile()): expected a module that is not "
-                "compiled (build it again without .compile() and simulate that)"
-            )
-    return None
-
-
-def _dtype_refusal(model: torch.nn.Module, p: Policy) -> str | None:
-    """A one-line reason when a parameter's dtype cannot hold what the policy stores (it would fail
-    or round twice inside the first forward pass), else None."""
-    masters = f"expected {p.wide.name} master parameters (model.{'double' if p.wide == FP64 else 'float'}())"
-    for name, t in model.named_parameters():
-        if not t.is_floating_point():
-            continue
-        src = _FORMAT_OF_DTYPE.get(t.dtype)
-        needs = [("forward format", p.forward), ("backward format", p.backward)]
-        if p.master_weights:
-            needs.append(("master weights' format", p.wide))
-        for what, fmt in needs:
-            if src is None or not src.contains(fmt):
-                return (
-                    f"parameter {name!r} of dtype {t.dtype} cannot hold the {what} {fmt.name} of "
-                    f"policy {p.name}: {masters}"
-                )
-        if p.recipe is not None and t.dtype != torch.float32:
-            return (
-                f"parameter {name!r} of dtype {t.dtype}: the recipe of policy {p.name} runs its GEMMs "
-                f"on float32 copies of the operands: {masters}"
-            )
-    return None
-
-
 class _Store(torch.autograd.Function):
     """Store a tensor: its value rounded into the forward format, its gradient into the backward
-    format (a straight-through rounding: the derivative of a rounding is taken as 1)."""
+    format (a straight-through rounding: the derivative of a rounding is taken as 1); with a
+    site, each rounding's statistics go to the step's record (the gradient's as role ``grad``,
+    or ``<role>.grad`` for a role other than the output)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, sim: Simulation) -> torch.Tensor:
-        ctx.sim = sim
-        out = sim.round(x, sim.policy.forward)
+    def forward(ctx: Any, x: torch.Tensor, sim: Simulation, site: str | None, role: str) -> torch.Tensor:
+        ctx.sim, ctx.site, ctx.role = sim, site, role
+        out = sim.round(x, sim.policy.forward, site, role)
         # (a Function must not hand back its input itself)
         return out if out is not x else x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         sim: Simulation = ctx.sim
-        return sim.round(grad, sim.policy.backward), None
-
-
-def _host(t: torch.Tensor) -> np.ndarray[Any, Any]:
-    """A float32 NumPy array of ``t``'s values (a view for a CPU float32 tensor)."""
-    out: np.ndarray[Any, Any] = t.detach().to("cpu", torch.float32).numpy()
-    return out
-
-
-class _RecipeLinear(torch.autograd.Function):
-    """``F.linear`` under a recipe: the forward GEMM ``x @ W^T``, and backward the data gradient
-    ``dy @ W`` and the weight gradient ``dy^T x``, each through the simulation's scaling, exactly
-    as :func:`floatlab.train.models.linear_forward` and ``linear_backward`` call
-    :meth:`~floatlab.train.precision.Precision.linear`: operands stored in the policy's formats
-    (inputs and weights forward, gradients backward), the bias added in the epilogue, the output
-    stored in the forward format and the gradients sent on in the backward format."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        sim: Simulation,
-        site: str,
-        record: bool,
-    ) -> torch.Tensor:
-        assert sim.scaling is not None
-        fwd = sim.policy.forward
-        xs = _host(sim.round(x, fwd)).reshape(-1, x.shape[-1])
-        w = _host(sim.round(weight, fwd))  # (out, in): W = w.T, as floatlab's (in, out) weight
-        y = sim.scaling.matmul(site, xs, "input", w.T, "weight", record=record)
-        if bias is not None:
-            y = y + _host(sim.round(bias, fwd))
-        ctx.sim, ctx.site, ctx.record = sim, site, record
-        ctx.shape, ctx.has_bias = x.shape, bias is not None
-        ctx.xs, ctx.w = xs, w
-        out = torch.from_numpy(np.ascontiguousarray(y)).reshape(*x.shape[:-1], w.shape[0])
-        return sim.round(out.to(x.dtype), fwd)
-
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        sim: Simulation = ctx.sim
-        assert sim.scaling is not None
-        bwd = sim.policy.backward
-        g = _host(sim.round(dy, bwd)).reshape(-1, ctx.w.shape[0])
-        dx = sim.scaling.matmul(ctx.site, g, "grad", ctx.w, "weight", record=ctx.record)
-        dw = sim.scaling.matmul(ctx.site, ctx.xs.T, "input", g, "grad", record=ctx.record)
-        db = torch.from_numpy(g.sum(axis=0)) if ctx.has_bias else None  # (an fp32 reduction)
-
-        def sent(a: np.ndarray[Any, Any] | torch.Tensor, shape: Any) -> torch.Tensor:
-            t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
-            return sim.round(t.reshape(shape).to(dy.dtype), bwd)
-
-        return (
-            sent(dx, ctx.shape),
-            sent(dw.T, ctx.w.shape),
-            None if db is None else sent(db, (ctx.w.shape[0],)),
-            None,
-            None,
-            None,
-        )
+        role = "grad" if ctx.role == "output" else f"{ctx.role}.grad"
+        return sim.round(grad, sim.policy.backward, ctx.site, role), None, None, None
 
 
 class _GemmMode(TorchFunctionMode):
@@ -325,8 +171,8 @@ class _GemmMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = dict(kwargs or {})
-        op = _GEMMS.get(func)
-        left = _LEFT.get(func) if op is None else None
+        op = GEMMS.get(func)
+        left = LEFT.get(func) if op is None else None
         if (op is None and left is None) or not self.sim._running():
             return func(*args, **kwargs)  # (not a product, or the forward pass has ended)
         if op is None:
@@ -336,15 +182,21 @@ class _GemmMode(TorchFunctionMode):
         return self.sim._gemm(op, func, args, kwargs)
 
 
+#: the models a simulation holds now (one at a time: two would round twice)
+_ATTACHED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
 class Simulation:
     """A policy run on a model's GEMMs and embeddings: the context manager :func:`simulate` returns.
 
+    :attr:`plan` says what each layer's GEMMs get (:class:`~floatlab.torch.plan.LayerPlan`);
     :attr:`simulated` and :attr:`skipped` name the modules (``"name (Type)"``; the model itself
     is ``"<model>"``) that the policy reaches and those left in their own precision;
     :attr:`calls` counts the rounded calls by function, :attr:`left` the calls of other products of
-    tensors (``torch.tensordot``, ``torch.mv``, ``F.conv3d``, ...) that ran in their own precision.
-    :meth:`store` is the rounding point
-    itself, for a model's own storage points; :meth:`round` rounds a tensor as the policy does.
+    tensors that ran in their own precision. :meth:`store` is the rounding point itself, for a
+    model's own storage points; :meth:`round` rounds a tensor as the policy does;
+    :meth:`to_pandas` is the record; :attr:`weights` stores the weights of a policy without
+    master weights; :meth:`scaler` is the policy's loss scaling.
 
     >>> import torch
     >>> sim = Simulation(torch.nn.Linear(2, 2), "mixed-fp16")
@@ -352,7 +204,18 @@ class Simulation:
     (['<model> (Linear)'], [])
     """
 
-    def __init__(self, model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        policy: Policy | str,
+        *,
+        rng: RNG = None,
+        modules: ModuleFilter | None = None,
+        init_scale: float | None = None,
+        growth_factor: float | None = None,
+        backoff_factor: float | None = None,
+        growth_interval: int | None = None,
+    ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model of type {type(model).__name__}: expected a torch.nn.Module")
         self.model = model
@@ -363,62 +226,96 @@ class Simulation:
                 f"policy {p.name}: the accumulator {p.accumulate} is simulated in the fp8 recipes' "
                 "GEMMs only (expected a policy with an fp8 recipe, or none)"
             )
-        refused = _compiled(model) or _dtype_refusal(model, p)
+        if modules is not None and p.recipe is None:
+            raise ValueError(
+                f"modules={modules!r}: policy {p.name} has no GEMM recipe (modules= picks the Linear "
+                "layers a recipe runs on; expected a policy with one, such as mxfp8 or fp8-tensorwise)"
+            )
+        refused = refusal(model, p, model in _ATTACHED)
         if refused is not None:
             raise ValueError(refused)
+        self._rule = scaler_for(
+            p,
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+        )
         gen = as_generator(rng)
         #: the generator of stochastic rounding (seed 0 unless one is given, as the NumPy trainer's)
         self.rng: np.random.Generator = gen if gen is not None else np.random.default_rng(0)
-        #: the Linear layers by their weights: the sites of a recipe's GEMMs
-        self._sites = {
-            id(m.weight): name or "<model>"
-            for name, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear)
-        }
+        #: what each layer's GEMMs get
+        self.plan: list[LayerPlan] = plan_layers(model, p, modules)
+        on_recipe = {lp.name for lp in self.plan if lp.gemm == "recipe"}
+        #: the Linear layers the recipe runs on, by their weights: the sites of a recipe's GEMMs
+        self._sites: dict[int, str] = {}
+        #: every GEMM layer's weight, by its id: the site of its roundings in the record
+        self._names: dict[int, str] = {}
+        for name, m in model.named_modules():
+            label = name or "<model>"
+            if isinstance(m, torch.nn.MultiheadAttention):
+                w = m.in_proj_weight if m.in_proj_weight is not None else m.q_proj_weight
+                self._names[id(w)] = label
+            elif isinstance(m, GEMM_LAYERS) and isinstance(getattr(m, "weight", None), torch.Tensor):
+                self._names[id(m.weight)] = label
+                if label in on_recipe:
+                    self._sites[id(m.weight)] = label
         #: the recipe's state (as the NumPy trainer's ``P.scaling``), when the policy has one
         self.scaling: Fp8Scaling | MicroScaling | None = None
         if isinstance(p.recipe, MicroRecipe):
-            self.scaling = MicroScaling(p.recipe, self.rng, list(self._sites.values()))
+            # (the plan decided which layers the recipe leaves out)
+            recipe = p.replace(keep_bf16=()).recipe
+            assert isinstance(recipe, MicroRecipe)
+            self.scaling = MicroScaling(recipe, self.rng, list(self._sites.values()))
         elif p.recipe is not None:
             self.scaling = Fp8Scaling(p.recipe)
         self._cast = False  # whether the recipe cast anything since its last step ended
         self.calls: Counter[str] = Counter()
         #: the calls of products the mode saw and left in their own precision, by function
         self.left: Counter[str] = Counter()
-        self.simulated: list[str] = []
-        self.skipped: list[str] = []
-        self._survey()
+        self.simulated = [f"{lp.name} ({lp.module})" for lp in self.plan if lp.gemm != "own"]
+        self.skipped = [f"{lp.name} ({lp.module})" for lp in self.plan if lp.gemm == "own"]
+        #: the weights stored in the policy's format at each optimizer step (none with master weights)
+        self.weights = StoredWeights(model, p, self.rng)
+        self.weights.on_step = self._on_update_count
+        self.records = StepRecords()
+        #: the steps closed so far (the index of the open one)
+        self.steps = 0
+        #: the forward passes of the model that ran to their end
+        self.passes = 0
+        self._step_calls: Counter[str] = Counter()  # the GEMM calls of no layer, this step
+        self._scaler: PolicyScaler | None = None
         self._handles: list[Any] = []
         self._depth = 0
         self._mode: _GemmMode | None = None
+        self._fastpath: bool | None = None
         self._pass: FrameType | None = None  # the frame of the forward pass that switched it on
-
-    # ---- the layers -----------------------------------------------------------------------------
-    def _survey(self) -> None:
-        inside_attention: set[str] = set()
-        for name, m in self.model.named_modules():
-            label = f"{name or '<model>'} ({type(m).__name__})"
-            if isinstance(m, torch.nn.MultiheadAttention):
-                # (its forward is one fused function: its out_proj Linear never calls F.linear)
-                inside_attention.update(f"{name}.{c}" if name else c for c, _ in m.named_modules() if c)
-            if name in inside_attention:
-                self.skipped.append(label)
-            elif isinstance(m, SIMULATED_LAYERS):
-                self.simulated.append(label)
-            elif any(True for _ in m.parameters(recurse=False)):
-                self.skipped.append(label)
+        if p.recipe is not None and not on_recipe:
+            linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+            why = ", ".join(f"{lp.name} ({lp.reason})" for lp in self.plan if lp.module and lp.reason)
+            warnings.warn(
+                f"policy {p.name}: its recipe reaches no layer of the model ({linears} Linear layers; "
+                f"{why or 'none'}): every GEMM runs in plain {p.forward.name}, so this run is not {p.name}",
+                SimulationWarning,
+                stacklevel=3,
+            )
+        for caution in cautions(model):
+            warnings.warn(caution, SimulationWarning, stacklevel=3)
 
     # ---- rounding -------------------------------------------------------------------------------
-    def round(self, x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    def round(
+        self, x: torch.Tensor, fmt: FloatFormat, site: str | None = None, role: str = ""
+    ) -> torch.Tensor:
         """``x`` rounded into ``fmt`` with the policy's knobs (x itself where nothing can change:
-        a format that holds x's dtype, with subnormals kept; a tensor that is no float).
+        a format that holds x's dtype, with subnormals kept; a tensor that is no float); with a
+        ``site``, its statistics go to the step's record as operand ``role``.
 
         >>> import torch
         >>> sim = Simulation(torch.nn.Linear(1, 1), "bf16")
         >>> sim.round(torch.tensor([1 / 3]), sim.policy.forward).item()
         0.333984375
         """
-        src = _FORMAT_OF_DTYPE.get(x.dtype)
+        src = FORMAT_OF_DTYPE.get(x.dtype)
         if src is None or x.dtype not in FLOAT_DTYPES or (fmt.contains(src) and self.policy.subnormals):
             return x
         p = self.policy
@@ -426,13 +323,16 @@ class Simulation:
         out: torch.Tensor = round_array(
             x, fmt, p.rounding, rng=rng, saturate=p.saturate, subnormals=p.subnormals
         )
+        if site is not None:
+            self.records.add(site, role, x, out, fmt, saturate=p.saturate)
         return out
 
-    def store(self, x: torch.Tensor) -> torch.Tensor:
+    def store(self, x: torch.Tensor, site: str | None = None, role: str = "output") -> torch.Tensor:
         """Store ``x`` as the policy stores an activation: its value rounded into the forward format,
         the gradient flowing back through it into the backward format (autograd sees a rounding as
         the identity). The rounding simulate puts around every GEMM; call it at a storage point of
-        your own forward (a residual add) that a GEMM does not reach.
+        your own forward (a residual add) that a GEMM does not reach. With a ``site``, the
+        roundings' statistics go to the record (:meth:`to_pandas`).
 
         >>> import torch
         >>> sim = Simulation(torch.nn.Linear(1, 1), "fp16")
@@ -442,12 +342,20 @@ class Simulation:
         >>> y.item(), x.grad.item()          # 1e-8 is below fp16's smallest subnormal: flushed
         (0.0999755859375, 0.0)
         """
-        src = _FORMAT_OF_DTYPE.get(x.dtype)
+        src = FORMAT_OF_DTYPE.get(x.dtype)
         p = self.policy
         if src is None or (p.forward.contains(src) and p.backward.contains(src) and p.subnormals):
             return x
-        out: torch.Tensor = _Store.apply(x, self)  # type: ignore[no-untyped-call]
+        out: torch.Tensor = _Store.apply(x, self, site, role)  # type: ignore[no-untyped-call]
         return out
+
+    def _site(self, op: str, weight: Any) -> str:
+        """The record's site of a GEMM call: its layer, or the function and its call this step."""
+        name = self._names.get(id(weight)) if weight is not None else None
+        if name is not None:
+            return name
+        self._step_calls[op] += 1
+        return f"{op}#{self._step_calls[op]}"
 
     def _gemm(self, op: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """func with its operands stored and its output stored (the mode's handler)."""
@@ -455,28 +363,33 @@ class Simulation:
             return self._einsum(func, args, kwargs)
         if op == "scaled_dot_product_attention":
             return self._attention(func, args, kwargs)
-        self.calls[op] += 1
-        if op == "linear" and self.scaling is not None:
+        if op == "multi_head_attention_forward":
+            return self._mha(func, args, kwargs)
+        places, names = OPERANDS.get(op, TWO)
+        weight = None
+        if op in ("linear", "conv1d", "conv2d", "embedding"):
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
-            site = self._sites.get(id(weight))
-            if site is not None:  # one of the model's Linear layers: the recipe's three GEMMs
-                bias = args[2] if len(args) > 2 else kwargs.get("bias")
-                self._cast = True
-                x = args[0] if args else kwargs["input"]
-                y: torch.Tensor = _RecipeLinear.apply(  # type: ignore[no-untyped-call]
-                    x, weight, bias, self, site, torch.is_grad_enabled()
-                )
-                return y
-        places, names = _OPERANDS.get(op, _TWO)
+        if op == "linear" and self.scaling is not None and id(weight) in self._sites:
+            # one of the Linear layers the recipe runs on: its three GEMMs
+            self.calls[op] += 1
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            self._cast = True
+            x = args[0] if args else kwargs["input"]
+            y: torch.Tensor = RecipeLinear.apply(  # type: ignore[no-untyped-call]
+                x, weight, bias, self, self._sites[id(weight)], torch.is_grad_enabled()
+            )
+            return y
+        self.calls[op] += 1
+        site = self._site(op, weight)
         a = list(args)
         for i in places:
             if i < len(a) and isinstance(a[i], torch.Tensor):
-                a[i] = self.store(a[i])
+                a[i] = self.store(a[i], site, names[i] if i < len(names) else f"operand{i}")
         for k in names:
             if isinstance(kwargs.get(k), torch.Tensor):
-                kwargs[k] = self.store(kwargs[k])
+                kwargs[k] = self.store(kwargs[k], site, k)
         out = func(*a, **kwargs)
-        return self.store(out) if isinstance(out, torch.Tensor) else out
+        return self.store(out, site) if isinstance(out, torch.Tensor) else out
 
     def _einsum(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``torch.einsum(equation, *operands)`` of two operands or more as a GEMM: operands and
@@ -487,51 +400,64 @@ class Simulation:
         if sum(isinstance(t, torch.Tensor) for t in operands) < 2:
             return func(*args, **kwargs)
         self.calls["einsum"] += 1
-        stored = [self.store(t) if isinstance(t, torch.Tensor) else t for t in operands]
+        site = self._site("einsum", None)
+        stored = [
+            self.store(t, site, f"operand{i}") if isinstance(t, torch.Tensor) else t
+            for i, t in enumerate(operands)
+        ]
         out = func(args[0], *stored, **kwargs)
-        return self.store(out) if isinstance(out, torch.Tensor) else out
+        return self.store(out, site) if isinstance(out, torch.Tensor) else out
 
     def _attention(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``F.scaled_dot_product_attention`` as its two GEMMs, each treated as the other GEMMs are:
-        ``s = q @ k^T * scale`` (q and k stored, s stored: the scale is the GEMM's epilogue), the
-        mask and the softmax in the model's precision, then ``p @ v`` (p and v stored, the output
-        stored). This is torch's own math reference (the function's documentation), with
-        ``aten._safe_softmax``, as torch's math backend has it: a query that sees no key gets
-        zeros, not NaN. Dropout draws from torch's generator, as the math backend does, but not
-        the same mask as a fused kernel."""
-        a = {**dict(zip(_SDPA_ARGS, args, strict=False)), **kwargs}
-        q, k, v = (a[n] for n in _SDPA_ARGS[:3])
+        """``F.scaled_dot_product_attention`` as its two GEMMs (:func:`~floatlab.torch.attention.attend`),
+        each stored as the other GEMMs are: q, k, v, the scores, the softmax's output and ``p @ v``."""
+        a = {**dict(zip(SDPA_ARGS, args, strict=False)), **kwargs}
+        q, k, v = (a[n] for n in SDPA_ARGS[:3])
         if any(t.is_nested for t in (q, k, v)):  # (a ragged batch: no plain GEMMs to write out)
             self.left["scaled_dot_product_attention"] += 1
             return func(*args, **kwargs)
-        mask, causal = a.get("attn_mask"), bool(a.get("is_causal", False))
-        if mask is not None and causal:
-            raise ValueError(
-                "scaled_dot_product_attention with attn_mask and is_causal=True: expected one of them"
-            )
         self.calls["scaled_dot_product_attention"] += 1
-        q, k, v = self.store(q), self.store(k), self.store(v)
-        scale = a.get("scale")
-        factor = 1 / math.sqrt(q.size(-1)) if scale is None else scale
-        if a.get("enable_gqa", False):  # key and value heads shared by groups of query heads
-            k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
-            v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
-        s = self.store(torch.matmul(q, k.transpose(-2, -1)) * factor)
-        if causal:
-            seen = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=s.device).tril()
-            s = s.masked_fill(~seen, float("-inf"))
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
-        p = torch.ops.aten._safe_softmax(s, -1)
-        dropout = float(a.get("dropout_p", 0.0))
-        if dropout > 0:
-            p = torch.dropout(p, dropout, train=True)
-        return self.store(torch.matmul(self.store(p), v))
+        site = self._site("scaled_dot_product_attention", None)
+        out, _ = attend(
+            q, k, v,
+            mask=a.get("attn_mask"),
+            causal=bool(a.get("is_causal", False)),
+            scale=a.get("scale"),
+            dropout=float(a.get("dropout_p", 0.0)),
+            gqa=bool(a.get("enable_gqa", False)),
+            on=lambda t, role: self.store(t, site, role),
+        )  # fmt: skip
+        return out
 
+    def _mha(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``nn.MultiheadAttention``'s function written out (see :mod:`floatlab.torch.attention`):
+        its projections are GEMMs of the layer, its attention the two GEMMs of :meth:`_attention`."""
+        w = args[5] if len(args) > 5 else kwargs.get("in_proj_weight")
+        if w is None:
+            w = kwargs.get("q_proj_weight")
+        site = self._names.get(id(w)) or self._site("multi_head_attention", None)
+
+        def linear(
+            x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, role: str
+        ) -> torch.Tensor:
+            s = f"{site}.{role}"
+            xs, ws = self.store(x, s, "input"), self.store(weight, s, "weight")
+            bs = None if bias is None else self.store(bias, s, "bias")
+            return self.store(F.linear(xs, ws, bs), s)
+
+        out = multi_head_attention(args, kwargs, linear=linear, on=lambda t, role: self.store(t, site, role))
+        if out is None:  # (an option it does not write out: torch's own function, in fp32)
+            self.left["multi_head_attention_forward"] += 1
+            return func(*args, **kwargs)
+        self.calls["multi_head_attention_forward"] += 1
+        return out
+
+    # ---- records --------------------------------------------------------------------------------
     def end_step(self) -> dict[str, dict[str, float]]:
-        """Close the recipe's step (the next training forward pass does it by itself): each GEMM
-        operand's statistics, as :meth:`floatlab.train.precision.Precision.end_step` gives them;
-        empty without a recipe or when nothing was cast since the last step.
+        """Close the step (the next training forward pass does it by itself): the record's rows of
+        the step are written (:meth:`to_pandas`); returns the recipe's statistics of each GEMM
+        operand, as :meth:`floatlab.train.precision.Precision.end_step` gives them (empty without a
+        recipe or when nothing was cast since the last step).
 
         >>> import torch
         >>> lin = torch.nn.Linear(32, 2)
@@ -540,17 +466,70 @@ class Simulation:
         >>> sorted(sim.end_step())
         ['<model>.grad', '<model>.input', '<model>.weight']
         """
-        if self.scaling is None or not self._cast:
-            return {}
-        self._cast = False
-        return self.scaling.end_step()
+        stats: dict[str, dict[str, float]] = {}
+        if self.scaling is not None and self._cast:
+            self._cast = False
+            stats = self.scaling.end_step()
+        if stats or self.records.pending:
+            self.records.close(self.steps, stats)
+            self.steps += 1
+        self._step_calls = Counter()
+        return stats
 
     @property
     def operands(self) -> dict[str, dict[str, list[float]]]:
         """The recipe's per-step record of every GEMM operand (``"<layer>.<role>"``: lists of amax,
         scale and the shares saturated, flushed and subnormal), as the NumPy trainer's
-        :attr:`floatlab.train.History.operands`; empty without a recipe."""
+        :attr:`floatlab.train.History.operands`; empty without a recipe (:meth:`to_pandas` has
+        every GEMM's).
+
+        >>> import torch
+        >>> Simulation(torch.nn.Linear(1, 1), "bf16").operands
+        {}
+        """
         return {} if self.scaling is None else self.scaling.history
+
+    def _on_update_count(self, count: UpdateCount) -> None:
+        self.records.updates[self.steps] = (count.updates, count.swallowed)
+
+    def _on_scaler_update(self, scale: float, skipped: bool) -> None:
+        self.records.scaling[self.steps] = (scale, skipped)
+
+    def scaler(self) -> PolicyScaler:
+        """The policy's loss scaling with ``torch.amp.GradScaler``'s interface
+        (:class:`~floatlab.torch.scaler.PolicyScaler`; the same object at every call): its rule is
+        floatlab's for the policy, with the knobs given to :func:`simulate`; each ``update()``
+        records the step's scale and whether it was skipped (:meth:`to_pandas`).
+
+        >>> import torch
+        >>> simulate(torch.nn.Linear(1, 1), "mixed-fp16", init_scale=1024.0).scaler().get_scale()
+        1024.0
+        """
+        if self._scaler is None:
+            self._scaler = PolicyScaler(self._rule, self._on_scaler_update)
+        return self._scaler
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The record as a DataFrame: a row per step, site and operand (columns
+        :data:`floatlab.torch.records.COLUMNS`): the operand's values, amax, scale (a recipe's, or
+        1), and the shares saturated, flushed to zero and subnormal; the step's loss scale and
+        whether it was skipped (from :meth:`scaler`), the non-zero weight updates and those
+        swallowed (weights stored in their format). The open step is closed first
+        (:meth:`end_step`). Sites are layers (``"fc"``, ``"attn.q_proj"``) or, for a GEMM of no
+        layer, the function and its call in the step (``"matmul#2"``); operands ``input``,
+        ``weight``, ``bias``, ``output``, the gradient at the output ``grad`` and the gradients
+        sent on (``input.grad``, ``weight.grad``).
+
+        >>> import torch
+        >>> lin = torch.nn.Linear(2, 1)
+        >>> with simulate(lin, "bf16") as sim:
+        ...     lin(torch.ones(1, 2)).sum().backward()
+        >>> df = sim.to_pandas()
+        >>> sorted(set(df["operand"]))
+        ['bias', 'bias.grad', 'grad', 'input', 'output', 'weight', 'weight.grad']
+        """
+        self.end_step()
+        return self.records.frame()
 
     # ---- switching ------------------------------------------------------------------------------
     # The pre-hook runs before the model's other pre-hooks and the forward hook is always called
@@ -566,6 +545,9 @@ class Simulation:
             if torch.is_grad_enabled():
                 self.end_step()  # a training forward pass begins a step
             self._pass = _call_frame()
+            # (torch's fused attention paths would run the layers' GEMMs unseen)
+            self._fastpath = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
             self._mode = _GemmMode(self)
             self._mode.__enter__()  # type: ignore[no-untyped-call]
         self._depth += 1
@@ -575,6 +557,8 @@ class Simulation:
             return  # (a hook before _on raised: this pass never switched the rounding on)
         self._depth -= 1
         if self._depth == 0:
+            if sys.exc_info()[0] is None:  # (torch calls this hook in its `except` when a pass raised)
+                self.passes += 1
             self._switch_off()
 
     def _running(self) -> bool:
@@ -593,12 +577,20 @@ class Simulation:
         """Take the mode off torch's stack (where it is on top: a mode pushed above it and never
         popped is someone else's) and reset the count."""
         mode, self._mode, self._depth, self._pass = self._mode, None, 0, None
+        if self._fastpath is not None:
+            torch.backends.mha.set_fastpath_enabled(self._fastpath)
+            self._fastpath = None
         if mode is not None and torch.overrides._get_current_function_mode() is mode:  # type: ignore[no-untyped-call]
             mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> Simulation:
         if self._handles:
             raise ValueError("this simulation is already attached: expected one `with` block at a time")
+        if self.model in _ATTACHED:
+            refused = refusal(self.model, self.policy, True)
+            raise ValueError(refused)
+        _ATTACHED.add(self.model)
+        self.weights.__enter__()
         self._handles = [
             self.model.register_forward_pre_hook(self._on, prepend=True),
             self.model.register_forward_hook(self._off, always_call=True),
@@ -608,22 +600,48 @@ class Simulation:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self._switch_off()
+        try:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self._switch_off()
+            self.weights.__exit__(kind, value, tb)
+        finally:
+            _ATTACHED.discard(self.model)
+        if kind is None and self.passes and not self.calls and not self.left:
+            warnings.warn(
+                f"simulate {self.policy.name}: {self.passes} forward passes of {type(self.model).__name__} "
+                "called no GEMM it knows (Linear, Conv1d/2d, Embedding, MultiheadAttention, matmul, bmm, "
+                "einsum, scaled_dot_product_attention, ...): nothing was simulated",
+                SimulationWarning,
+                stacklevel=2,
+            )
 
     def __str__(self) -> str:
         return render(self)
 
 
-def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -> Simulation:
+def simulate(
+    model: torch.nn.Module,
+    policy: Policy | str,
+    *,
+    rng: RNG = None,
+    modules: ModuleFilter | None = None,
+    init_scale: float | None = None,
+    growth_factor: float | None = None,
+    backoff_factor: float | None = None,
+    growth_interval: int | None = None,
+) -> Simulation:
     """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
     module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``policy`` is a
     :class:`~floatlab.train.precision.policy.Policy` or any name
     :func:`~floatlab.train.precision.policy.get_policy` knows (a framework preset's too:
     ``"apex-O2"``). ``rng`` (a numpy Generator or an int seed; seed 0 by default) feeds stochastic
-    rounding.
+    rounding. ``modules`` (a callable ``fn(module, name) -> bool`` or a list of module names or
+    patterns) picks the Linear layers a recipe runs on (:func:`~floatlab.torch.plan.plan_layers`;
+    without it, the recipe's ``keep_bf16``). ``init_scale``, ``growth_factor``,
+    ``backoff_factor`` and ``growth_interval`` (torch's names) replace the knobs of the policy's
+    dynamic loss scaling in :meth:`Simulation.scaler`.
 
     >>> import torch
     >>> _ = torch.manual_seed(0)
@@ -636,4 +654,13 @@ def simulate(model: torch.nn.Module, policy: Policy | str, *, rng: RNG = None) -
     >>> sim.calls["linear"]
     1
     """
-    return Simulation(model, policy, rng=rng)
+    return Simulation(
+        model,
+        policy,
+        rng=rng,
+        modules=modules,
+        init_scale=init_scale,
+        growth_factor=growth_factor,
+        backoff_factor=backoff_factor,
+        growth_interval=growth_interval,
+    )
