@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option, parse_sizes
 from floatlab.cli.progress import Progress, eval_line
-from floatlab.cli.train_views import compare_view, seeds_view, train_view
+from floatlab.cli.train_views import compare_view, train_view
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -429,7 +429,10 @@ def run_train(args: argparse.Namespace, ui: UI) -> int:
     from floatlab.train.data.text import check_model_and_data
 
     cfg = config_from_args(args, args.preset or args.precision)
-    cfg.make_policy()  # a bad switch fails here, before any work
+    policy = cfg.make_policy()  # a bad switch fails here, before any work
+    if policy.scaler_knobs and policy.loss_scaling != "dynamic" and sys.stderr is not None:
+        unused = ", ".join("--" + k.replace("_", "-") for k in policy.scaler_knobs)
+        sys.stderr.write(f"floatlab: warning: {unused} unused: {policy.name} has no dynamic loss scaling\n")
     if args.resume is None:  # (a resumed run keeps its checkpoint's model and data)
         check_model_and_data(cfg.model, cfg.data)
     json_file = _json_file(args)
@@ -538,7 +541,9 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
     if not names:
         raise ValueError("compare needs at least one policy or --preset, e.g. fp32 fp16 bf16 mixed-fp16")
     if args.seeds is not None:
-        return _compare_seeds(args, ui, names)
+        from floatlab.cli.compare_seeds import compare_seeds
+
+        return compare_seeds(args, ui, names)
     configs = [config_from_args(args, p) for p in names]
     for c in configs:
         c.make_policy()
@@ -565,42 +570,6 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
             raise
         view = _with_curves(view, plot, ui.color)
     return _show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
-
-
-def _compare_seeds(args: argparse.Namespace, ui: UI, names: list[str]) -> int:
-    """``compare --seeds``: the grid of policies and seeds on the sweeps' executors, each policy's
-    final validation as mean with its 95% interval and the paired gap to the first; the figure."""
-    from floatlab.sweeps import parse_seeds
-    from floatlab.text.progress import progress_wanted
-    from floatlab.train import compare, final_table, run_seeds
-    from floatlab.train.data.text import check_model_and_data
-
-    seeds = parse_seeds(args.seeds)
-    base = config_from_args(args, names[0])
-    for p in names:
-        config_from_args(args, p).make_policy()
-    check_model_and_data(args.model, args.data)
-    json_file = _json_file(args)
-    plot = None if args.plot is None else figure_name(args.plot)
-    check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
-    executor = "serial" if args.serial else "dask" if (args.dask or args.scheduler) else "process"
-    config = {k: v for k, v in base.to_dict().items() if k not in ("precision", "seed")}
-    runs = run_seeds(
-        names, seeds, executor=executor, workers=args.workers, scheduler=args.scheduler,
-        progress=None if not args.quiet and progress_wanted(None) else False, **config,
-    )  # fmt: skip
-    view = seeds_view(final_table(runs), color=ui.color)
-    histories = [h.to_dict() for hs in runs.values() for h in hs]
-    if plot is not None:
-        try:
-            with atomic_output(plot) as tmp:
-                compare(runs, tmp, title=f"{args.model} on {args.data}, seeds {args.seeds}")
-        except Exception:
-            if json_file is not None:  # the runs are not lost with the figure
-                _write_json(json_file, {**view.data, "histories": histories})
-            raise
-        view = _with_curves(view, plot, ui.color)
-    return _show(ui, view, json_file, {**view.data, "histories": histories})
 
 
 def _with_curves(view: View, plot: str, color: bool) -> View:

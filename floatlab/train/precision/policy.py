@@ -133,7 +133,8 @@ class Policy:
     ``init_scale``, ``growth_factor``, ``backoff_factor`` and ``growth_interval`` (torch's
     ``GradScaler`` names; :data:`SCALER_KNOBS`) override the dynamic loss scaler's numbers (None:
     those of the ``scaler`` preset), so that the scale's growth and back-off show within a few
-    hundred steps (``growth_interval=10``) instead of the frameworks' 2000.
+    hundred steps (``growth_interval=10``) instead of the frameworks' 2000. A policy without
+    dynamic loss scaling keeps them unused (so that one setting can go to several policies).
 
     >>> p = Policy("custom", forward="e4m3", backward="e5m2", loss_scaling="dynamic")
     >>> p.forward.name, p.backward.name, p.weight_format.name
@@ -246,15 +247,12 @@ class Policy:
         knobs = self.scaler_knobs
         if not knobs:
             return
-        if self.loss_scaling != "dynamic":
-            name, value = next(iter(knobs.items()))
-            raise ValueError(
-                f"{name}={shown(value)}: policy {self.name} has no dynamic loss scaling "
-                f"(loss_scaling={self.loss_scaling!r}); expected loss_scaling='dynamic' with scaler knobs"
-            )
         from floatlab.train.precision.scaler import make_scaler
 
-        make_scaler(self)  # (the scaler's own checks: an interval >= 1, a growth factor >= 1, ...)
+        # (the scaler's own checks: an interval >= 1, a growth factor >= 1, ...), whether or not
+        # this policy scales its loss dynamically: a knob is refused for its value, never for the
+        # policy it is given to, so that one setting can go to several policies at once
+        make_scaler(self if self.loss_scaling == "dynamic" else self.replace(loss_scaling="dynamic"))
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -362,8 +360,8 @@ class Policy:
         """
         parts = [f"forward {self.forward.name}", f"backward {self.backward.name}"]
         parts.append(f"{self.wide.name} master weights" if self.master_weights else "no master weights")
+        knobs = "".join(f", {k} {v:g}" for k, v in self.scaler_knobs.items())
         if self.loss_scaling == "dynamic":
-            knobs = "".join(f", {k} {v:g}" for k, v in self.scaler_knobs.items())
             parts.append(f"dynamic loss scaling ({self.scaler}{knobs})")
         elif self.loss_scaling == "static":
             # a static scale follows the overflow rule of the scaler preset it names (skip or take)

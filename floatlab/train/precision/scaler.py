@@ -563,7 +563,7 @@ def make_scaler(policy: Policy) -> LossScaler:
     """
     scaler = LossScaler.for_policy(policy.loss_scaling, policy.scaler, policy.static_scale)
     knobs = policy.scaler_knobs
-    if not knobs:
+    if not knobs or policy.loss_scaling != "dynamic":  # (the knobs are the dynamic scaler's)
         return scaler
     state = scaler.state_dict()
     state.update(knobs)

@@ -46,9 +46,14 @@ def test_bad_knobs_are_one_line_naming_the_value(knob: str, value: Any, message:
         ft.get_policy("mixed-fp16").replace(**{knob: value})
 
 
-def test_knobs_without_dynamic_scaling_are_refused() -> None:
-    with pytest.raises(ValueError, match="growth_interval=10: policy bf16\\* has no dynamic loss scaling"):
-        ft.TrainConfig(precision="bf16", policy={"growth_interval": 10}).make_policy()
+def test_knobs_given_to_a_policy_without_dynamic_scaling_stay_unused() -> None:
+    # (so that one setting can go to fp32, bf16 and mixed-fp16 alike in a comparison)
+    for name in ("bf16", "tf1-static-128"):
+        p = ft.TrainConfig(precision=name, policy={"growth_interval": 10}).make_policy()
+        plain = make_scaler(ft.get_policy(name))
+        assert make_scaler(p).state_dict() == plain.state_dict()
+    with pytest.raises(ValueError, match="growth_interval=0: expected an integer >= 1"):
+        ft.get_policy("bf16").replace(growth_interval=0)  # (a bad value is refused all the same)
 
 
 def test_the_scale_grows_and_backs_off_within_a_hundred_steps() -> None:
