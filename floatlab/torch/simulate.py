@@ -454,7 +454,8 @@ class Simulation:
 
     # ---- records --------------------------------------------------------------------------------
     def end_step(self) -> dict[str, dict[str, float]]:
-        """Close the step (the next training forward pass does it by itself): the record's rows of
+        """Close the step (the next training forward pass, and leaving the ``with`` block, do it by
+        themselves): the record's rows of
         the step are written (:meth:`to_pandas`); returns the recipe's statistics of each GEMM
         operand, as :meth:`floatlab.train.precision.Precision.end_step` gives them (empty without a
         recipe or when nothing was cast since the last step).
@@ -463,7 +464,8 @@ class Simulation:
         >>> lin = torch.nn.Linear(32, 2)
         >>> with simulate(lin, "mxfp4") as sim:
         ...     _ = lin(torch.randn(4, 32)).sum().backward()
-        >>> sorted(sim.end_step())
+        ...     stats = sim.end_step()
+        >>> sorted(stats)
         ['<model>.grad', '<model>.input', '<model>.weight']
         """
         stats: dict[str, dict[str, float]] = {}
@@ -608,6 +610,8 @@ class Simulation:
             self.weights.__exit__(kind, value, tb)
         finally:
             _ATTACHED.discard(self.model)
+        if kind is None:
+            self.end_step()  # (the block's last step is complete: its record too)
         if kind is None and self.passes and not self.calls and not self.left:
             warnings.warn(
                 f"simulate {self.policy.name}: {self.passes} forward passes of {type(self.model).__name__} "

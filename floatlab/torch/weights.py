@@ -4,9 +4,9 @@ A pure policy (``"bf16"``, ``"fp16"``) keeps no fp32 copy of the weights: every 
 writes its result into the low-precision weights, and an update below half an ulp of its weight
 leaves the weight as it was (it is *swallowed*). The optimizer of a torch model updates its
 fp32 parameters; :class:`StoredWeights` turns each of those steps into the policy's: before
-``optimizer.step()`` it notes each parameter ``w`` (stored in the weight format: the first step
-stores the model's initial fp32 values there), after it reads the update the optimizer wrote,
-``d = p - w``, and stores ``w + d`` as floatlab's NumPy trainer does
+``optimizer.step()`` it notes each parameter ``p`` and ``w``, ``p`` stored in the weight format
+(the first step stores the model's initial fp32 values there), after it reads the update the
+optimizer wrote, ``d = p' - p``, and stores ``w + d`` as floatlab's NumPy trainer does
 (:func:`floatlab.train.precision.update.apply_updates`: the update rounded into the weight
 format, then the sum, each with the policy's ``update_rounding``; Kahan-compensated under
 ``update_compensation``), written back into the parameter. It counts, per step, the non-zero
@@ -111,7 +111,7 @@ class StoredWeights:
         self.steps: list[UpdateCount] = []
         #: called with each step's count (a simulation records it)
         self.on_step: Callable[[UpdateCount], None] | None = None
-        self._before: dict[str, tuple[torch.nn.Parameter, Any, FloatFormat]] = {}
+        self._before: dict[str, tuple[torch.nn.Parameter, Any, Any, FloatFormat]] = {}
         self._handles: list[Any] = []
 
     @property
@@ -130,30 +130,30 @@ class StoredWeights:
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._before = {}
         for name, p, fmt in self._ours(optimizer):
-            with torch.no_grad():
-                # (the stored weight: the model's initial values are stored at the first step)
-                stored = self.P.cast(tensor_array(p.detach(), fmt, back=True).copy(), fmt)
-            self._before[name] = (p, stored, fmt)
+            # the weight before the step, and as it is stored (the model's initial values are
+            # stored at the first step)
+            raw = tensor_array(p.detach(), fmt, back=True).copy()
+            self._before[name] = (p, raw, self.P.cast(raw, fmt), fmt)
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         before, self._before = self._before, {}
         if not before:
             return
-        params = {name: stored for name, (_, stored, _) in before.items()}
-        deltas = {}
-        for name, (p, stored, fmt) in before.items():
-            new = tensor_array(p.detach(), fmt, back=True)
-            deltas[name] = new - stored
+        params = {name: stored for name, (_, _, stored, _) in before.items()}
+        # the update the optimizer wrote into the parameter
+        deltas = {
+            name: tensor_array(p.detach(), fmt, back=True) - raw for name, (p, raw, _, fmt) in before.items()
+        }
         if self.policy.update_compensation:
             for name, arr in params.items():
                 if name not in self.compensation:
                     self.compensation[name] = arr * 0
-        formats = {name: fmt for name, (_, _, fmt) in before.items()}
+        formats = {name: fmt for name, (_, _, _, fmt) in before.items()}
         comp = {k: v for k, v in self.compensation.items() if k in before} or None
         out = apply_updates(self.P, params, deltas, formats, self.mode, comp)
         self.compensation.update(out.compensation)
         with torch.no_grad():
-            for name, (p, _, _) in before.items():
+            for name, (p, _, _, _) in before.items():
                 p.copy_(array_tensor(out.params[name], p).reshape(p.shape))
         count = UpdateCount(len(self.steps), out.intended, out.intended - out.changed)
         self.steps.append(count)
