@@ -71,7 +71,16 @@ def config_name(column: str) -> str:
 
 
 def step_arrays(history: History) -> Arrays:
-    """``history``'s per-step columns as arrays (None becomes NaN): what a run sends back."""
+    """``history``'s per-step columns as arrays (None becomes NaN): what a run sends back.
+
+    >>> from floatlab.train.history import History
+    >>> h = History("x")
+    >>> h.log_step(step=1, epoch=0, loss=2.0, accuracy=0.5, scale=8.0, skipped=True, flushed=0.25,
+    ...            swallowed=0.0, lr=0.1, grad_norm=None, fault="nonfinite_grad")
+    >>> a = step_arrays(h)
+    >>> a["scale"].tolist(), a["skipped"].tolist(), a["fault"].tolist(), a["step"].dtype.name
+    ([8.0], [True], ['nonfinite_grad'], 'int64')
+    """
     out: Arrays = {}
     for k in STEP_FIELDS:
         if k in _INTS:
@@ -183,6 +192,17 @@ class CurvesFile:
     """The curves of a sweep's runs, kept by key and written whole to ``path`` (.parquet or .csv)
     after each run, atomically; ``path`` None keeps them in memory only. A CSV keeps each run's
     text once it is made, so that writing after a run costs the file's bytes, not its formatting.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "s.curves.parquet")
+    >>> f = CurvesFile(p)
+    >>> one = {k: np.zeros(1, dtype=v.dtype) for k, v in _empty().items()}
+    >>> one["step"][0], one["fault"][0] = 1, ""
+    >>> f.add("r1", one); f.add("r0", None)   # a failed run has no steps
+    >>> f.write(["r0", "r1"])
+    >>> runs, cut = read_curves_file(p)
+    >>> sorted(runs), runs["r1"]["step"].tolist(), cut
+    (['r1'], [1], set())
     """
 
     def __init__(self, path: str | None, old: Mapping[str, Arrays] | None = None) -> None:

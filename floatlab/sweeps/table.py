@@ -199,7 +199,20 @@ def read_curves(path: str | os.PathLike[str]) -> Any:
 def attach_curves(df: Any, found: tuple[dict[str, Any], set[str]]) -> Any:
     """Put the curves ``found`` (:func:`floatlab.sweeps.curves.read_curves_file`) of the runs of the
     table ``df`` that are whole in both in ``df.attrs["curves"]``, with the table's configuration
-    columns; return them."""
+    columns; return them.
+
+    >>> import numpy as np
+    >>> from floatlab.sweeps.curves import step_arrays
+    >>> from floatlab.train.history import History
+    >>> h = History("x")
+    >>> h.log_step(step=1, epoch=0, loss=2.0, accuracy=0.5, scale=1.0, skipped=False, flushed=0.0,
+    ...            swallowed=0.0, lr=0.1, grad_norm=None)
+    >>> df = to_frame([{"run_id": "a", "precision": "bf16", "status": "ok", "steps_run": 1},
+    ...                {"run_id": "b", "precision": "fp32", "status": "ok", "steps_run": 2}])
+    >>> c = attach_curves(df, ({"a": step_arrays(h), "b": step_arrays(h)}, set()))
+    >>> c[["run_id", "precision", "loss"]].values.tolist()   # b's curves lack a step: left out
+    [['a', 'bf16', 2.0]]
+    """
     runs, cut = found
     if len(df):
         per_run = df.drop_duplicates("run_id")
@@ -214,7 +227,14 @@ def attach_curves(df: Any, found: tuple[dict[str, Any], set[str]]) -> Any:
 
 
 def read_runs(path: str | os.PathLike[str]) -> Any:
-    """:func:`read_table` without the curves."""
+    """:func:`read_table` without the curves.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.csv")
+    >>> _ = write_table([{"run_id": "a", "status": "failed", "eval": None}], p)
+    >>> read_runs(p)["status"].tolist(), read_runs(p).attrs
+    (['failed'], {})
+    """
     import pandas as pd
 
     name = os.fspath(path)
