@@ -301,7 +301,7 @@ class FloatFormat:
     def summary(self) -> str:
         """One line: name, bit layout, range and precision."""
         return (
-            f"{self.name}: 1+{self.exponent_bits}+{self.mantissa_bits} bits, "
+            f"{self.name}: {int(self.signed)}+{self.exponent_bits}+{self.mantissa_bits} bits, "
             f"max {self.max:.6g}, smallest normal {self.smallest_normal:.6g}, "
             f"smallest subnormal {self.smallest_subnormal:.6g}, eps {self.eps:.6g}"
         )
