@@ -28,7 +28,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from floatlab.io import atomic_output, first_bytes
-from floatlab.sweeps.curves import curves_frame, curves_path, read_curves_file, whole
+from floatlab.sweeps.curves import CURVE_COLUMNS, curves_frame, curves_path, read_curves_file, whole
 from floatlab.sweeps.grid import CONFIG_COLUMNS
 
 if TYPE_CHECKING:
@@ -133,9 +133,12 @@ def _suffix(path: str) -> str:
     raise ValueError(f"sweep table {path!r}: expected a {' or '.join(TABLE_SUFFIXES)} file")
 
 
-def write_table(rows: list[dict[str, Any]], path: str | os.PathLike[str]) -> Any:
-    """Write ``rows`` to ``path`` (.parquet or .csv) atomically: a reader sees the old table or the
-    new one, never half of one. Returns the DataFrame written.
+def write_table(rows: list[dict[str, Any]] | Any, path: str | os.PathLike[str]) -> Any:
+    """Write ``rows`` (a list of rows, or a sweep's DataFrame) to ``path`` (.parquet or .csv)
+    atomically: a reader sees the old table or the new one, never half of one. A DataFrame's curves
+    (``attrs["curves"]``) are written beside it first (``<stem>.curves.parquet``: what
+    :func:`read_table` reads back); pandas' own ``to_parquet`` refuses a table whose ``attrs`` hold
+    them (it writes ``attrs`` as JSON). Returns the DataFrame written (without ``attrs``).
 
     >>> import tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
@@ -145,7 +148,18 @@ def write_table(rows: list[dict[str, Any]], path: str | os.PathLike[str]) -> Any
     """
     name = os.fspath(path)
     kind = _suffix(name)
+    curves = None
+    if not isinstance(rows, list):
+        curves = rows.attrs.get("curves")
+        rows = records(rows)
     df = to_frame(rows)
+    if curves is not None:
+        steps = curves[list(CURVE_COLUMNS)]
+        with atomic_output(curves_path(name)) as tmp:
+            if kind == ".parquet":
+                steps.to_parquet(tmp, index=False)
+            else:
+                steps.to_csv(tmp, index=False, lineterminator="\n")
     with atomic_output(name) as tmp:
         if kind == ".parquet":
             df.to_parquet(tmp, index=False)

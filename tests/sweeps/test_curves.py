@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from floatlab.sweeps import CONFIG_COLUMNS, SweepEvent, read_curves, read_table, sweep
+from floatlab.sweeps import CONFIG_COLUMNS, SweepEvent, read_curves, read_table, sweep, write_table
 from floatlab.sweeps.curves import config_name
 from floatlab.train import TrainConfig, Trainer
 from floatlab.train.history import STEP_FIELDS
@@ -122,3 +122,14 @@ def test_the_progress_bar_counts_the_runs(capsys: pytest.CaptureFixture[str]) ->
     assert "sweep" in err
     assert "2/2" in err
     assert "running 0, failed 0" in err
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_sweep_s_table_written_again_keeps_its_curves(
+    serial: pd.DataFrame, tmp_path: Path, suffix: str
+) -> None:
+    out = tmp_path / f"copy{suffix}"
+    write_table(serial, out)  # (pandas' to_parquet cannot: it writes attrs as JSON)
+    back = read_table(out)
+    pd.testing.assert_frame_equal(back, serial)
+    pd.testing.assert_frame_equal(back.attrs["curves"], serial.attrs["curves"])
