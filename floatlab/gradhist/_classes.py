@@ -62,11 +62,14 @@ def _checked(fmt: FloatFormat | str, scale: Any, rounding: str) -> tuple[FloatFo
 
 
 def _class_of(mag: Fraction, fmt: FloatFormat, mode: str, negative: bool, subnormals: bool) -> int:
-    """Index into CLASSES of what ``fmt`` makes of the value +-mag (mag > 0)."""
+    """Index into CLASSES of what ``fmt`` makes of the value +-mag (mag > 0). A negative value in
+    an unsigned format rounds to the NaN: it is lost, and counted with the overflows."""
     code, flags = round_rational(-mag if negative else mag, fmt, mode, subnormals=subnormals)
-    if flags & Flags.OVERFLOW:
+    if flags & (Flags.OVERFLOW | Flags.INVALID):
         return 3
     m = code & (fmt.sign_mask - 1)
+    if not fmt.has_zero:  # a scale format (E8M0): every code is a normal power of two
+        return 2
     if m == 0:
         return 0
     return 1 if m < 1 << fmt.mantissa_bits else 2
