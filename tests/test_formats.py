@@ -273,3 +273,87 @@ def test_register_format_never_takes_a_name_silently() -> None:
     with pytest.raises(ValueError, match="expected a non-empty string"):
         fl.register_format(FloatFormat(5, 2, name="e5m2x"), 7)  # type: ignore[arg-type]
     assert "e5m2x" not in fl.format_names()
+
+
+# ---- names built by rule: eXmY and P3109 ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("e5m10", np.float16),
+        ("e8m23", np.float32),
+        ("e11m52", np.float64),
+        ("e8m7", ml_dtypes.bfloat16),
+        ("e5m2", ml_dtypes.float8_e5m2),
+        ("e4m3fn", ml_dtypes.float8_e4m3fn),
+        ("e4m3fnuz", ml_dtypes.float8_e4m3fnuz),
+        ("e5m2fnuz", ml_dtypes.float8_e5m2fnuz),
+        ("e3m4", ml_dtypes.float8_e3m4),
+        ("float8_e4m3", ml_dtypes.float8_e4m3),
+        ("E2M3FN", ml_dtypes.float6_e2m3fn),
+    ],
+)
+def test_exmy_names_build_ml_dtypes_layouts(name: str, dtype: type) -> None:
+    f = fl.get_format(name)
+    info = ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
+    assert f.max == float(info.max)
+    assert f.smallest_subnormal == float(info.smallest_subnormal)
+    assert f.bits == info.bits
+
+
+def test_a_registered_name_or_layout_wins() -> None:
+    assert fl.get_format("e5m2") is fl.get_format("float8_e5m2")
+    assert fl.get_format("e4m3") is fl.get_format("float8_e4m3fn")  # the OCP format people mean
+    assert fl.get_format("e5m10") is fl.FP16
+    assert fl.get_format("e8m7") is fl.BF16
+    assert fl.get_format("e8m0") is fl.get_format("float8_e8m0fnu")
+    custom = fl.get_format("e6m9")
+    assert (custom.name, custom.bias, custom.max) == ("e6m9", 31, float((2 - Fraction(1, 512)) * 2**31))
+    assert "e6m9" not in fl.FORMATS  # read by rule, never added
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("e0m3", "exponent_bits=0: expected an integer from 1 to 15"),
+        ("e16m3", "exponent_bits=16: expected an integer from 1 to 15"),
+        ("e12m60", "mantissa_bits=60: expected an integer from 0 to 51 (64 bits in all)"),
+        ("e1m1", "an 'ieee' format needs at least 2 exponent bits"),
+        ("e1m0fn", "an 'fn' format with a NaN needs at least 2 exponent+mantissa bits"),
+        ("float9_e4m3", "e4m3 has 8 bits, not 9"),
+        ("p3109_k9p0se", "expected K from 3 to 16 and P from 1 to K-1 (signed) or to K (unsigned)"),
+        ("p3109_k8p3", "expected p3109_kKpP[s|u][e|f]"),
+    ],
+)
+def test_names_that_cannot_be_built_say_what_was_expected(name: str, expected: str) -> None:
+    with pytest.raises(ValueError) as err:
+        fl.get_format(name)
+    assert expected in str(err.value)
+    assert name in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_64_bit_edge() -> None:
+    assert fl.get_format("e11m52") is fl.FP64
+    assert fl.get_format("e15m48").bits == 64
+    assert fl.get_format("p3109_k16p16uf").bits == 16
+    with pytest.raises(ValueError, match="64 bits in all"):
+        fl.get_format("e15m49")
+
+
+def test_every_name_reaches_every_door() -> None:
+    # the one lookup serves round_array, policies, block elements and the codec
+    from floatlab.blocks import BlockFormat, mx_round
+
+    x = np.array([0.1, -3.0, 1e-6])
+    for name in ("e6m9", "p3109_k8p3se", "e3m4"):
+        assert fl.round_array(x, name).tolist() == fl.round_array(x, fl.get_format(name)).tolist()
+        assert fl.decode(int(fl.encode(1.0, name)), name).value == 1.0
+    for name in ("p3109_k8p3se", "e3m4", "e2m2fnuz"):
+        block = BlockFormat(f"mx_{name}", fl.get_format(name))
+        assert mx_round(np.array([1.0, 0.5]), block).tolist() == [1.0, 0.5]
+    with pytest.raises(ValueError, match="expected a signed format of at most 8 bits"):
+        mx_round(np.ones(4), BlockFormat("mx_e8m0", fl.get_format("e8m0")))
+    import floatlab.train as ft
+
+    policy = ft.get_policy("mixed-bf16").replace(forward="e6m9", backward="P3109-K8P3SE")
+    assert (policy.forward, policy.backward) == (fl.get_format("e6m9"), fl.get_format("p3109_k8p3se"))

@@ -613,8 +613,8 @@ def _run_blocks(
         raise ValueError(f"rows: expected a C-contiguous float64 or float32 array, got {what}")
     if not rows.flags.c_contiguous or not rows.dtype.isnative:
         raise ValueError(f"rows: expected a C-contiguous native-endian array, got {rows.dtype} {rows.shape}")
-    if element.bits > 8:
-        raise ValueError(f"element format {element.name}: expected at most 8 bits")
+    if element.bits > 8 or not element.signed:
+        raise ValueError(f"element format {element.name}: expected a signed format of at most 8 bits")
     if scale not in BLOCK_SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(BLOCK_SCALES)}")
     if scale == "e4m3" and element is MXINT8_ELEMENT:
