@@ -6,6 +6,7 @@ clean and overflowing steps: the same scale after each step and the same steps s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,12 @@ import floatlab.torch as flt
 
 
 def test_the_knobs_reach_the_scaler_and_it_moves_as_torchs_gradscaler() -> None:
-    knobs = {"init_scale": 2.0**10, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 2}
+    knobs: dict[str, Any] = {
+        "init_scale": 2.0**10,
+        "growth_factor": 4.0,
+        "backoff_factor": 0.25,
+        "growth_interval": 2,
+    }
     ours, theirs = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     theirs.load_state_dict(ours.state_dict())
     opt_a = torch.optim.SGD(ours.parameters(), lr=1e-3)
@@ -52,7 +58,7 @@ def test_the_knobs_reach_the_scaler_and_it_moves_as_torchs_gradscaler() -> None:
         ("init_scale", -1.0, "init_scale=-1.0: expected a finite number > 0"),
     ],
 )
-def test_bad_knobs_are_refused_in_one_line(knob: str, value: float, expected: str) -> None:
+def test_bad_knobs_are_refused_in_one_line(knob: str, value: Any, expected: str) -> None:
     with pytest.raises(ValueError, match=f"^{expected}$"):
         flt.simulate(torch.nn.Linear(1, 1), "mixed-fp16", **{knob: value})
 

@@ -1,0 +1,76 @@
+"""floatlab.torch.records and Simulation.to_pandas: a row per step, site and operand.
+
+Oracles: torch's own bf16 and fp16 casts for what rounding flushed, left subnormal or overflowed,
+and ``Tensor.abs().max()`` for the amax."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+
+import floatlab.torch as flt
+from floatlab.formats import FP16
+from floatlab.torch.records import COLUMNS, StepRecords
+
+
+def test_to_pandas_has_a_row_per_step_site_and_operand() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    xs = [torch.randn(5, 4) for _ in range(3)]
+    with flt.simulate(model, "mixed-bf16") as sim:
+        for x in xs:
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    df = sim.to_pandas()
+    assert list(df.columns) == list(COLUMNS)
+    assert sorted(set(df["step"])) == [0, 1, 2]
+    assert set(df["site"]) == {"0", "2"}
+    assert not df.duplicated(["step", "site", "operand"]).any()
+    base = {"input", "weight", "bias", "output", "grad", "weight.grad", "bias.grad"}
+    for step in range(3):
+        rows = df[df["step"] == step]
+        assert set(rows[rows["site"] == "0"]["operand"]) == base  # (the data needs no gradient)
+        assert set(rows[rows["site"] == "2"]["operand"]) == base | {"input.grad"}
+    first = df[(df["step"] == 0) & (df["site"] == "0") & (df["operand"] == "input")].iloc[0]
+    assert first["amax"] == xs[0].abs().max().item()
+    assert first["values"] == xs[0].numel()
+    assert math.isnan(first["loss_scale"])
+
+
+def test_the_shares_are_what_torchs_cast_does() -> None:
+    x = torch.tensor([1e-9, 3e-8, 1e-6, 1.0, 7e4, -1e5, 0.0, 2.0])
+    y = x.half().float()  # torch's fp16 cast: the oracle's rounding
+    rec = StepRecords()
+    rec.add("fc", "input", x, y, FP16, saturate=False)
+    rec.add("fc", "input", x, y, FP16, saturate=False)  # the same operand twice in a step: summed
+    rec.close(4, {})
+    (row,) = rec.rows
+    nonzero = x != 0
+    assert row["step"] == 4
+    assert row["values"] == 2 * x.numel()
+    assert row["flushed"] == ((y == 0) & nonzero).sum().item() / x.numel()
+    assert row["subnormal"] == ((y != 0) & (y.abs() < 2.0**-14)).sum().item() / x.numel()
+    assert row["saturated"] == y.isinf().sum().item() / x.numel()
+    assert row["amax"] == 1e5
+
+
+def test_a_recipes_operands_come_with_their_scale() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    with flt.simulate(model, "nvfp4") as sim:
+        for _ in range(2):
+            model(torch.randn(4, 32)).sum().backward()
+    df = sim.to_pandas()
+    recipe = df[df["site"] == "1"]
+    assert sorted(set(recipe["operand"])) == ["grad", "input", "weight"]
+    want = [v for k in ("input", "weight", "grad") for v in sim.operands[f"1.{k}"]["amax"]]
+    assert sorted(recipe["amax"]) == sorted(want)
+    assert (recipe["scale"] != 1.0).all()
+    assert {"0", "2"} <= set(df["site"])  # the layers kept in bf16 have the plain records
