@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from floatlab._signature import spelled_out
 from floatlab.sweeps.curves import CurvesFile, curves_path, read_curves_file, whole
 from floatlab.sweeps.grid import Grid, Task
+from floatlab.sweeps.order import TaskQueue
 from floatlab.sweeps.table import read_runs, records, run_rows, write_table
 
 if TYPE_CHECKING:
@@ -102,8 +103,8 @@ def _train(task: Task, threads: int, data: Any, send: str = "rows") -> Outcome:
     """:func:`_execute` under the caller's warning filters (the filters are global: a thread that
     changed them while another thread did too could leave them changed)."""
     from floatlab.sweeps.curves import step_arrays
-    from floatlab.train import Trainer
     from floatlab.train.data.text import check_model_and_data
+    from floatlab.train.trainer import Trainer
 
     try:
         with _threads(threads):
@@ -217,7 +218,7 @@ def _shared_data(tasks: list[Task]) -> dict[tuple[str, int, int], Any]:
     """Each data set of ``tasks``, read once (by :func:`floatlab.train.data.get_data`, as the
     trainer would); None where reading fails (each run then fails with the reason) or the set is
     large (each run reads it)."""
-    from floatlab.train.data import get_data
+    from floatlab.train.data.datasets import get_data
 
     out: dict[tuple[str, int, int], Any] = {}
     for t in tasks:
@@ -267,8 +268,10 @@ def _run_pool(
 ) -> None:
     """Run ``todo`` on ``workers``: a thread here (``run``) and ``workers - 1`` child processes
     (:func:`_execute` with ``args``, started by ``context``), each taking the next task from one
-    queue as it gets free; the results reach ``finished`` here, in this thread, as they come. At
-    most one task is handed to the pool per child, so a free worker never waits behind a busy one.
+    queue as it gets free (the longest first, as the first run of each configuration tells:
+    :class:`~floatlab.sweeps.order.TaskQueue`); the results reach ``finished`` here, in this
+    thread, as they come. At most one task is handed to the pool per child, so a free worker never
+    waits behind a busy one.
     Warnings are ignored meanwhile, in this thread too (see :func:`_train`).
 
     A child that dies (SIGKILL from the out-of-memory killer, a crash) breaks the pool: every run
@@ -276,14 +279,12 @@ def _run_pool(
     pool takes over; when one run was in the pool, it is failed with the reason; when several were,
     each runs again alone in the pool (the others' results are the same: runs are seeded), and one
     that kills its worker alone is failed."""
-    tasks = deque(todo)
+    tasks = TaskQueue(todo)  # the longest runs first, as the first of each configuration tells
     results: queue.Queue[tuple[Task, Any]] = queue.Queue()
-    lock = threading.Lock()
     stop = threading.Event()
 
     def take() -> Task | None:
-        with lock:
-            return tasks.popleft() if tasks and not stop.is_set() else None
+        return None if stop.is_set() else tasks.take()
 
     def here() -> None:
         while (task := take()) is not None:
@@ -292,6 +293,7 @@ def _run_pool(
             except BaseException as e:  # (not a failed run: run records those) raised over there
                 results.put((task, e))
                 return
+            tasks.done(task)
             results.put((task, rows))
 
     def new_pool() -> ProcessPoolExecutor:
@@ -321,8 +323,7 @@ def _run_pool(
                 if alone:
                     suspects.appendleft(task)
                 else:
-                    with lock:
-                        tasks.appendleft(task)
+                    tasks.put_back(task)
                 if in_pool:
                     return
                 pool.shutdown(wait=True)
@@ -332,6 +333,7 @@ def _run_pool(
             f.add_done_callback(functools.partial(report, task))
 
     def report(task: Task, f: Future[Outcome]) -> None:
+        tasks.done(task)
         results.put((task, f))  # (bound to its task: a broken pool's runs leave in_pool first)
 
     helper = threading.Thread(target=here, name="floatlab-sweep-run", daemon=True)

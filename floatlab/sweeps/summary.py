@@ -2,9 +2,10 @@
 confidence interval, and the curves with their bands.
 
 A configuration is every configuration column but the seed (and the run's key). The interval is
-Student's t over the seeds that finished (:func:`floatlab.train.analysis.seeds.paired_gap` against zero: the
-mean of one sample is the mean of its gaps to nothing); a run that failed or stopped early (its loss
-turned inf or NaN) has no final metric and is counted apart, never averaged in.
+Student's t over the seeds that finished (the same interval as
+:func:`floatlab.train.analysis.seeds.paired_gap` of the values against zero); a run that failed or
+stopped early (its loss turned inf or NaN) has no final metric and is counted apart, never
+averaged in.
 
 >>> import pandas as pd
 >>> rows = [{"run_id": str(s), "precision": "fp32", "seed": s, "status": "ok", "eval": 0, "step": 4,
@@ -27,7 +28,6 @@ import numpy as np
 
 from floatlab.sweeps.curves import config_name
 from floatlab.sweeps.grid import CONFIG_COLUMNS
-from floatlab.train.analysis.seeds import paired_gap, t_quantile
 
 __all__ = [
     "EVAL_METRICS",
@@ -126,13 +126,30 @@ def final_rows(df: Any) -> Any:
     return df.groupby("run_id", sort=False).tail(1).reset_index(drop=True)
 
 
+def _t(p: float, df: Any) -> Any:
+    """Student's t quantile ``p`` at ``df`` degrees of freedom (SciPy: it comes with scikit-learn)."""
+    from scipy.stats import t as student_t  # type: ignore[import-untyped,unused-ignore]
+
+    return student_t.ppf(p, df)
+
+
 def _interval(values: list[float], level: float) -> tuple[float, float, float]:
+    """The mean of ``values`` and the ends of its ``level`` Student-t interval (none from one value).
+
+    >>> [round(v, 3) for v in _interval([1.0, 2.0, 3.0], 0.95)]   # 2 -+ t(0.975, 2) / sqrt(3)
+    [2.0, -0.484, 4.484]
+    """
     if not values:
         return math.nan, math.nan, math.nan
-    if len(values) == 1:
-        return values[0], math.nan, math.nan
-    g = paired_gap(values, [0.0] * len(values), level)
-    return g.mean, g.low, g.high
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, math.nan, math.nan
+    if not all(math.isfinite(v) for v in values):
+        return math.nan, math.nan, math.nan
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(_t(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
 def summarize(
@@ -234,7 +251,7 @@ def _bands(rows: Any, metric: str, level: float) -> tuple[Any, Any, Any, Any]:
 
     g = pd.DataFrame(frame).groupby("step", sort=True)["v"].agg(["mean", "std", "count"])
     n = g["count"].to_numpy()
-    t = np.array([t_quantile(0.5 + level / 2, int(k) - 1) if k >= 2 else np.nan for k in n])
+    t = np.where(n >= 2, _t(0.5 + level / 2, np.maximum(n - 1, 1)), np.nan)
     half = t * g["std"].to_numpy() / np.sqrt(n)
     mean = g["mean"].to_numpy()
     half = np.where(np.isfinite(half), half, 0.0)
