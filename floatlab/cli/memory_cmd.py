@@ -43,7 +43,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "(floatlab itself holds every value in float32). The total is set against the same step in fp32.\n"
         "Where master weights and gradients live follows the framework: Apex O2's layout for the named\n"
         "policies, Apex O2 and fastai; autocast's (fp32 weights and gradients, fp16 casts) for\n"
-        "torch-amp, Apex O1, Keras, the TF1 recipe and MindSpore.",
+        "torch-amp, Apex O1, Keras, the TF1 recipe and MindSpore. The optimizer's state takes the format\n"
+        "of the weights it updates (fp16 under Apex O3), and BatchNorm keeps what its framework's keeps:\n"
+        "its 16-bit input under PyTorch's recipes, fp32 values under Keras and MindSpore.",
         epilog="examples:\n"
         "  floatlab memory --model transformer --precision mixed-fp16\n"
         "  floatlab memory --model transformer --preset torch-amp --optimizer adamw --batch-size 32\n"
