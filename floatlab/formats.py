@@ -71,7 +71,7 @@ class FloatFormat:
     (448.0, 8, 7)
     >>> g = FloatFormat(5, 2, "fnuz", signed=False, extended=True)
     >>> g.name, g.bits, hex(g.inf_code), hex(g.nan_code or 0), g.max
-    ('p3109_k7p3ue', 7, '0x7e', '0x7f', 49152.0)
+    ('p3109_k7p3ue', 7, '0x7e', '0x7f', 40960.0)
     """
 
     exponent_bits: int
