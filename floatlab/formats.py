@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Literal, get_args
 
 from floatlab.exact import pow2
-from floatlab.registry import Registry
+from floatlab.registry import Registry, shown
 
 __all__ = [
     "BF16",
@@ -371,8 +371,9 @@ def _to_float(q: Fraction) -> float:
 
 
 # ---- names built by rule: eXmY and P3109 ---------------------------------------------------------
-_EXMY = re.compile(r"(?:float(\d+)_)?e(\d+)m(\d+)(fn|fnuz)?")
-_P3109 = re.compile(r"p3109_k(\d+)p(\d+)([su])([ef])")
+# (three digits at most: a longer number names no format, and int() of thousands of digits fails)
+_EXMY = re.compile(r"(?:float(\d{1,3})_)?e(\d{1,3})m(\d{1,3})(fn|fnuz)?")
+_P3109 = re.compile(r"p3109_k(\d{1,3})p(\d{1,3})([su])([ef])")
 _ANY_P3109 = re.compile(r"p3109(_.*)?")
 
 #: how a custom format is named (the grammar that :func:`format_from_name` reads)
@@ -419,7 +420,7 @@ def _from_name(key: str) -> FloatFormat | None:
             int(p.group(1)), int(p.group(2)), signed=p.group(3) == "s", extended=p.group(4) == "e"
         )
     if _ANY_P3109.fullmatch(key):
-        raise ValueError(f"format {key!r}: expected p3109_kKpP[s|u][e|f], as p3109_k8p3se")
+        raise ValueError(f"format {shown(key)}: expected p3109_kKpP[s|u][e|f], as p3109_k8p3se")
     return None
 
 
