@@ -265,8 +265,7 @@ def _threshold_lines(
             # the one size of update that round to nearest cannot settle by distance
             lines = [
                 f"{head}; the update is exactly {half}, so the tie rule decided.",
-                f"Anything less vanishes: {who} more than {r} times smaller than the weight"
-                " is always lost.",
+                f"Anything less vanishes: {who} more than {r} times smaller than the weight is always lost.",
             ]
         elif gap == ulp:
             lines = [
