@@ -209,10 +209,12 @@ class CurvesFile:
         self.path = path
         self.runs: dict[str, Arrays] = dict(old or {})
         self._text: dict[str, str] = {}
+        self._tables: dict[str, Any] = {}
 
     def add(self, key: str, arrays: Arrays | None) -> None:
         self.runs[key] = arrays if arrays is not None else _empty()
         self._text.pop(key, None)
+        self._tables.pop(key, None)
 
     def write(self, order: list[str]) -> None:
         """Write the runs ``order`` names (each that is here), in that order."""
@@ -225,9 +227,12 @@ class CurvesFile:
                 fh.write(",".join(CURVE_COLUMNS) + "\n")
                 fh.writelines(chunks)
             return
-        frame = _plain(keys, [self.runs[k] for k in keys])
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = [self._arrow(k) for k in keys] or [_plain_arrow("", _empty())]
         with atomic_output(self.path) as tmp:
-            frame.to_parquet(tmp, index=False)
+            pq.write_table(pa.concat_tables(tables), tmp)
 
     def _csv(self, key: str) -> str:
         text = self._text.get(key)
@@ -236,6 +241,25 @@ class CurvesFile:
             _plain([key], [self.runs[key]]).to_csv(buf, index=False, header=False, lineterminator="\n")
             text = self._text[key] = buf.getvalue()
         return text
+
+    def _arrow(self, key: str) -> Any:
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = _plain_arrow(key, self.runs[key])
+        return table
+
+
+def _plain_arrow(key: str, arrays: Arrays) -> Any:
+    """One run's rows of the file as a pyarrow table (made once per run: a write after each run
+    then costs the file's encoding, not the conversion of every run before)."""
+    import pyarrow as pa
+
+    n = len(arrays["step"])
+    cols = {"run_id": pa.array([key] * n, type=pa.string())}
+    for k in STEP_FIELDS:
+        v = arrays[k]
+        cols[k] = pa.array([str(x) for x in v], type=pa.string()) if k in _TEXT else pa.array(v)
+    return pa.table(cols)
 
 
 def _plain(keys: list[str], arrays: list[Arrays]) -> Any:
