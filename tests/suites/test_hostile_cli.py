@@ -36,8 +36,10 @@ BAD = [
     (["decode", "15360"], "needs its format"),
     (["decode", "9" * 5000, "-f", "fp16"], "5,000 digits: too wide"),
     (["decode", "1", "-f", "fp80"], "unknown format 'fp80'"),
-    (["decode", "0x3c00", "-f", ""], "unknown format ''"),
-    (["decode", "0x3c00", "-f", "fp16,bf16"], "unknown format 'fp16,bf16'"),
+    (["decode", "0x3c00", "-f", ""], "empty format name in ''"),
+    (["decode", "0x3c00", "-f", "fp16,fp61"], "unknown format 'fp61'"),
+    (["decode", "0x3c00", "-f", "e12m60"], "format e12m60: mantissa_bits=60: expected an integer from 0"),
+    (["decode", "0x3c00", "-f", "p3109_k9p0se"], "p3109_k9p0se: expected K from 3 to 16"),
     # numbers
     (["encode", "abc"], "cannot parse 'abc'"),
     (["encode", "1_000"], "cannot parse '1_000'"),
