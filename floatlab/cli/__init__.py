@@ -106,7 +106,7 @@ COMMANDS: tuple[Command | ModuleType, ...] = (
     ),
     Command(
         "compare",
-        "floatlab.cli.train_cmds",
+        "floatlab.cli.compare_cmd",
         "train several precision policies with the same seed and compare them",
     ),
     Command(

@@ -1,9 +1,9 @@
-"""``floatlab train`` and ``floatlab compare``: the mixed-precision trainer on the command line.
+"""``floatlab train``: the mixed-precision trainer on the command line (``floatlab compare``, in
+:mod:`floatlab.cli.compare_cmd`, takes the same options).
 
-``train`` runs one policy with a progress bar and ends with a summary; ``compare`` runs several
-policies with the same seed and settings, prints them side by side and can plot their curves.
-A run is measured in epochs or in steps (``--steps``) and evaluated after every epoch, every
-``--eval-every`` steps and at its end. A run whose loss turns inf or NaN with no loss scaler to
+``train`` runs one policy with a progress bar and ends with a summary. A run is measured in epochs
+or in steps (``--steps``) and evaluated after every epoch, every ``--eval-every`` steps and at its
+end. A run whose loss turns inf or NaN with no loss scaler to
 catch it stops there: the command says so in one line on stderr, writes what it was asked to
 write, and exits 0 (a diverging run is a result). The trainer (:mod:`floatlab.train`) and tqdm
 are imported inside the commands, so that loading the command line stays light.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from floatlab.cli._common import UI, View, add_color_options, add_command, add_max_bytes_option, parse_sizes
 from floatlab.cli.progress import Progress, eval_line
-from floatlab.cli.train_views import compare_view, train_view
+from floatlab.cli.train_views import train_view
 from floatlab.io import (
     FIGURE_SUFFIXES,
     atomic_output,
@@ -45,20 +45,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NAME",
-    "NAMES",
     "Progress",
-    "compare_view",
     "config_from_args",
     "eval_line",
     "register",
-    "run_compare",
     "run_train",
     "train_view",
 ]
 
-NAMES: tuple[str, ...] = ("train", "compare")
-# this module registers several commands; the command list prints their names together
-NAME = ", ".join(NAMES)
+NAME = "train"
 
 # the policies and models the help texts name, written out so that `--help` needs no trainer (the
 # registries live in floatlab.train, whose import costs more than the rest of the command line); a
@@ -521,57 +516,6 @@ def _show(ui: UI, view: View, json_file: str | None, data: Any) -> int:
     return 0
 
 
-# ---- compare ------------------------------------------------------------------------------------
-def run_compare(args: argparse.Namespace, ui: UI) -> int:
-    """Train each policy with the same settings; print the table, plot if asked.
-
-    >>> parser = argparse.ArgumentParser()
-    >>> _ = register(parser.add_subparsers())
-    >>> args = parser.parse_args(["compare", "fp32", "fp16", "--data", "underflow", "--epochs", "1",
-    ...                           "--hidden", "8", "-q"])
-    >>> run_compare(args, UI())  # doctest: +ELLIPSIS
-      policy  test acc  test loss  train loss  skipped  flushed  swallowed  final scale ...memory
-      fp32 ...
-      fp16 ...  100.0 % ... MiB
-    0
-    """
-    from floatlab.train.data.text import check_model_and_data
-
-    names = [*args.policies, *args.preset]
-    if not names:
-        raise ValueError("compare needs at least one policy or --preset, e.g. fp32 fp16 bf16 mixed-fp16")
-    if args.seeds is not None:
-        from floatlab.cli.compare_seeds import compare_seeds
-
-        return compare_seeds(args, ui, names)
-    configs = [config_from_args(args, p) for p in names]
-    for c in configs:
-        c.make_policy()
-    check_model_and_data(args.model, args.data)
-    json_file = _json_file(args)
-    plot = None if args.plot is None else figure_name(args.plot)
-    check_outputs([("--plot", plot), ("--json", json_file)], suffixes={"--plot": FIGURE_SUFFIXES})
-    backend = _backend(args)
-    histories = []
-    for c in configs:
-        trainer = _fit(c, args.quiet, label=c.precision, backend=backend)
-        _report_stop(trainer, c.precision)
-        histories.append(trainer.history)
-    view = compare_view(histories, color=ui.color)
-    if plot is not None:
-        from floatlab.train import compare
-
-        try:
-            with atomic_output(plot) as tmp:
-                compare(histories, tmp, title=f"{args.model} on {args.data}, seed {args.seed}")
-        except Exception:
-            if json_file is not None:  # the runs are not lost with the figure
-                _write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
-            raise
-        view = _with_curves(view, plot, ui.color)
-    return _show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
-
-
 def _with_curves(view: View, plot: str, color: bool) -> View:
     """``view`` with a line saying that the curves went to ``plot``, and ``plot`` in its data."""
     line = dim(f"  curves written to {safe(plot)}", color)
@@ -580,11 +524,11 @@ def _with_curves(view: View, plot: str, color: bool) -> View:
 
 # ---- registration -------------------------------------------------------------------------------
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add ``train`` and ``compare`` to ``subparsers``; return the last.
+    """Add ``train`` to ``subparsers``; return its parser.
 
     >>> parser = argparse.ArgumentParser()
     >>> register(parser.add_subparsers()).prog.split()[-1]
-    'compare'
+    'train'
     """
     names = ", ".join(POLICY_NAMES)
     p = add_command(
@@ -632,38 +576,4 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     _output_options(p)
     p.set_defaults(run=run_train)
 
-    p = add_command(
-        subparsers,
-        "compare",
-        help="train several precision policies with the same seed and compare them",
-        description="Run each POLICY with the same model, data, seed and settings; print final accuracy, "
-        "loss, skipped steps, flushed gradients and swallowed updates side by side; --plot draws the curves.",
-        epilog="examples:\n"
-        "  floatlab compare fp32 fp16 bf16 mixed-fp16 --plot curves.png\n"
-        "  floatlab compare fp32 fp16 mixed-fp16 --data underflow --epochs 3\n"
-        "  floatlab compare fp32 mixed-bf16 bf16 --seeds 0-2 --data digits --epochs 2 --plot seeds.png\n"
-        "  floatlab compare fp32 mixed-fp16 bf16 fp16 --model transformer --data text --steps 500 "
-        "--plot lm.png\n",
-    )
-    p.add_argument("policies", nargs="*", metavar="POLICY", help=f"{names}, or a framework preset")
-    p.add_argument(
-        "--preset",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="add a framework's recipe "
-        "(floatlab presets lists them; repeat for several); the switches below override its settings",
-    )
-    p.add_argument("--plot", metavar="FILE.png", help="write the training curves to this image")
-    seeds = p.add_argument_group("over seeds (means with their 95%% intervals, gaps to the first policy)")
-    seeds.add_argument("--seeds", metavar="SEEDS", help="train each policy once per seed: 0-4, 0,2,5, ...")
-    how = seeds.add_mutually_exclusive_group()
-    how.add_argument("--serial", action="store_true", help="one run after another, in this process")
-    how.add_argument("--dask", action="store_true", help="on a Dask LocalCluster (default: a process pool)")
-    how.add_argument("--scheduler", metavar="ADDR", help="on the Dask cluster at ADDR (tcp://host:8786)")
-    seeds.add_argument("--workers", type=int, metavar="N", help="processes of the pool (default: every core)")
-    _run_options(p)
-    _switch_options(p)
-    _output_options(p)
-    p.set_defaults(run=run_compare)
     return p

@@ -14,6 +14,7 @@ ValueError: epochs='3': expected an integer >= 0
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "want_ints",
     "want_real",
     "want_real_or_none",
+    "want_scaler_knob",
     "want_str",
 ]
 
@@ -80,6 +82,37 @@ def want_fp32_scale(name: str, v: Any) -> float:
             f"{name}={shown(v)}: expected a loss scale fp32 can hold, from 2^-149 to below 2^128"
         )
     return x
+
+
+def want_scaler_knob(name: str, v: Any) -> float | int:
+    """``v`` if it is a loss scaler's ``growth_factor`` (a finite number >= 1), ``backoff_factor``
+    (a number in (0, 1]), ``growth_interval`` (an integer >= 1) or ``init_scale`` (a loss scale fp32
+    can hold): the one check of the knobs, for the scaler and the policies that set them.
+
+    >>> want_scaler_knob("growth_interval", 10)
+    10
+    >>> want_scaler_knob("growth_interval", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: growth_interval=0: expected an integer >= 1
+    """
+    if name == "init_scale":
+        return want_fp32_scale(name, v)
+    if name == "growth_interval":
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"growth_interval={shown(v)}: expected an integer >= 1")
+        return v
+    real = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if name == "growth_factor":
+        if not (real and 1.0 <= v < math.inf):
+            raise ValueError(f"growth_factor={shown(v)}: expected a finite number >= 1")
+        return float(v)
+    if name == "backoff_factor":
+        if not (real and 0.0 < v <= 1.0):
+            raise ValueError(f"backoff_factor={shown(v)}: expected a number in (0, 1]")
+        return float(v)
+    knobs = "init_scale, growth_factor, backoff_factor or growth_interval"
+    raise ValueError(f"scaler knob {shown(name)}: expected {knobs}")
 
 
 def want_real_or_none(name: str, v: Any) -> float | None:

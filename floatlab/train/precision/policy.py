@@ -66,7 +66,15 @@ import numpy as np
 from floatlab.formats import BF16, FP16, FP32, FP64, FloatFormat, get_format
 from floatlab.registry import Registry
 from floatlab.rounding import check_rounding
-from floatlab.train._checks import shown, want_bool, want_dict, want_fields, want_fp32_scale, want_str
+from floatlab.train._checks import (
+    shown,
+    want_bool,
+    want_dict,
+    want_fields,
+    want_fp32_scale,
+    want_scaler_knob,
+    want_str,
+)
 from floatlab.train.precision.accumulate import accumulator_format
 from floatlab.train.recipes import MICRO_KINDS, RECIPES, Fp8Recipe, MicroRecipe
 
@@ -244,15 +252,12 @@ class Policy:
                 )
 
     def _check_scaler_knobs(self) -> None:
-        knobs = self.scaler_knobs
-        if not knobs:
-            return
-        from floatlab.train.precision.scaler import make_scaler
-
-        # (the scaler's own checks: an interval >= 1, a growth factor >= 1, ...), whether or not
-        # this policy scales its loss dynamically: a knob is refused for its value, never for the
-        # policy it is given to, so that one setting can go to several policies at once
-        make_scaler(self if self.loss_scaling == "dynamic" else self.replace(loss_scaling="dynamic"))
+        # a knob is refused for its value, never for the policy it is given to (one without dynamic
+        # loss scaling keeps it unused), so that one setting can go to several policies at once
+        for name in SCALER_KNOBS:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, want_scaler_knob(name, value))
 
     # ---- derived --------------------------------------------------------------------------------
     @property

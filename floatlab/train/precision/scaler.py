@@ -29,10 +29,10 @@ from floatlab.train._checks import (
     shown,
     want_bool,
     want_dict,
-    want_fp32_scale,
     want_int,
     want_real,
     want_real_or_none,
+    want_scaler_knob,
     want_str,
 )
 
@@ -209,13 +209,13 @@ class LossScaler:
         fp32_scale: bool = True,
         limit_rule: str = "clamp",
     ) -> None:
-        want_fp32_scale("init_scale", init_scale)
-        if not (isinstance(growth_factor, (int, float)) and 1.0 <= growth_factor < math.inf):
-            raise ValueError(f"growth_factor={shown(growth_factor)}: expected a finite number >= 1")
-        if not (isinstance(backoff_factor, (int, float)) and 0.0 < backoff_factor <= 1.0):
-            raise ValueError(f"backoff_factor={shown(backoff_factor)}: expected a number in (0, 1]")
-        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
-            raise ValueError(f"growth_interval={shown(growth_interval)}: expected an integer >= 1")
+        for knob, value in (
+            ("init_scale", init_scale),
+            ("growth_factor", growth_factor),
+            ("backoff_factor", backoff_factor),
+            ("growth_interval", growth_interval),
+        ):
+            want_scaler_knob(knob, value)
         if not 0.0 <= min_scale <= max_scale:
             raise ValueError(
                 f"min_scale={shown(min_scale)}, max_scale={shown(max_scale)}: expected 0 <= min <= max"
@@ -568,6 +568,6 @@ def make_scaler(policy: Policy) -> LossScaler:
     state = scaler.state_dict()
     state.update(knobs)
     if "init_scale" in knobs:
-        state["scale"] = want_fp32_scale("init_scale", knobs["init_scale"])
+        state["scale"] = knobs["init_scale"]
     scaler.load_state_dict(state)  # (its checks: an interval >= 1, a growth factor >= 1, ...)
     return scaler
