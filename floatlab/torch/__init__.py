@@ -8,7 +8,12 @@ package for them); :func:`simulate` (:mod:`floatlab.torch.simulate`) runs a mode
 embeddings as a :class:`~floatlab.train.precision.policy.Policy` says; :func:`inspect`
 (:mod:`floatlab.torch.inspect`) runs a few training passes and reports, per layer and tensor
 kind, what fp16, bf16, fp8 or any floatlab format would flush, make subnormal or overflow, and
-the power-of-two scale that saves them (:class:`LayerReport`: text, DataFrame, heat map).
+the power-of-two scale that saves them (:class:`LayerReport`: text, DataFrame, heat map; one
+verdict per format, :meth:`LayerReport.advice`). Beside them: what each layer's GEMMs get
+(:mod:`~floatlab.torch.plan`), attention written out as its GEMMs (:mod:`~floatlab.torch.attention`),
+weights stored in their format (:mod:`~floatlab.torch.weights`), the policy's loss scaling
+(:mod:`~floatlab.torch.scaler`), the per-step record (:mod:`~floatlab.torch.records`) and the
+refusals (:mod:`~floatlab.torch.checks`).
 
 >>> import torch, floatlab as fl
 >>> fl.round_array(torch.tensor([0.1]), "bf16").item()
