@@ -36,6 +36,16 @@ GFLOAT_FORMATS = {
     "float8_e4m3fn": "format_info_ocp_e4m3",
     "float8_e5m2": "format_info_ocp_e5m2",
 }
+#: the formats of issue 38, timed beside the 8-bit formats above: ml_dtypes' two (its cast is the
+#: peer) and two IEEE P3109 formats (gfloat is the peer: (K, P, signed, extended))
+NEW_ML_DTYPES: dict[str, Any] = {
+    "float8_e3m4": ml_dtypes.float8_e3m4,
+    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
+}
+NEW_P3109: dict[str, tuple[int, int, bool, bool]] = {
+    "p3109_k8p3se": (8, 3, True, True),
+    "p3109_k8p4uf": (8, 4, False, False),
+}
 
 
 def make_inputs(n: int, seed: int = 0) -> np.ndarray:
@@ -87,7 +97,7 @@ class Bench:
 
 def peers(bench: Bench, x: np.ndarray, notes: list[str]) -> None:
     """numpy, ml_dtypes, gfloat, pychop, torch: round to nearest even into each target."""
-    for name, dt in TARGETS.items():
+    for name, dt in {**TARGETS, **NEW_ML_DTYPES}.items():
         if name != "fp16":  # numpy's float16 cast is timed first, as the reference line
             bench.add("peer", f"ml_dtypes astype({np.dtype(dt).name})", "rne", partial(x.astype, dt))
     try:
@@ -103,6 +113,19 @@ def peers(bench: Bench, x: np.ndarray, notes: list[str]) -> None:
                 "peer", f"gfloat encode_ndarray {name}", "rne", partial(gfloat.encode_ndarray, fi, xs), n
             )
         notes.append(f"gfloat timed on the first {n:,} values (as float64, its working type), per value.")
+        from gfloat.types import Domain, Signedness
+
+        for name, (k, p, signed, extended) in NEW_P3109.items():
+            fi = gff.format_info_p3109(
+                k, p, Signedness.Signed if signed else Signedness.Unsigned,
+                Domain.Extended if extended else Domain.Finite,
+            )  # fmt: skip
+            # an unsigned format takes the magnitudes (gfloat has no rule for negative values)
+            xp = np.abs(xs) if not signed else xs
+            bench.add("peer", f"gfloat round_ndarray {name}", "rne", partial(gfloat.round_ndarray, fi, xp), n)
+            bench.add(
+                "peer", f"gfloat encode_ndarray {name}", "rne", partial(gfloat.encode_ndarray, fi, xp), n
+            )
     except Exception as exc:  # a peer that is missing or fails is noted, not fatal
         notes.append(f"gfloat skipped: {type(exc).__name__}: {exc}")
     try:
@@ -185,9 +208,43 @@ def main(argv: list[str] | None = None) -> int:
             f"encode_array(x, {name!r}) differs from the peer's cast in {mismatches} of {x.size:,} values."
         )
 
+    for name, dt in NEW_ML_DTYPES.items():
+        want = x.astype(dt).view(np.uint8)
+        got = fl.encode_array(x, name)
+        # ml_dtypes 0.6 rounds a float32 subnormal above 2^-127 up to 2^-126 in float8_e8m0fnu
+        quirk = (np.abs(x) > 2.0**-127) & (np.abs(x) < 2.0**-126) if name == "float8_e8m0fnu" else False
+        mismatches = int(np.count_nonzero((got != want) & ~quirk))
+        notes.append(
+            f"encode_array(x, {name!r}) differs from ml_dtypes' cast in {mismatches} of {x.size:,} values"
+            + (
+                f" (leaving out the {int(np.count_nonzero(quirk)):,} float32 subnormals above 2^-127, which "
+                "ml_dtypes rounds up to 2^-126)."
+                if name == "float8_e8m0fnu"
+                else "."
+            )
+        )
+
     numpy_row = bench.add("peer", "numpy astype(float16)", "rne", partial(x.astype, np.float16))
     peers(bench, x, notes)
     rng = np.random.default_rng(1)
+    new_rows: dict[str, int] = {}
+    for name in [*NEW_ML_DTYPES, *NEW_P3109]:
+        new_rows[name] = bench.add(
+            "floatlab", f"encode_array -> {name}", "rne", partial(fl.encode_array, x, name)
+        )
+        bench.add(
+            "floatlab",
+            f"encode_array -> {name}",
+            "stochastic",
+            partial(fl.encode_array, x, name, "stochastic", rng=rng),
+        )
+        bench.add("floatlab", f"round_array -> {name} (float32 out)", "rne", partial(fl.round_array, x, name))
+        bench.add(
+            "decode",
+            f"floatlab decode_codes {name} -> float64",
+            "-",
+            partial(decode_codes, fl.encode_array(x, name), fl.get_format(name)),
+        )
     for name in TARGETS:
         for mode in ROUNDING_MODES:
             bench.add(
@@ -230,8 +287,16 @@ def main(argv: list[str] | None = None) -> int:
             partial(_view_astype, codes, dt),
         )
 
+    e4m3_row = next(
+        i for i, r in enumerate(bench.rows) if r[1] == "encode_array -> float8_e4m3fn" and r[2] == "rne"
+    )
     bench.run()
     numpy_rate, copy_rate = bench.rate(numpy_row), bench.rate(copy_row)
+    notes.append(
+        "the new formats' nearest-even encode against float8_e4m3fn's ("
+        + ", ".join(f"{n} {bench.rate(i) / bench.rate(e4m3_row):.2f}x" for n, i in new_rows.items())
+        + "): the same compiled loop, the formats entering as parameters."
+    )
     table = Table(
         ["section", "implementation", "mode", "M values/s", "vs numpy astype(float16)", "vs numpy copy"]
     )
