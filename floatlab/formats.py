@@ -564,7 +564,7 @@ FP4_E2M1FN = _builtin(
 
 #: the element of OCP MXINT8 (Microscaling v1.0): an 8-bit two's complement integer k with an
 #: implicit scale 2^-6, the values k/64 for k from -128 to 127 (as gfloat's ``format_info_ocp_int8``).
-#: As a FloatFormat it is the sign-magnitude grid k/64, |k| <= 127 (one exponent bit, bias 1: the
+#: As a FloatFormat it is the sign-magnitude grid k/64, ``abs(k) <= 127`` (one exponent bit, bias 1: the
 #: values below 1 are its "subnormals"), which the rounding kernels round into; the block door
 #: (:func:`floatlab.rounding.encode_blocks`) adds -2.0 (k = -128) and writes two's complement codes.
 #: It is not registered: a block element, not a format of its own.

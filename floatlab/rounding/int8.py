@@ -1,5 +1,5 @@
 """The low end of the MXINT8 element: -2.0 (k = -128), which the sign-magnitude grid the kernels
-round into (k/64, |k| <= 127: :data:`floatlab.formats.MXINT8_ELEMENT`) does not hold, and the
+round into (k/64 for ``abs(k) <= 127``: ``floatlab.formats.MXINT8_ELEMENT``) does not hold, and the
 two's complement codes. Private to the block door (:func:`floatlab.rounding.encode_blocks`).
 
 The element's values are k/64 for k from -128 to 127 (OCP Microscaling v1.0's INT8, as gfloat's
@@ -8,12 +8,6 @@ The element's values are k/64 for k from -128 to 127 (OCP Microscaling v1.0's IN
 tie goes to -128, which is even), toward -inf from y < -127/64, stochastic rounding with the
 probability of its distance from -127/64, drawn from the value's own random word; toward zero,
 toward +inf and to odd keep -127.
-
->>> v = np.array([-1.995, -1.99, 1.999])
->>> codes = np.array([0xFF, 0xFF, 0x7F], np.uint8)          # the kernel's k = -127, -127, 127
->>> c, out, n = low_end(v, codes, None, np.ones(3), "rne", (0, 0), 32)
->>> c.view(np.int8).tolist(), n                              # -1.995 * 64 = -127.68: to -128
-([-128, -127, 127], 1)
 """
 
 from __future__ import annotations
@@ -58,6 +52,12 @@ def low_end(
     ``y_num`` are the inputs (flat), ``scales`` each one's block scale (flat; NaN-scale blocks
     are never moved), ``codes`` the kernel's sign-magnitude codes and ``values`` its values (each
     flat, or None). Returns the two's complement codes, the values and how many were moved.
+
+    >>> v = np.array([-1.995, -1.99, 1.999])
+    >>> codes = np.array([0xFF, 0xFF, 0x7F], np.uint8)          # the kernel's k = -127, -127, 127
+    >>> c, out, n = low_end(v, codes, None, np.ones(3), "rne", (0, 0), 32)
+    >>> c.view(np.int8).tolist(), n                              # -1.995 * 64 = -127.68: to -128
+    ([-128, -127, 127], 1)
     """
     with np.errstate(invalid="ignore", over="ignore"):
         y = y_num / scales
@@ -96,7 +96,14 @@ def mxint8_blocks(
 ) -> tuple[Any, ...]:
     """The block loop's ``out`` (codes, scale codes, values, counts) for the MXINT8 element, from
     the sign-magnitude grid's: :func:`low_end` applied with each value's E8M0 block scale, the
-    moved values taken off the count of those saturation held (they were not held)."""
+    moved values taken off the count of those saturation held (they were not held).
+
+    >>> rows = np.array([[-1.995, 0.5]])                      # one block, scale code 127 (2^0)
+    >>> out = (np.array([0xFF, 0x20], np.uint8), np.array([127], np.uint8), None, (2, 0, 1, 2, 1))
+    >>> codes, scales, values, counts = mxint8_blocks(rows, out, (1, 32), (1, 1), RoundingOptions())
+    >>> codes.view(np.int8).tolist(), counts
+    ([-128, 32], (2, 0, 0, 2, 0))
+    """
     codes, scale_codes, values, counts = out
     br, bc = block
     s = scale_codes.reshape(scale_shape)
