@@ -230,11 +230,11 @@ class FormatsTableDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         note_floatlab_sources(self.env)
-        header = ["format", "bits (1+e+m)", "max", "min normal", "min subnormal", "eps"]
+        header = ["format", "bits (s+e+m)", "max", "min normal", "min subnormal", "eps"]
         rows = [
             [
                 fmt.name,
-                f"{fmt.bits} (1+{fmt.exponent_bits}+{fmt.mantissa_bits})",
+                f"{fmt.bits} ({int(fmt.signed)}+{fmt.exponent_bits}+{fmt.mantissa_bits})",
                 f"{fmt.max:.6g}",
                 f"{fmt.smallest_normal:.3g}",
                 f"{fmt.smallest_subnormal:.3g}",
