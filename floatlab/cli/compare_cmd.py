@@ -12,10 +12,10 @@ policy's final validation as mean with its 95% interval and the paired gap to th
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import train_cmds as tc
-from floatlab.cli._common import UI, add_command
+from floatlab.cli._common import UI, View, add_command
 from floatlab.cli.train_views import compare_view, seeds_view
 from floatlab.io import FIGURE_SUFFIXES, atomic_output, check_outputs, figure_name
 
@@ -60,19 +60,27 @@ def run_compare(args: argparse.Namespace, ui: UI) -> int:
         trainer = tc._fit(c, args.quiet, label=c.precision, backend=backend)
         tc._report_stop(trainer, c.precision)
         histories.append(trainer.history)
-    view = compare_view(histories, color=ui.color)
-    if plot is not None:
-        from floatlab.train import compare
+    title = f"{args.model} on {args.data}, seed {args.seed}"
+    return _finish(ui, compare_view(histories, color=ui.color), plot, json_file, histories, title)
 
+
+def _finish(ui: UI, view: View, plot: str | None, json_file: str | None, runs: Any, title: str) -> int:
+    """Draw ``runs`` (histories, or run_seeds' dict) to ``plot`` when asked, then show ``view``
+    (with the histories in its JSON); a figure that fails loses no run: the JSON is written first."""
+    from floatlab.train import compare
+
+    listed = runs if isinstance(runs, list) else [h for hs in runs.values() for h in hs]
+    data = {**view.data, "histories": [h.to_dict() for h in listed]}
+    if plot is not None:
         try:
             with atomic_output(plot) as tmp:
-                compare(histories, tmp, title=f"{args.model} on {args.data}, seed {args.seed}")
+                compare(runs, tmp, title=title)
         except Exception:
             if json_file is not None:  # the runs are not lost with the figure
-                tc._write_json(json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+                tc._write_json(json_file, data)
             raise
         view = tc._with_curves(view, plot, ui.color)
-    return tc._show(ui, view, json_file, {**view.data, "histories": [h.to_dict() for h in histories]})
+    return tc._show(ui, view, json_file, {**view.data, "histories": data["histories"]})
 
 
 def _compare_seeds(args: argparse.Namespace, ui: UI, names: list[str]) -> int:
@@ -80,7 +88,7 @@ def _compare_seeds(args: argparse.Namespace, ui: UI, names: list[str]) -> int:
     final validation as mean with its 95% interval and the paired gap to the first; the figure."""
     from floatlab.sweeps import parse_seeds
     from floatlab.text.progress import progress_wanted
-    from floatlab.train import compare, final_table, run_seeds
+    from floatlab.train import final_table, run_seeds
     from floatlab.train.data.text import check_model_and_data
 
     seeds = parse_seeds(args.seeds)
@@ -98,17 +106,7 @@ def _compare_seeds(args: argparse.Namespace, ui: UI, names: list[str]) -> int:
         progress=None if not args.quiet and progress_wanted(None) else False, **config,
     )  # fmt: skip
     view = seeds_view(final_table(runs), color=ui.color)
-    histories = [h.to_dict() for hs in runs.values() for h in hs]
-    if plot is not None:
-        try:
-            with atomic_output(plot) as tmp:
-                compare(runs, tmp, title=f"{args.model} on {args.data}, seeds {args.seeds}")
-        except Exception:
-            if json_file is not None:  # the runs are not lost with the figure
-                tc._write_json(json_file, {**view.data, "histories": histories})
-            raise
-        view = tc._with_curves(view, plot, ui.color)
-    return tc._show(ui, view, json_file, {**view.data, "histories": histories})
+    return _finish(ui, view, plot, json_file, runs, f"{args.model} on {args.data}, seeds {args.seeds}")
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
