@@ -7,7 +7,7 @@ bf16: mlp 64-8-10, sgd momentum 0.9, batch 64
 ...
   total                          ... 100%
 <BLANKLINE>
-  ... MiB, 0.544 of the same step in fp32 (... MiB)
+  ... MiB, 0.508 of the same step in fp32 (... MiB)
 0
 """
 
