@@ -60,7 +60,9 @@ def test_every_block_format_by_default(
             subnormal = 0
         else:
             flushed = np.count_nonzero(finite & (g != 0) & (mag == 0))
-            subnormal = np.count_nonzero(finite & (mag != 0) & (mag >> q.format.element.mantissa_bits == 0))
+            subnormal = int(
+                np.count_nonzero(finite & (mag != 0) & (mag >> q.format.element.mantissa_bits == 0))
+            )
         assert r["flushed"] == pytest.approx(flushed / nz)
         assert r["subnormal"] == pytest.approx(subnormal / nz)
         assert r["nan_blocks"] == 1  # the block of the infinity
