@@ -20,7 +20,10 @@ __all__ = ["NoBar", "progress_bar", "progress_wanted"]
 
 
 class NoBar:
-    """A bar that draws nothing: what :func:`progress_bar` gives when no bar is wanted."""
+    """A bar that draws nothing: what :func:`progress_bar` gives when no bar is wanted.
+
+    >>> bar = NoBar(); bar.update(3); bar.close()
+    """
 
     def update(self, n: float = 1) -> None:
         """Nothing to draw."""
@@ -70,6 +73,12 @@ def progress_bar(total: int | None, desc: str, *, progress: bool | None = None, 
     """A ``tqdm.auto`` bar of ``total`` ``unit``\\ s labelled ``desc`` when one is wanted
     (:func:`progress_wanted`), else a :class:`NoBar`. Either has ``update``, ``set_postfix_str``
     and ``close``.
+
+    >>> import io, contextlib
+    >>> with contextlib.redirect_stderr(io.StringIO()):
+    ...     bar = progress_bar(2, "runs", progress=True, unit="run"); bar.update(2); bar.close()
+    >>> bar.n, bar.total
+    (2, 2)
     """
     if not progress_wanted(progress):
         return NoBar()

@@ -38,7 +38,12 @@ __all__ = ["Evaluation", "evaluate"]
 class Evaluation(NamedTuple):
     """What one evaluation measured: the mean loss per example (per token for a language model)
     computed in fp32 from the policy's logits, the share of correct predictions, and the loss as
-    the policy's format computes it."""
+    the policy's format computes it.
+
+    >>> e = Evaluation(loss=2.3027, accuracy=0.1, loss_in_format=2.3125)
+    >>> loss, accuracy, _ = e; (loss, accuracy)
+    (2.3027, 0.1)
+    """
 
     loss: float
     accuracy: float
@@ -56,7 +61,16 @@ def evaluate(
 ) -> Evaluation:
     """Loss and accuracy of ``model`` with ``params`` on ``(x, y)``: the forward pass in ``P``'s
     precision (inference mode: the caller chooses its random stream), the loss measured in fp32
-    and in the policy's format (see the module's text), ``batch_size`` examples at a time."""
+    and in the policy's format (see the module's text), ``batch_size`` examples at a time.
+
+    >>> from floatlab.train.models.base import get_model
+    >>> m = get_model("mlp", n_in=2, n_out=2, hidden=(4,))
+    >>> params = {k: np.asarray(v, np.float32) for k, v in m.init(np.random.default_rng(0)).items()}
+    >>> x, y = np.ones((8, 2), np.float32), np.zeros(8, int)
+    >>> e = evaluate(m, Precision("fp32"), params, {}, x, y)
+    >>> e.loss == e.loss_in_format, e.accuracy in (0.0, 1.0)   # fp32: one ruler; 8 equal inputs
+    (True, True)
+    """
     ruler = P if P.policy.is_wide else Precision("fp32", backend=P.backend)
     w = P.weights(params, model.norm_params)
     measured = in_format = 0.0

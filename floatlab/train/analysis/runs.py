@@ -42,7 +42,15 @@ STEP_COLUMNS: tuple[str, ...] = tuple(k for k in STEP_FIELDS if k != "fault")
 @dataclass(frozen=True)
 class Run:
     """One run: its seed, per-step columns (:data:`STEP_COLUMNS`) and evaluation columns
-    (:data:`~floatlab.train.history.EVAL_FIELDS`), as float arrays."""
+    (:data:`~floatlab.train.history.EVAL_FIELDS`), as float arrays.
+
+    >>> h = History("fp32", {"config": {"seed": 3}})
+    >>> h.log_step(step=1, epoch=0, loss=0.5, accuracy=1.0, scale=1.0, skipped=False, flushed=0.0,
+    ...            swallowed=0.0, lr=0.1, grad_norm=None)
+    >>> r = group_runs([h]).groups["fp32"][0]
+    >>> r.seed, r.steps["loss"].tolist()
+    (3, [0.5])
+    """
 
     seed: int | None
     steps: dict[str, np.ndarray[Any, np.dtype[np.float64]]]
@@ -52,7 +60,13 @@ class Run:
 @dataclass(frozen=True)
 class Runs:
     """Runs by label, in the order given; ``text``: character models (losses in bits per character);
-    ``model``: the one model they trained (None when unknown)."""
+    ``model``: the one model they trained (None when unknown).
+
+    >>> runs = group_runs([History("bf16", {"config": {"seed": 0, "model": "mlp"}}),
+    ...                    History("bf16", {"config": {"seed": 1, "model": "mlp"}})])
+    >>> runs.labels, runs.seeds, runs.model, runs.text
+    (['bf16'], 2, 'mlp', False)
+    """
 
     labels: list[str]
     groups: dict[str, list[Run]]

@@ -21,7 +21,12 @@ __all__ = ["ShownFigure"]
 
 
 class ShownFigure(Figure):
-    """A figure with a PNG rich representation (what a notebook shows for it)."""
+    """A figure with a PNG rich representation (what a notebook shows for it).
+
+    >>> fig = ShownFigure(); _ = fig.add_subplot().plot([1, 2])
+    >>> isinstance(fig._repr_png_(), bytes)
+    True
+    """
 
     def _repr_png_(self) -> bytes:
         buf = io.BytesIO()
