@@ -215,6 +215,7 @@ class Simulation:
         growth_factor: float | None = None,
         backoff_factor: float | None = None,
         growth_interval: int | None = None,
+        record: bool = True,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model of type {type(model).__name__}: expected a torch.nn.Module")
@@ -279,6 +280,9 @@ class Simulation:
         self.weights = StoredWeights(model, p, self.rng)
         self.weights.on_step = self._on_update_count
         self.records = StepRecords()
+        #: whether each rounding adds its operand's statistics to the record (a recipe's operands,
+        #: the scaler's steps and the stored weights' counts are recorded either way)
+        self.record = bool(record)
         #: the steps closed so far (the index of the open one)
         self.steps = 0
         #: the forward passes of the model that ran to their end
@@ -323,7 +327,7 @@ class Simulation:
         out: torch.Tensor = round_array(
             x, fmt, p.rounding, rng=rng, saturate=p.saturate, subnormals=p.subnormals
         )
-        if site is not None:
+        if site is not None and self.record:
             self.records.add(site, role, x, out, fmt, saturate=p.saturate)
         return out
 
@@ -635,6 +639,7 @@ def simulate(
     growth_factor: float | None = None,
     backoff_factor: float | None = None,
     growth_interval: int | None = None,
+    record: bool = True,
 ) -> Simulation:
     """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
     module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``policy`` is a
@@ -645,7 +650,9 @@ def simulate(
     patterns) picks the Linear layers a recipe runs on (:func:`~floatlab.torch.plan.plan_layers`;
     without it, the recipe's ``keep_bf16``). ``init_scale``, ``growth_factor``,
     ``backoff_factor`` and ``growth_interval`` (torch's names) replace the knobs of the policy's
-    dynamic loss scaling in :meth:`Simulation.scaler`.
+    dynamic loss scaling in :meth:`Simulation.scaler`. ``record=False`` leaves the statistics of
+    the plain roundings out of :meth:`Simulation.to_pandas` (they cost a few passes over each
+    operand; see benchmarks/results/torch-simulate.md).
 
     >>> import torch
     >>> _ = torch.manual_seed(0)
@@ -667,4 +674,5 @@ def simulate(
         growth_factor=growth_factor,
         backoff_factor=backoff_factor,
         growth_interval=growth_interval,
+        record=record,
     )

@@ -74,3 +74,16 @@ def test_a_recipes_operands_come_with_their_scale() -> None:
     assert sorted(recipe["amax"]) == sorted(want)
     assert (recipe["scale"] != 1.0).all()
     assert {"0", "2"} <= set(df["site"])  # the layers kept in bf16 have the plain records
+
+
+def test_record_false_keeps_the_scaler_and_the_swallowed_updates_only() -> None:
+    lin = torch.nn.Linear(2, 1, bias=False)
+    opt = torch.optim.SGD(lin.parameters(), lr=1.0)
+    with flt.simulate(lin, "bf16", record=False) as sim:
+        lin(torch.ones(1, 2)).sum().backward()
+        opt.step()
+    df = sim.to_pandas()
+    assert sim.calls["linear"] == 1
+    assert len(df) == 1
+    assert df["site"].isna().all()
+    assert df["updates"].tolist() == [2]
