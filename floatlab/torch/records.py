@@ -133,8 +133,8 @@ class StepRecords:
             self.rows.append(
                 dict(step=step, site=site, operand=role, values=int(n), amax=amax, scale=1.0, **shares)
             )
-        for key, st in recipe.items():
-            site, _, role = key.rpartition(".")
+        for name, st in recipe.items():
+            site, _, role = name.rpartition(".")
             shares = {k: st[k] for k in ("amax", "scale", "saturated", "flushed", "subnormal")}
             self.rows.append(dict(step=step, site=site, operand=role, values=None, **shares))
 
