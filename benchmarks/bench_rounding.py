@@ -12,6 +12,7 @@ they are timed on a slice and reported per value. Writes ``benchmarks/results/ro
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave results/rounding.md alone")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow warning for the peers' casts
+    load_start = os.getloadavg()
     x = make_inputs(args.n)
     bench = Bench(args.n, args.repeat, args.rounds)
     notes: list[str] = []
@@ -306,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
             section, what, how, fmt_rate(rate), fmt_ratio(rate / numpy_rate), fmt_ratio(rate / copy_rate)
         )
     notes.append(targets(bench))
+    load_end = os.getloadavg()
+    notes.append(
+        f"machine load (1-minute load average, {os.cpu_count()} logical cores) {load_start[0]:.1f} at the "
+        f"start, {load_end[0]:.1f} at the end: the machine is shared, and rates fall with the load; the "
+        "ratios within one run are the figures to compare."
+    )
     intro = (
         f"{args.n:,} float32 inputs: 90% with exponents uniform in [-30, 20] (fp16/fp8 subnormal and "
         "overflowing results), 5% float32 subnormals, 5% up to 2^127, random signs. Rates are million "
