@@ -67,6 +67,8 @@ nb_execution_mode = "off" if _EXECUTE == "off" else "cache"
 nb_execution_excludepatterns = ["lessons/*"] if _EXECUTE == "pages" else []
 # the executed lessons carry the widgets' static views, which read well without a kernel
 os.environ.setdefault("FLOATLAB_WIDGETS", "static")
+# ... and no progress bars: a bar is no result (floatlab.text.progress)
+os.environ.setdefault("FLOATLAB_PROGRESS", "off")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 nb_execution_timeout = 600
 nb_execution_raise_on_error = True

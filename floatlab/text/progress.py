@@ -2,7 +2,9 @@
 
 ``tqdm.auto`` draws a widget in JupyterLab (with ipywidgets) and a text bar in a terminal. The
 default (``progress=None``) shows the bar where somebody is watching: in a notebook, or when
-standard error is a terminal; ``progress=False`` never draws one, ``progress=True`` always does.
+standard error is a terminal, unless the environment variable ``FLOATLAB_PROGRESS`` is ``off`` (as
+when a notebook is executed to be stored or published: a bar is no result); ``progress=False``
+never draws one, ``progress=True`` always does.
 The command line has its own lines and bars (:mod:`floatlab.cli.progress`).
 
 >>> bar = progress_bar(3, "runs", progress=False)
@@ -13,6 +15,7 @@ The command line has its own lines and bars (:mod:`floatlab.cli.progress`).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -49,7 +52,7 @@ def _in_notebook() -> bool:
 
 def progress_wanted(progress: bool | None) -> bool:
     """Whether to draw a bar: ``progress`` when given, else whether this runs in a notebook or
-    with a terminal on standard error.
+    with a terminal on standard error (and ``FLOATLAB_PROGRESS`` is not ``off``).
 
     >>> progress_wanted(True), progress_wanted(False)
     (True, False)
@@ -59,6 +62,8 @@ def progress_wanted(progress: bool | None) -> bool:
     ValueError: progress='yes': expected True, False or None (a bar in a notebook or a terminal)
     """
     if progress is None:
+        if os.environ.get("FLOATLAB_PROGRESS", "").strip().lower() in ("off", "0", "false", "no"):
+            return False
         err = sys.stderr
         tty = err is not None and not getattr(err, "closed", False) and bool(getattr(err, "isatty", bool)())
         return tty or _in_notebook()

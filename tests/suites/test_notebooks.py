@@ -96,6 +96,7 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
     # the kernel inherits the environment: few numba threads, and no 'static' override of the widgets
     monkeypatch.setenv("NUMBA_NUM_THREADS", "2")
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.setenv("FLOATLAB_PROGRESS", "off")  # (as the site's build runs them: no bars stored)
     monkeypatch.delenv("FLOATLAB_WIDGETS", raising=False)
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
