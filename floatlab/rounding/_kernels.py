@@ -52,8 +52,10 @@ def _core(
 
     Returns (code magnitude before overflow handling, its exponent te, inexact, the true
     exponent of the input). ``rnd`` is the 32-bit random word of stochastic rounding. ``c_cp``
-    1: "even" and "odd" are the parity of the whole lower code, not of the kept significand
-    (they differ only without fraction bits: P3109's precision-1 formats).
+    bit 0 set: "even" and "odd" are the parity of the whole lower code, not of the kept
+    significand (they differ only without fraction bits: P3109's precision-1 formats); bit 1
+    flips that parity (the flags' rounding with an unbounded exponent, whose code is that many
+    binades above emin_t).
     """
     one = _u(1, z)
     zs = _s(0, z)
@@ -72,7 +74,8 @@ def _core(
     rem = _u(sig & _u(p2 - one, z), z)
     half = _shr(p2, 1)
     inexact = rem != 0
-    odd = (_u(kept + _u(_u(te - _s(emin_t, z), z) * _u(c_cp, z), z), z) & one) != 0
+    parity = _u(_u(te - _s(emin_t, z), z) * _u(c_cp & 1, z) + _u(c_cp >> 1, z), z)
+    odd = (_u(kept + parity, z) & one) != 0
     neg = sgn != 0
     # stochastic: floor(rem * 2^32 / 2^s), the remainder as a 32-bit fraction (s is not
     # clamped here: a huge s must give 0); cut to random_bits and added to the random word,
@@ -389,7 +392,8 @@ def _flags_one(xi: Any, i: Any, z: Any, p: Any) -> Any:
             unbounded = _core(
                 r.significand, r.exponent, r.sign, rnd, z, p.in_mantissa_bits, p.true_exponent,
                 p.mantissa_bits, et, p.shift_cap, p.mode_rne, p.mode_rna, p.mode_rup, p.mode_rdown,
-                p.mode_rodd, p.mode_stochastic, p.random_mask, p.code_parity,
+                p.mode_rodd, p.mode_stochastic, p.random_mask,
+                p.code_parity | (((et - p.emin) & 1) << 1) * p.code_parity,
             )[0]  # fmt: skip
             tiny = unbounded < _shl(_u(1, z), p.mantissa_bits + 1)
     flags = 0

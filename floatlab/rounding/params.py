@@ -228,7 +228,7 @@ def _encode_params_base(
             random_mask=((1 << random_bits) - 1) << (32 - random_bits),
             quiet_bit=1 << (m_in - 1),
             has_nan=int(sp.has_nan),
-            has_inf=int(sp.has_inf),
+            has_inf=int(sp.has_inf and not (saturate and sp.extended)),  # (P3109: inf clamps, invalid)
             key0=0,
             key1=0,
             unsigned=int(not fmt.signed),

@@ -65,6 +65,12 @@ USER_FORMATS = [
     FloatFormat(2, 1),  # e2m1: the smallest IEEE format
     FloatFormat(11, 30),  # 42-bit codes in uint64
     FloatFormat(15, 40),  # a range beyond float64's
+    # IEEE P3109 (by name): extended (inf at the top code), unsigned (negatives to the NaN),
+    # precision 1 (ties to the even code)
+    get_format("p3109_k8p3se"),
+    get_format("p3109_k8p1ue"),
+    get_format("p3109_k6p3uf"),
+    get_format("p3109_k3p2sf"),
 ]
 ALL_FORMATS = [*FORMATS.values(), *USER_FORMATS]
 
