@@ -11,7 +11,17 @@ timed in one run, interleaved round by round:
 * under ``simulate`` with ``mxfp8``: the Linear layers' three GEMMs through floatlab's
   microscaling recipe (the operands quantized on the host), against torchao's own emulated MX
   training of the same layers (``mx_mm`` with ``KernelPreference.EMULATED``, swapped into each
-  Linear), the peer the issue names.
+  Linear), the peer the issue names (goal: no slower);
+* under ``simulate`` with ``fp8-tensorwise`` (goal: at most 2x fp32), against torchao's float8
+  training with tensorwise scaling, emulated (``convert_to_float8_training`` with
+  ``Float8LinearConfig(emulate=True)``);
+* under ``simulate`` with ``nvfp4`` (the blocks' Linear layers; the first and last in bf16).
+  torchao has no NVFP4 training step that runs on a CPU, so its emulated MXFP8 step is the
+  nearest peer.
+
+Every ``simulate`` variant keeps its record (:meth:`floatlab.torch.Simulation.to_pandas`: the
+statistics of every rounded operand) but those marked ``record=False``, which keep only the
+recipes' own operand statistics, the scaler's steps and the swallowed updates.
 
 Each figure is the best of the timed blocks; the ratio to fp32 comes from the same run. Writes
 ``benchmarks/results/torch-simulate.md``. Run: ``python benchmarks/bench_torch_simulate.py``.
@@ -77,9 +87,15 @@ def make_step(variant: str) -> Callable[[], float]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if variant == "torchao mxfp8 (emulated)":
         swap_in_torchao_mx(model)
+    if variant == "torchao float8 tensorwise (emulated)":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        convert_to_float8_training(model, config=Float8LinearConfig(emulate=True))
     sim = None
     if variant.startswith("simulate "):
-        sim = flt.simulate(model, variant.split()[1])
+        sim = flt.simulate(model, variant.split()[1].rstrip(","), record="record=False" not in variant)
         sim.__enter__()
 
     def step() -> float:
@@ -123,9 +139,14 @@ def swap_in_torchao_mx(model: Any) -> None:
 VARIANTS = (
     "torch fp32",
     "simulate mixed-bf16",
+    "simulate mixed-bf16, record=False",
     "simulate bf16",
     "simulate mixed-fp16",
+    "simulate fp8-tensorwise",
+    "simulate fp8-tensorwise, record=False",
+    "torchao float8 tensorwise (emulated)",
     "simulate mxfp8",
+    "simulate nvfp4",
     "torchao mxfp8 (emulated)",
 )
 
@@ -153,12 +174,30 @@ def main() -> None:
     for v in VARIANTS:
         table.add(v, f"{best[v] * 1e3:.1f}", fmt_ratio(best[v] / base), f"{losses[v]:.4f}")
     mx = best["simulate mxfp8"] / best["torchao mxfp8 (emulated)"]
+    nv = best["simulate nvfp4"] / best["torchao mxfp8 (emulated)"]
+    f8 = best["simulate fp8-tensorwise"] / best["torchao float8 tensorwise (emulated)"]
+    goals = [
+        f"{v}: {fmt_ratio(best[v] / base)} torch fp32 (goal at most 2x: "
+        f"{'met' if best[v] / base <= 2 else 'not met'})"
+        for v in (
+            "simulate mixed-bf16",
+            "simulate mixed-bf16, record=False",
+            "simulate fp8-tensorwise",
+            "simulate fp8-tensorwise, record=False",
+        )
+    ] + [
+        f"simulate {name}: {fmt_ratio(r)} torchao's emulated MX step (goal at most 1x: "
+        f"{'met' if r <= 1 else 'not met'})"
+        for name, r in (("mxfp8", mx), ("nvfp4", nv))
+    ]
     sections = [
         f"A torch transformer classifier of {n_params:,} parameters ({LAYERS} blocks of width {WIDTH}, "
         f"{TOKENS} tokens, batch {BATCH}), one AdamW training step on the CPU with "
         f"{torch.get_num_threads()} threads, best of {ROUNDS} blocks of {STEPS} steps, variants "
         f"interleaved. Load average {load0:.1f} before, {load1:.1f} after.",
         table.markdown(),
+        "Goals of issue 37 on this CPU:\n\n" + "\n".join(f"- {g}" for g in goals),
+        f"floatlab's fp8-tensorwise step takes {fmt_ratio(f8)} torchao's emulated float8 step. "
         f"floatlab's mxfp8 step takes {fmt_ratio(mx)} torchao's emulated MX step. The two quantize the "
         "Linear layers' operands the same way (bit for bit on bf16 operands: "
         "tests/torch/test_torch_simulate.py); floatlab's policy also stores them in bf16 first, as the "
