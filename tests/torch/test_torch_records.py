@@ -87,3 +87,29 @@ def test_record_false_keeps_the_scaler_and_the_swallowed_updates_only() -> None:
     assert len(df) == 1
     assert df["site"].isna().all()
     assert df["updates"].tolist() == [2]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_the_device_counts_are_the_host_counts(saturate: bool) -> None:
+    """The GPU path's counts (torch reductions, kept on the device) against the CPU path's (NumPy
+    views), run here on CPU tensors: the same five numbers. The device itself waits for a GPU run."""
+    from floatlab.formats import BF16
+    from floatlab.torch.records import _device_stats, _host_stats
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=gen) * torch.logspace(-45, 40, 4096, base=2.0)
+    x[::97] = 0.0
+    for fmt, y in ((FP16, fl_round(x, "fp16", saturate)), (BF16, fl_round(x, "bf16", saturate))):
+        host = _host_stats(x, y, fmt, saturate)
+        device = [float(t) for t in _device_stats(x, y, fmt, saturate)]
+        assert device == [float(v) for v in host]
+        if fmt == FP16:  # fp16 flushes and overflows some: the comparison counts something
+            assert host[3] > 0
+            assert host[2] > 0
+
+
+def fl_round(x: torch.Tensor, fmt: str, saturate: bool) -> torch.Tensor:
+    import floatlab as fl
+
+    out: torch.Tensor = fl.round_array(x, fmt, saturate=saturate)
+    return out
