@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +18,20 @@ pytest.importorskip("pandas")
 SMALL = ["--data", "digits", "--steps", "30", "--hidden", "16", "--no-color"]
 
 
+Main = Callable[[list[str]], int]
+
+
 @pytest.fixture
-def main(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def main(monkeypatch: pytest.MonkeyPatch) -> Main:
     if train_cmds not in cli.COMMANDS:
         monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, train_cmds))
     return cli.main
 
 
 def test_compare_over_seeds_prints_means_intervals_and_gaps(
-    main, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    from scipy.stats import t as student_t
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from scipy.stats import t as student_t  # type: ignore[import-untyped,unused-ignore]
 
     plot = tmp_path / "seeds.png"
     args = ["compare", "fp32", "bf16", *SMALL, "--seeds", "0-2", "--serial", "--plot", str(plot)]
@@ -38,7 +42,7 @@ def test_compare_over_seeds_prints_means_intervals_and_gaps(
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert main([*args, "-q", "--json", str(tmp_path / "runs.json")]) == 0
     data = json.loads((tmp_path / "runs.json").read_text())
-    by = {}
+    by: dict[str, list[float]] = {}
     for h in data["histories"]:
         by.setdefault(h["label"], []).append(h["evals"]["test_accuracy"][-1])
     assert {k: len(v) for k, v in by.items()} == {"fp32": 3, "bf16": 3}
@@ -52,7 +56,7 @@ def test_compare_over_seeds_prints_means_intervals_and_gaps(
         assert f"{100 * v.mean():.2f} %" in line
 
 
-def test_the_pool_prints_what_the_serial_run_prints(main, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_the_pool_prints_what_the_serial_run_prints(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["compare", "fp32", "mixed-bf16", *SMALL, "--seeds", "0,1", "-q"]
     assert main([*args, "--serial"]) == 0
     serial = capsys.readouterr().out
@@ -60,7 +64,7 @@ def test_the_pool_prints_what_the_serial_run_prints(main, capsys: pytest.Capture
     assert capsys.readouterr().out == serial
 
 
-def test_the_growth_interval_shows_the_scale_growing_within_100_steps(main, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_growth_interval_shows_the_scale_growing_within_100_steps(main: Main, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     args = ["train", "--precision", "mixed-fp16", "--growth-interval", "10", "--data", "digits",
             "--steps", "100", "--hidden", "16", "-q", "--json", str(out)]  # fmt: skip
@@ -79,8 +83,8 @@ def test_the_growth_interval_shows_the_scale_growing_within_100_steps(main, tmp_
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
-    main, capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str], message: str
-) -> None:  # type: ignore[no-untyped-def]
+    main: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str], message: str
+) -> None:
     plot = tmp_path / "p.png"
     assert main(["compare", "fp32", "mixed-fp16", *SMALL, "--seeds", "0-1", *extra, "--plot", str(plot)]) == 2
     err = capsys.readouterr().err

@@ -54,6 +54,7 @@ def test_the_figure_has_its_panels_units_bands_and_one_legend_entry_per_policy(r
     assert "%" in axes[3].get_ylabel()
     assert "%" in axes[4].get_ylabel()
     legend = axes[5].get_legend()
+    assert legend is not None
     assert [t.get_text() for t in legend.get_texts()] == [f"{p} (3 seeds)" for p in runs]
     # a 95% band (a filled polygon) per policy in the loss, validation and share panels
     for ax in (axes[0], axes[1], axes[3], axes[4]):
@@ -64,13 +65,13 @@ def test_the_figure_has_its_panels_units_bands_and_one_legend_entry_per_policy(r
 
 
 def test_the_band_is_the_student_t_interval_over_the_seeds(runs: Any) -> None:
-    from scipy.stats import t as student_t
+    from scipy.stats import t as student_t  # type: ignore[import-untyped,unused-ignore]
 
     fig = ft.compare(runs)
     polygon = fig.axes[1].collections[0]  # fp32's validation band
     acc = np.array([100 * h.eval_column("test_accuracy") for h in runs["fp32"]])
     half = student_t.ppf(0.975, 2) * acc.std(axis=0, ddof=1) / math.sqrt(3)
-    ys = polygon.get_paths()[0].vertices[:, 1]
+    ys = np.asarray(polygon.get_paths()[0].vertices)[:, 1]
     want = np.r_[acc.mean(0) - half, acc.mean(0) + half]
     assert np.allclose(np.unique(np.round(ys, 9)), np.unique(np.round(want, 9)))
 
@@ -79,7 +80,7 @@ def test_skipped_steps_are_marked_on_the_scale_panel() -> None:
     fig = ft.compare([_fake("fp16", 0, skipped=3), _fake("fp16", 1)])
     marks = [line for line in fig.axes[2].get_lines() if line.get_marker() == "x"]
     assert len(marks) == 1
-    assert list(marks[0].get_xdata()) == [3.0]
+    assert np.asarray(marks[0].get_xdata()).tolist() == [3.0]
 
 
 def test_matplotlibs_backend_is_left_alone_and_the_figure_displays_itself(tmp_path: Any) -> None:
@@ -109,7 +110,7 @@ def test_a_character_model_is_drawn_in_bits_per_character() -> None:
 
 
 def test_the_final_table_against_an_independent_interval() -> None:
-    from scipy.stats import t as student_t
+    from scipy.stats import t as student_t  # type: ignore[import-untyped,unused-ignore]
 
     a = [_fake("a", s, acc=v) for s, v in enumerate([0.91, 0.93, 0.96])]
     b = [_fake("b", s, acc=v) for s, v in enumerate([0.90, 0.90, 0.94])]
@@ -154,7 +155,7 @@ def test_bad_input_is_one_line(runs_: Any, kw: dict[str, Any], message: str) -> 
 def test_a_sweep_table_is_grouped_by_an_explicit_column() -> None:
     from floatlab.sweeps import sweep
 
-    grid = {"precision": ["fp32", "bf16"], "seed": [0, 1]}
+    grid: dict[str, list[Any]] = {"precision": ["fp32", "bf16"], "seed": [0, 1]}
     df = sweep(grid, {"data": "underflow", "hidden": (4,), "steps": 4}, executor="serial", progress=False)
     g = group_runs(df, by="precision")
     assert g.labels == ["fp32", "bf16"]
@@ -163,10 +164,9 @@ def test_a_sweep_table_is_grouped_by_an_explicit_column() -> None:
     with pytest.raises(ValueError, match="by='nope': expected columns of the table"):
         ft.compare(df, by="nope")
     fig = ft.compare(df, by="precision")
-    assert [t.get_text() for t in fig.axes[5].get_legend().get_texts()] == [
-        "fp32 (2 seeds)",
-        "bf16 (2 seeds)",
-    ]
+    drawn = fig.axes[5].get_legend()
+    assert drawn is not None
+    assert [t.get_text() for t in drawn.get_texts()] == ["fp32 (2 seeds)", "bf16 (2 seeds)"]
 
 
 def test_run_seeds_refuses_seeds_given_twice() -> None:
