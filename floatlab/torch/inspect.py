@@ -57,6 +57,7 @@ from floatlab.rounding import ROUNDING_MODES, round_array_with_flags
 from floatlab.text import percent, render
 from floatlab.torch.advice import ModelAdvice
 from floatlab.torch.attention import PARTS, AttentionWatch
+from floatlab.torch.whatif import RecipeWhatIf
 from floatlab.torch_hooks import output_tensors
 
 if TYPE_CHECKING:
@@ -173,12 +174,14 @@ class LayerReport:
         headroom: int = 2,
         histograms: dict[tuple[str, str], GradHistogram] | None = None,
         unseen: dict[str, str] | None = None,
+        recipe_rows: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.rows: tuple[TensorShares, ...] = tuple(rows)
         #: the histogram of each (layer, kind)'s values: what :meth:`advice` judges any format by
         self.histograms: dict[tuple[str, str], GradHistogram] = dict(histograms or {})
         #: the layers whose tensors inspect could not see, with the reason
         self.unseen: dict[str, str] = dict(unseen or {})
+        self.recipe_rows: tuple[dict[str, Any], ...] = tuple(recipe_rows)
         self.formats: tuple[str, ...] = tuple(get_format(f).name for f in formats)
         self.steps = steps
         self.rounding = rounding
@@ -270,6 +273,19 @@ class LayerReport:
         return ModelAdvice.of(
             self.histograms, fmt, headroom=self.headroom, rounding=self.rounding, tolerance=tolerance
         )
+
+    def recipes(self) -> pd.DataFrame:
+        """What each recipe of ``inspect(..., recipes=[...])`` would do to each Linear layer's GEMM
+        operands (:mod:`floatlab.torch.whatif`): a row per layer, operand and recipe with the
+        shares flushed and saturated, the MSE and the SQNR in dB (empty without recipes).
+
+        >>> LayerReport([], formats=["fp16"], steps=1).recipes().columns.tolist()[:3]
+        ['layer', 'operand', 'recipe']
+        """
+        import pandas as pd
+
+        cols = ["layer", "operand", "recipe", "values", "flushed", "saturated", "mse", "sqnr_db"]
+        return pd.DataFrame.from_records(list(self.recipe_rows), columns=cols)
 
     def summary(self) -> pd.DataFrame:
         """The rows of :meth:`to_frame` that lose something: values flushed to zero or overflowed
@@ -467,6 +483,7 @@ def inspect(
     optimizer: Any = None,
     rounding: str = "rne",
     headroom: int = 2,
+    recipes: Sequence[str] = (),
 ) -> LayerReport:
     """Run ``steps`` forward and backward passes of ``model`` on ``batch`` and report, per layer
     and tensor kind, what each of ``formats`` does to the values (see :mod:`floatlab.torch.inspect`).
@@ -484,6 +501,10 @@ def inspect(
     device has no values to inspect: it is refused before any pass.
     A loss that needs no gradient (every parameter frozen, or the passes run under
     ``torch.no_grad()``) is not differentiated: the report then has weights and activations only.
+
+    ``recipes`` (policy names with a GEMM recipe: ``"fp8-tensorwise"``, ``"mxfp8"``, ``"nvfp4"``,
+    ...) add what each would do to every Linear layer's GEMM operands, without changing the
+    training (:meth:`LayerReport.recipes`, :mod:`floatlab.torch.whatif`).
 
     The counting runs on the host: tensors of a CUDA model are copied to the CPU for it.
     ``rounding`` is a deterministic rounding mode of floatlab, ``headroom`` the binades the
@@ -510,6 +531,7 @@ def inspect(
     if rounding not in ROUNDING_MODES or rounding == "stochastic":
         modes = ", ".join(m for m in ROUNDING_MODES if m != "stochastic")
         raise ValueError(f"rounding={rounding!r}: expected a deterministic rounding mode ({modes})")
+    whatif = RecipeWhatIf(list(recipes)) if recipes else None  # (a name without a recipe: refused now)
     for f in fmts:  # the advice checks its headroom before any pass runs (no values: no other work)
         GradHistogram().recommend_scale(f, headroom=headroom, rounding=rounding)
     if not isinstance(model, torch.nn.Module):
@@ -564,6 +586,8 @@ def inspect(
         for name, module in model.named_modules()
         if next(iter(module.children()), None) is None or isinstance(module, torch.nn.MultiheadAttention)
     ]
+    if whatif is not None:
+        handles += _watch_recipes(torch, model, whatif)
     attention = AttentionWatch(model, see).__enter__()
     try:
         for _ in range(steps):
@@ -599,4 +623,28 @@ def inspect(
         headroom=headroom,
         histograms={key: t.hist for key, t in tallies.items()},
         unseen=attention.unseen,
+        recipe_rows=whatif.rows() if whatif is not None else (),
     )
+
+
+def _watch_recipes(torch: Any, model: Any, whatif: RecipeWhatIf) -> list[Any]:
+    """Hooks that hand each Linear layer's GEMM operands to ``whatif``: its input and weight as the
+    forward pass uses them, the gradient at its output as backward brings it."""
+    handles = []
+    for name, m in model.named_modules():
+        if not isinstance(m, torch.nn.Linear):
+            continue
+
+        def before(module: Any, args: Any, name: str = name) -> None:
+            if args and hasattr(args[0], "detach"):
+                whatif.add(name, "input", _host_copy(args[0]).reshape(-1, module.in_features))
+                whatif.add(name, "weight", _host_copy(module.weight).reshape(module.weight.shape))
+
+        def after(module: Any, args: Any, out: Any, name: str = name) -> None:
+            if getattr(out, "requires_grad", False):
+                out.register_hook(
+                    lambda g: whatif.add(name, "grad", _host_copy(g).reshape(-1, module.out_features))
+                )
+
+        handles += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
+    return handles
