@@ -184,8 +184,7 @@ def _advice_text(adv: ModelAdvice) -> str:
     keep = "; ".join(f"{layer or '(model)'} ({', '.join(r)})" for layer, r in reasons.items())
     return (
         f"{adv.format}: loss scale 2^{adv.log2_scale} for the whole model ({_plural(adv.headroom, 'binade')} "
-        "of headroom); "
-        + (f"keep {keep} in a wider format" if keep else "no layer needs a wider format")
+        "of headroom); " + (f"keep {keep} in a wider format" if keep else "no layer needs a wider format")
     )
 
 
