@@ -5,7 +5,7 @@ default (``progress=None``) shows the bar where somebody is watching: in a noteb
 standard error is a terminal, unless the environment variable ``FLOATLAB_PROGRESS`` is ``off`` (as
 when a notebook is executed to be stored or published: a bar is no result); ``progress=False``
 never draws one, ``progress=True`` always does.
-The command line has its own lines and bars (:mod:`floatlab.cli.progress`).
+The command line has its own lines and bars (``floatlab.cli.progress``).
 
 >>> bar = progress_bar(3, "runs", progress=False)
 >>> bar.update(1); bar.set_postfix_str("fp16 seed 0"); bar.close()
