@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,10 +47,13 @@ def test_final_metric_of_a_stopped_run_is_nan() -> None:
 
 
 def test_run_seeds_repeats_a_seed_exactly_and_separates_seeds() -> None:
-    out = run_seeds(["mixed-bf16"], [4, 4, 5], model="mlp", data="underflow", hidden=(8,), steps=4)
-    a, b, c = (h.steps["loss"] for h in out["mixed-bf16"])
+    kw: dict[str, Any] = {"model": "mlp", "data": "underflow", "hidden": (8,), "steps": 4, "progress": False}
+    a, c = (h.steps["loss"] for h in run_seeds(["mixed-bf16"], [4, 5], **kw)["mixed-bf16"])
+    (b,) = (h.steps["loss"] for h in run_seeds(["mixed-bf16"], [4], **kw)["mixed-bf16"])
     assert a == b  # the same seed is the same run, bit for bit
     assert a != c
+    with pytest.raises(ValueError, match="seed 4 given twice: expected each seed once"):
+        run_seeds(["mixed-bf16"], [4, 4], **kw)
 
 
 def test_late_phase_starts_every_variant_from_the_same_weights() -> None:
