@@ -293,6 +293,10 @@ def parse_seeds(text: str) -> list[int]:
     Traceback (most recent call last):
     ...
     ValueError: seeds '0-99999': 100000 seeds, more than a sweep's runs: expected at most 10000
+    >>> parse_seeds("0-2,1")
+    Traceback (most recent call last):
+    ...
+    ValueError: seeds '0-2,1': seed 1 given twice: expected each seed once
     """
     spans: list[range] = []
     bad = ValueError(
@@ -318,7 +322,11 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(
             f"seeds {text!r}: {listed} seeds, more than a sweep's runs: expected at most {MAX_RUNS}"
         )
-    return list(dict.fromkeys(itertools.chain.from_iterable(spans)))
+    seeds = list(dict.fromkeys(itertools.chain.from_iterable(spans)))
+    if len(seeds) < listed:
+        twice = next(s for i, s in enumerate(itertools.chain.from_iterable(spans)) if i != seeds.index(s))
+        raise ValueError(f"seeds {text!r}: seed {twice} given twice: expected each seed once")
+    return seeds
 
 
 def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:

@@ -80,6 +80,7 @@ def test_the_growth_interval_shows_the_scale_growing_within_100_steps(main: Main
         (["--growth-factor", "0.5"], "growth_factor=0.5: expected a finite number >= 1"),
         (["--backoff-factor", "1.5"], "backoff_factor=1.5: expected a number in (0, 1]"),
         (["--seeds", "3-1"], "seeds '3-1'"),
+        (["--seeds", "0,1,0"], "seeds '0,1,0': seed 0 given twice: expected each seed once"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
