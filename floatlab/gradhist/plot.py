@@ -163,7 +163,7 @@ def plot_histogram(
     >>> len(plot_histogram(histogram(np.ones(4)), "bf16").axes)
     1
     """
-    from matplotlib.figure import Figure
+    from floatlab.figure import ShownFigure
 
     f = get_format(fmt)
     mode = _deterministic(rounding)
@@ -176,7 +176,7 @@ def plot_histogram(
         advice = h.recommend_scale(f, headroom=headroom, rounding=mode)
         if advice.log2_scale:
             scales.append(pow2(advice.log2_scale))
-    fig = Figure(figsize=(10, 3.4 * len(scales) + 1.4), layout="constrained")
+    fig = ShownFigure(figsize=(10, 3.4 * len(scales) + 1.4), layout="constrained")
     axes = fig.subplots(len(scales), 1, squeeze=False)[:, 0]
     handles: list[Any] = []
     for ax, q in zip(axes, scales, strict=True):

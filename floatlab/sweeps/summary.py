@@ -286,7 +286,7 @@ def plot_curves(
     ...
     ValueError: curve metric 'loss' is per step: expected a sweep's table with its curves ...
     """
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure list
+    from floatlab.figure import ShownFigure  # no pyplot: no GUI backend, no global figure list
 
     if not (isinstance(level, float) and 0.0 < level < 1.0):
         raise ValueError(f"level={level!r}: expected a confidence level between 0 and 1, such as 0.95")
@@ -295,7 +295,7 @@ def plot_curves(
     rows, keys = _source(df, metric, by)
     text = "data" in rows.columns and set(rows["data"].astype(str)) == {"text"}
     factor = (1 / math.log(2) if text else 1.0) if metric in _LOSSES else 100.0 if metric in _PERCENT else 1.0
-    fig = Figure(figsize=(7, 4.5))
+    fig = ShownFigure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for key, group in rows.groupby(keys, sort=False, dropna=False, observed=True):
         label = ", ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))

@@ -335,7 +335,7 @@ class LayerReport:
         >>> fig.axes[0].get_title()
         'activation_grad: share of values lost (flushed + overflow), unscaled'
         """
-        from matplotlib.figure import Figure
+        from floatlab.figure import ShownFigure
 
         k = _checked_kind(kind)
         layers = [name for name in self.layers if any(r.layer == name and r.kind == k for r in self.rows)]
@@ -346,7 +346,7 @@ class LayerReport:
                 i, j = layers.index(r.layer), self.formats.index(r.format)
                 grid[i, j] = r.share("lost")
                 labels[i, j] = f"{percent(r.lost, r.values)}\n2^{r.log2_scale}"
-        fig = Figure(
+        fig = ShownFigure(
             figsize=(1.6 * len(self.formats) + 3.5, 0.45 * max(len(layers), 1) + 2.2), layout="constrained"
         )
         ax = fig.add_subplot()

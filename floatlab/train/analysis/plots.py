@@ -42,7 +42,7 @@ _STYLES: tuple[str, ...] = ("-", "--", "-.", ":")
 
 
 def _figure(**kw: Any) -> Figure:
-    from floatlab.train.analysis._figure import ShownFigure
+    from floatlab.figure import ShownFigure
 
     return ShownFigure(**kw)
 

@@ -1,6 +1,7 @@
-"""A matplotlib figure that shows itself in a notebook without pyplot.
+"""A matplotlib figure that shows itself in a notebook without pyplot: what every figure floatlab
+returns is (imported inside the functions that draw: ``import floatlab`` never loads matplotlib).
 
-The trainer's figures are built without pyplot, so that nothing in floatlab chooses or changes
+floatlab's figures are built without pyplot, so that nothing in floatlab chooses or changes
 matplotlib's backend and no figure is left in pyplot's list. JupyterLab shows such a figure through
 its rich representation: :class:`ShownFigure` is a :class:`~matplotlib.figure.Figure` with a
 ``_repr_png_``. Where pyplot's inline backend is active its own formatter shows the figure once,
