@@ -28,6 +28,7 @@ import numpy as np
 
 from floatlab.sweeps.curves import config_name
 from floatlab.sweeps.grid import CONFIG_COLUMNS
+from floatlab.train.history import STEP_FIELDS
 
 __all__ = [
     "EVAL_METRICS",
@@ -44,16 +45,7 @@ METRICS: tuple[str, ...] = ("test_loss", "test_accuracy", "train_loss")
 #: what :func:`plot_curves` draws from the table (one value a run and evaluation)
 EVAL_METRICS: tuple[str, ...] = ("test_loss", "test_accuracy", "train_loss")
 #: what :func:`plot_curves` draws from the curves (one value a run and step)
-STEP_METRICS: tuple[str, ...] = (
-    "loss",
-    "accuracy",
-    "scale",
-    "skipped",
-    "flushed",
-    "swallowed",
-    "lr",
-    "grad_norm",
-)
+STEP_METRICS: tuple[str, ...] = tuple(k for k in STEP_FIELDS if k not in ("step", "epoch", "fault"))
 #: each metric's axis label: its name and unit (``{loss}``: nats, or bits/char for text)
 _LABELS: dict[str, str] = {
     "test_loss": "validation loss ({loss})",
