@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from floatlab.figure import ShownFigure
+from floatlab._figure import ShownFigure
 
 
 def test_the_figures_floatlab_returns_show_themselves() -> None:

@@ -163,7 +163,7 @@ def plot_histogram(
     >>> len(plot_histogram(histogram(np.ones(4)), "bf16").axes)
     1
     """
-    from floatlab.figure import ShownFigure
+    from floatlab._figure import ShownFigure
 
     f = get_format(fmt)
     mode = _deterministic(rounding)

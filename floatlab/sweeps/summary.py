@@ -278,7 +278,7 @@ def plot_curves(
     ...
     ValueError: curve metric 'loss' is per step: expected a sweep's table with its curves ...
     """
-    from floatlab.figure import ShownFigure  # no pyplot: no GUI backend, no global figure list
+    from floatlab._figure import ShownFigure  # no pyplot: no GUI backend, no global figure list
 
     if not (isinstance(level, float) and 0.0 < level < 1.0):
         raise ValueError(f"level={level!r}: expected a confidence level between 0 and 1, such as 0.95")

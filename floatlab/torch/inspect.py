@@ -335,7 +335,7 @@ class LayerReport:
         >>> fig.axes[0].get_title()
         'activation_grad: share of values lost (flushed + overflow), unscaled'
         """
-        from floatlab.figure import ShownFigure
+        from floatlab._figure import ShownFigure
 
         k = _checked_kind(kind)
         layers = [name for name in self.layers if any(r.layer == name and r.kind == k for r in self.rows)]

@@ -42,7 +42,7 @@ _STYLES: tuple[str, ...] = ("-", "--", "-.", ":")
 
 
 def _figure(**kw: Any) -> Figure:
-    from floatlab.figure import ShownFigure
+    from floatlab._figure import ShownFigure
 
     return ShownFigure(**kw)
 
