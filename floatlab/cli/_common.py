@@ -534,7 +534,8 @@ def parse_code(text: str, fmt: FloatFormat | str | None = None) -> tuple[int, Fl
     Traceback (most recent call last):
     ...
     ValueError: code '0x38' has 2 hex digits (8 bits): that could be float8_e5m2, float8_e4m3fn, \
-float8_e4m3fnuz, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn; name the format with -f FMT
+float8_e4m3fnuz, float8_e5m2fnuz, float8_e3m4, float8_e8m0fnu, float6_e2m3fn, float6_e3m2fn; name the \
+format with -f FMT
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty code {text!r}: {_EXPECTED}")
