@@ -60,7 +60,7 @@ NAME = "train"
 # test holds them equal to floatlab.train.precision.policy.policy_names() and floatlab.train.models.MODELS
 POLICY_NAMES: tuple[str, ...] = (
     "fp32", "fp16", "bf16", "mixed-fp16", "mixed-bf16", "mixed-fp8", "fp8-tensorwise", "fp8-delayed",
-    "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "fp64",
+    "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "fp64",
 )  # fmt: skip
 MODEL_NAMES: tuple[str, ...] = ("mlp", "attention", "transformer", "convnet")
 # how the progress bar looks (tqdm's options): it goes away when the run is done
@@ -249,11 +249,12 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     fp8.add_argument(
         "--promote-every", type=int, metavar="N", help="add the narrow accumulator into fp32 every N products"
     )
-    mx = p.add_argument_group("microscaling recipes (mxfp8, mxfp6, mxfp4, nvfp4)")
+    mx = p.add_argument_group("microscaling recipes (mxfp8, mxfp6, mxfp4, mxint8, nvfp4)")
     mx.add_argument(
         "--elements",
         metavar="NAME",
-        help="element formats: mxfp8 e4m3 (default) or hybrid (E5M2 gradients); mxfp6 hybrid, e2m3 or e3m2",
+        help="element formats: mxfp8 e4m3 (default) or hybrid (E5M2 gradients); mxfp6 hybrid, e2m3 or e3m2; "
+        "mxint8 int8",
     )
     mx.add_argument(
         "--scale-mode", metavar="floor|rceil", help="MX block scales: OCP floor (default) or rceil"

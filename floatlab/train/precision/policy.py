@@ -44,7 +44,7 @@ The named policies are the ones users know; the frameworks' recipes are policies
 
 >>> [p for p in policy_names()]  # doctest: +NORMALIZE_WHITESPACE
 ['fp32', 'fp16', 'bf16', 'mixed-fp16', 'mixed-bf16', 'mixed-fp8', 'fp8-tensorwise', 'fp8-delayed',
- 'fp8-blockwise', 'mxfp8', 'mxfp6', 'mxfp4', 'nvfp4', 'fp64']
+ 'fp8-blockwise', 'mxfp8', 'mxfp6', 'mxfp4', 'mxint8', 'nvfp4', 'fp64']
 >>> print(get_policy("mixed-fp16").describe())  # doctest: +NORMALIZE_WHITESPACE
 mixed-fp16: forward fp16, backward fp16, fp32 master weights, dynamic loss scaling (torch),
 fp32 reductions, fp32 ops exp, log, loss, norm, softmax, sum, BatchNorm in fp32

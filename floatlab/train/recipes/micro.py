@@ -14,12 +14,13 @@ torchao (``torchao/prototype/mx_formats/mx_linear.py``: ``mx_mm``) and Transform
 
 The recipes (:data:`MICRO_KINDS`):
 
-* ``"mxfp8"``, ``"mxfp6"``, ``"mxfp4"``: OCP MX formats, blocks of 32 with an E8M0 scale
-  (``scale_mode`` ``"floor"``, the specification's, or ``"rceil"``, NVIDIA's hardware).
+* ``"mxfp8"``, ``"mxfp6"``, ``"mxfp4"``, ``"mxint8"``: OCP MX formats, blocks of 32 with an E8M0
+  scale (``scale_mode`` ``"floor"``, the specification's, or ``"rceil"``, NVIDIA's hardware).
   ``elements`` picks the element formats: for mxfp8 ``"e4m3"`` everywhere (torchao's and
   Transformer Engine's default) or ``"hybrid"`` (E4M3 forward, E5M2 gradients); for mxfp6
   ``"e2m3"``, ``"e3m2"`` or ``"hybrid"`` (E2M3 forward, E3M2 gradients: the fp8 split, more
-  significand forward and more range backward); mxfp4 has ``"e2m1"`` only.
+  significand forward and more range backward); mxfp4 has ``"e2m1"`` only, and mxint8 ``"int8"``
+  only (8-bit two's complement integers k/64, k from -128 to 127).
 * ``"nvfp4"``: NVIDIA's NVFP4 pretraining recipe (arXiv 2509.25149, section 4; Transformer
   Engine's ``NVFP4BlockScaling``): E2M1 values in 1x16 blocks for activations and gradients
   and in 16x16 tiles for weights (one quantization serves ``W`` and ``W^T``: the forward and
@@ -80,7 +81,7 @@ from floatlab.train.recipes.scales import tensor_amax, to_float32
 __all__ = ["GEMMS", "MICRO_KINDS", "MicroRecipe", "MicroScaling", "OperandLog", "gemm_of"]
 
 #: the microscaling recipes
-MICRO_KINDS: tuple[str, ...] = ("mxfp8", "mxfp6", "mxfp4", "nvfp4")
+MICRO_KINDS: tuple[str, ...] = ("mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4")
 #: per recipe, its element choices: name -> (forward format, gradient format); the first is the default
 _ELEMENTS: dict[str, dict[str, tuple[str, str]]] = {
     "mxfp8": {"e4m3": ("mxfp8_e4m3", "mxfp8_e4m3"), "hybrid": ("mxfp8_e4m3", "mxfp8_e5m2")},
@@ -90,6 +91,7 @@ _ELEMENTS: dict[str, dict[str, tuple[str, str]]] = {
         "e3m2": ("mxfp6_e3m2", "mxfp6_e3m2"),
     },
     "mxfp4": {"e2m1": ("mxfp4_e2m1", "mxfp4_e2m1")},
+    "mxint8": {"int8": ("mxint8", "mxint8")},
     "nvfp4": {"e2m1": ("nvfp4", "nvfp4")},
 }
 #: the three GEMMs of a linear layer, by the roles of their two operands

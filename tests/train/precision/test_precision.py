@@ -232,6 +232,7 @@ def test_named_policies() -> None:
         "mxfp8",
         "mxfp6",
         "mxfp4",
+        "mxint8",
         "nvfp4",
         "fp64",
     ]
@@ -292,7 +293,9 @@ WAS: dict[str, dict[str, Any]] = {
     "mixed-bf16": B16,
     "mixed-fp8": {"forward": "float8_e4m3fn", "backward": "float8_e5m2", **DYN},
     **{f"fp8-{k}": {**B16, "recipe": Fp8Recipe(k).to_dict()} for k in ("tensorwise", "delayed", "blockwise")},
-    **{k: {**B16, "recipe": MicroRecipe(k).to_dict()} for k in ("mxfp8", "mxfp6", "mxfp4", "nvfp4")},
+    **{
+        k: {**B16, "recipe": MicroRecipe(k).to_dict()} for k in ("mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4")
+    },
     "fp64": {"forward": "fp64", "backward": "fp64"},
     "torch-amp": {**F16, **DYN, **AUTO},
     "keras": {**F16, **DYN, "scaler": "keras", **NORM_LOSS, **AUTO},

@@ -118,6 +118,24 @@ def test_mx_weights_quantized_along_each_reduction_without_tiles() -> None:
     assert not np.array_equal(dx, tiled)
 
 
+def test_mxint8_gemms_multiply_the_decoded_int8_blocks_along_each_reduction() -> None:
+    # (mx_quantize's MXINT8 codes and scales are tested against gfloat's format_info_mxint8)
+    x, w, dy = _operands(3)
+    y, dx, dw = _three_gemms(MicroScaling(MicroRecipe("mxint8")), x, w, dy)
+    for got, a, b, k in (
+        (y, _decoded(x, "mxint8", 1), _decoded(w, "mxint8", 0), x.shape[1]),
+        (dx, _decoded(dy, "mxint8", 1), _decoded(w, "mxint8", 1).T, w.shape[1]),
+        (dw, _decoded(x, "mxint8", 0).T, _decoded(dy, "mxint8", 0), x.shape[0]),
+    ):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.abs(got - want).max() <= k * 2.0**-24 * np.abs(want).max()
+    # every element of a block is k/64 times its power-of-two scale, k an integer in -128..127
+    q = mx_quantize(x, "mxint8", axis=1)
+    elements = q.dequantize() / np.repeat(q.scales(), 32, axis=1)[:, : x.shape[1]]
+    assert np.array_equal(elements * 64, np.round(elements * 64))
+    assert np.abs(elements * 64).max() <= 128
+
+
 def test_the_hadamard_transform_goes_on_the_weight_gradient_inputs_only() -> None:
     x, w, dy = _operands(3)
     r = MicroRecipe("nvfp4", gradient_rounding="rne", keep_bf16=())
