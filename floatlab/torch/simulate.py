@@ -84,13 +84,14 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from floatlab._signature import spelled_out
 from floatlab.errors import FloatlabWarning
 from floatlab.formats import FloatFormat
 from floatlab.rounding import round_array
@@ -110,8 +111,9 @@ from floatlab.train.recipes import Fp8Scaling, MicroRecipe, MicroScaling
 
 if TYPE_CHECKING:
     import pandas as pd
+    from typing_extensions import Unpack
 
-__all__ = ["SIMULATED_LAYERS", "Simulation", "SimulationWarning", "simulate"]
+__all__ = ["SIMULATED_LAYERS", "Simulation", "SimulationOptions", "SimulationWarning", "simulate"]
 
 #: the layers simulate runs as the policy says (everything else with parameters is reported)
 SIMULATED_LAYERS: tuple[type[torch.nn.Module], ...] = GEMM_LAYERS
@@ -629,17 +631,26 @@ class Simulation:
         return render(self)
 
 
+class SimulationOptions(TypedDict, total=False):
+    """The keyword-only options of :class:`Simulation`, typed once: :func:`simulate` takes them as
+    ``**options`` and hands them on (help() shows them spelled out, with their defaults).
+
+    >>> sorted(SimulationOptions(record=False, growth_interval=10))
+    ['growth_interval', 'record']
+    """
+
+    rng: RNG
+    modules: ModuleFilter | None
+    init_scale: float | None
+    growth_factor: float | None
+    backoff_factor: float | None
+    growth_interval: int | None
+    record: bool
+
+
+@spelled_out(Simulation.__init__)
 def simulate(
-    model: torch.nn.Module,
-    policy: Policy | str,
-    *,
-    rng: RNG = None,
-    modules: ModuleFilter | None = None,
-    init_scale: float | None = None,
-    growth_factor: float | None = None,
-    backoff_factor: float | None = None,
-    growth_interval: int | None = None,
-    record: bool = True,
+    model: torch.nn.Module, policy: Policy | str, **options: Unpack[SimulationOptions]
 ) -> Simulation:
     """A context manager that runs ``model``'s GEMMs and embeddings as ``policy`` says (see the
     module's docstring): ``with simulate(model, "mixed-bf16") as sim: ...``. ``policy`` is a
@@ -665,14 +676,4 @@ def simulate(
     >>> sim.calls["linear"]
     1
     """
-    return Simulation(
-        model,
-        policy,
-        rng=rng,
-        modules=modules,
-        init_scale=init_scale,
-        growth_factor=growth_factor,
-        backoff_factor=backoff_factor,
-        growth_interval=growth_interval,
-        record=record,
-    )
+    return Simulation(model, policy, **options)
