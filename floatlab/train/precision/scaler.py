@@ -436,10 +436,10 @@ class LossScaler:
             self._at_limit = True
         self._growth_tracker = 0
 
-    def report(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         """Steps, skipped steps, the scale range and the mean underflow share.
 
-        >>> LossScaler.static(2.0).report()["skipped_steps"]
+        >>> LossScaler.static(2.0).summary()["skipped_steps"]
         0
         """
         scales = [e.scale for e in self.log] or [self._scale]

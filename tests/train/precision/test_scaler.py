@@ -434,7 +434,7 @@ def test_report_and_underflow_log() -> None:
     s = LossScaler(init_scale=4.0, growth_interval=2)
     for bad, u in [(False, 0.1), (True, 0.0), (False, 0.3)]:
         s.update(bad, underflow=u)
-    r = s.report()
+    r = s.summary()
     assert (r["steps"], r["skipped_steps"], r["scale_max"], r["scale_min"]) == (3, 1, 4.0, 2.0)
     assert r["mean_underflow"] == pytest.approx(0.4 / 3)
     back = LossScaler()
