@@ -430,7 +430,7 @@ def test_static_and_disabled() -> None:
     assert d.inv_scale == 1.0
 
 
-def test_report_and_underflow_log() -> None:
+def test_summary_and_underflow_log() -> None:
     s = LossScaler(init_scale=4.0, growth_interval=2)
     for bad, u in [(False, 0.1), (True, 0.0), (False, 0.3)]:
         s.update(bad, underflow=u)
