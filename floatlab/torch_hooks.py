@@ -115,6 +115,17 @@ class CombinedAdvice:
         return render(self)
 
 
+def _fold(histograms: dict[str, GradHistogram], total: GradHistogram, name: str, grad: Any) -> None:
+    """Add the histogram of ``grad`` to ``histograms[name]`` (a new entry for a new name) and to
+    ``total``."""
+    h = GradHistogram(grad)
+    if name in histograms:
+        histograms[name] += h
+    else:
+        histograms[name] = h
+    total += h
+
+
 class GradientRecorder:
     """Per-parameter and total histograms of a torch model's gradients, and with hooks the
     histograms of its activation gradients.
@@ -145,14 +156,6 @@ class GradientRecorder:
         self._handles: list[Any] = []
         self._in_backward = False
 
-    def _add(self, name: str, grad: Any) -> None:
-        h = GradHistogram(grad)
-        if name in self.layers:
-            self.layers[name] += h
-        else:
-            self.layers[name] = h
-        self.total += h
-
     def record(self) -> GradientRecorder:
         """Fold the current ``.grad`` of every parameter into the histograms (one step).
 
@@ -169,17 +172,9 @@ class GradientRecorder:
             raise ValueError("model=None: expected a torch.nn.Module to record from")
         for name, p in self.model.named_parameters():
             if p.grad is not None:
-                self._add(name, p.grad)
+                _fold(self.layers, self.total, name, p.grad)
         self.steps += 1
         return self
-
-    def _add_activation(self, name: str, grad: Any) -> None:
-        h = GradHistogram(grad)
-        if name in self.activation_grads:
-            self.activation_grads[name] += h
-        else:
-            self.activation_grads[name] = h
-        self.activation_total += h
 
     def _mark_backward(self) -> None:
         """Count one step at the first hook of a backward pass; the end of the pass re-arms it."""
@@ -204,7 +199,7 @@ class GradientRecorder:
                     if not self._handles:
                         return  # detached between this forward pass and its backward
                     self._mark_backward()
-                    self._add_activation(name, grad)
+                    _fold(self.activation_grads, self.activation_total, name, grad)
 
                 t.register_hook(hook)
 
@@ -245,7 +240,7 @@ class GradientRecorder:
 
                 def hook(param: Any, name: str = name) -> None:
                     self._mark_backward()
-                    self._add(name, param.grad)
+                    _fold(self.layers, self.total, name, param.grad)
 
                 self._handles.append(p.register_post_accumulate_grad_hook(hook))
         if self.record_activation_grads:
