@@ -45,18 +45,23 @@ exact rational oracle.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
 
+from floatlab._signature import spelled_out
 from floatlab.backend import gemm_stacks
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import accumulate_products, check_rounding, odd_sum, round_array
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "ACC14",
     "ACCUMULATORS",
+    "AccumulateOptions",
     "accumulate_matmul",
     "accumulate_matmul_reference",
     "accumulator_format",
@@ -131,10 +136,31 @@ def _operand(x: Any, name: str) -> NDArray[np.float32]:
     return out
 
 
+class AccumulateOptions(TypedDict, total=False):
+    """The keyword-only options of :func:`accumulate_matmul` and
+    :func:`accumulate_matmul_reference`, typed once: both take them as
+    ``**options: Unpack[AccumulateOptions]``, with the defaults that help() shows (fp32, no
+    promotion, round to nearest even).
+
+    >>> sorted(AccumulateOptions(accumulate="acc14", promote_every=128))
+    ['accumulate', 'promote_every']
+    """
+
+    accumulate: FloatFormat | str
+    promote_every: int | None
+    rounding: str
+
+
 def _checked(
-    a: Any, b: Any, accumulate: FloatFormat | str, promote_every: int | None, rounding: str
+    a: Any,
+    b: Any,
+    *,
+    accumulate: FloatFormat | str = "fp32",
+    promote_every: int | None = None,
+    rounding: str = "rne",
 ) -> tuple[NDArray[np.float32], NDArray[np.float32], FloatFormat, int | None, str]:
-    """The arguments of both implementations, checked: operands, format, promotion, mode."""
+    """The arguments of both implementations, checked (operands, format, promotion, mode), and the
+    options' defaults."""
     f = accumulator_format(accumulate)
     n_every = check_promote_every(promote_every)
     mode = check_rounding(rounding)
@@ -148,14 +174,8 @@ def _checked(
     return a32, b32, f, n_every, mode
 
 
-def accumulate_matmul(
-    a: Any,
-    b: Any,
-    *,
-    accumulate: FloatFormat | str = "fp32",
-    promote_every: int | None = None,
-    rounding: str = "rne",
-) -> NDArray[np.float32]:
+@spelled_out(_checked)
+def accumulate_matmul(a: Any, b: Any, **options: Unpack[AccumulateOptions]) -> NDArray[np.float32]:
     """``a @ b`` (shapes (..., M, K) and (..., K, N), leading axes broadcast) with the sum over k
     done in order, k = 0, 1, ..., each partial sum rounded into ``accumulate``; float32 result.
 
@@ -184,7 +204,7 @@ def accumulate_matmul(
     promote_every=None: 4.5e-03, 6.6e-02
     promote_every=128: 4.9e-05, 6.8e-04
     """
-    a32, b32, f, n_every, mode = _checked(a, b, accumulate, promote_every, rounding)
+    a32, b32, f, n_every, mode = _checked(a, b, **options)
     if f.encoding != "ieee":
         return _numpy_sums(a32, b32, f, n_every, mode)
     lead, a3, b3 = gemm_stacks(a32, b32)
@@ -194,14 +214,8 @@ def accumulate_matmul(
     return out.reshape(*lead, a32.shape[-2], b32.shape[-1])
 
 
-def accumulate_matmul_reference(
-    a: Any,
-    b: Any,
-    *,
-    accumulate: FloatFormat | str = "fp32",
-    promote_every: int | None = None,
-    rounding: str = "rne",
-) -> NDArray[np.float32]:
+@spelled_out(_checked)
+def accumulate_matmul_reference(a: Any, b: Any, **options: Unpack[AccumulateOptions]) -> NDArray[np.float32]:
     """:func:`accumulate_matmul` written out in NumPy, the specification its compiled loop is
     tested against: one product index k at a time over every output, the exact sum rounded to odd
     at 53 bits, then rounded into the accumulator through :func:`floatlab.round_array`.
@@ -213,7 +227,7 @@ def accumulate_matmul_reference(
     >>> float(accumulate_matmul_reference(a, b, accumulate=ACC14, promote_every=128)[0, 0])
     64.0
     """
-    return _numpy_sums(*_checked(a, b, accumulate, promote_every, rounding))
+    return _numpy_sums(*_checked(a, b, **options))
 
 
 def _numpy_sums(
