@@ -45,6 +45,7 @@ __all__ = [
     "check_number_text",
     "checked_number",
     "comma_names",
+    "command_register",
     "encoded_data",
     "flag_names",
     "fraction_text",
@@ -225,6 +226,47 @@ def add_command(
     if run is not None:
         p.set_defaults(run=run)
     return p
+
+
+def command_register(
+    name: str,
+    help: str,
+    description: str,
+    epilog: str | None,
+    run: Callable[[argparse.Namespace, UI], int],
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    *,
+    negative_numbers: bool = False,
+) -> Callable[[Subparsers], argparse.ArgumentParser]:
+    """The ``register(subparsers)`` of a command module (see :mod:`floatlab.cli`) whose command
+    prints one answer: it adds the command ``name`` with :func:`add_command` (with ``--json`` and
+    ``--color``/``--no-color``, ``run`` its default), then its ``arguments``, and returns its parser.
+
+    >>> def arguments(p: argparse.ArgumentParser) -> None:
+    ...     p.add_argument("n")
+    >>> register = command_register("x", "h", "d", None, lambda args, ui: 0, arguments)
+    >>> args = register(argparse.ArgumentParser().add_subparsers()).parse_args(["7", "--json"])
+    >>> args.n, args.json, register.__doc__
+    ('7', True, 'Add the ``x`` command to ``subparsers``.')
+    """
+
+    def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+        p = add_command(
+            subparsers,
+            name,
+            help=help,
+            description=description,
+            epilog=epilog,
+            run=run,
+            output_options=True,
+            negative_numbers=negative_numbers,
+        )
+        if arguments is not None:
+            arguments(p)
+        return p
+
+    register.__doc__ = f"Add the ``{name}`` command to ``subparsers``."
+    return register
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -22,18 +22,26 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, add_command, comma_names
+from floatlab.cli._common import UI, View, comma_names, command_register
 from floatlab.io import first_bytes, read_npy
 from floatlab.text import bold, dim, parse_scale, percent, safe, table
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from floatlab.cli._common import Subparsers
 
 __all__ = ["NAME", "blockquant_view", "load_array", "parse_axis", "register", "run"]
 
 NAME = "blockquant"
+
+_HELP = "quantize a .npy array into block formats (MX, NVFP4): what flushes, saturates, the error"
+_DESCRIPTION = """\
+Quantize the array of a .npy file into block-scaled formats (the OCP MX formats
+and NVIDIA's NVFP4) and report, for each, the share of nonzero values that flush to zero,
+turn subnormal or saturate, the blocks that hold a NaN or an infinity or whose scale
+overflowed (their scale is NaN), and the error of the dequantized values (infinite when
+a block of finite values overflowed). A dimension that does not divide into blocks
+ends in a shorter block (the same as padding with zeros)."""
 
 _EPILOG = """\
 examples:
@@ -63,28 +71,14 @@ def parse_axis(text: str) -> int | tuple[int, int]:
     return axes[0] if len(axes) == 1 else (axes[0], axes[1])
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``blockquant`` command to ``subparsers``.
+def _arguments(p: argparse.ArgumentParser) -> None:
+    """The ``blockquant`` command's arguments.
 
     >>> p = argparse.ArgumentParser()
     >>> args = register(p.add_subparsers()).parse_args(["g.npy", "-f", "nvfp4", "--axis", "0,1"])
     >>> args.file, args.format, args.axis, args.rounding
     ('g.npy', ['nvfp4'], (0, 1), 'rne')
     """
-    p = add_command(
-        subparsers,
-        NAME,
-        help="quantize a .npy array into block formats (MX, NVFP4): what flushes, saturates, the error",
-        description="Quantize the array of a .npy file into block-scaled formats (the OCP MX formats\n"
-        "and NVIDIA's NVFP4) and report, for each, the share of nonzero values that flush to zero,\n"
-        "turn subnormal or saturate, the blocks that hold a NaN or an infinity or whose scale\n"
-        "overflowed (their scale is NaN), and the error of the dequantized values (infinite when\n"
-        "a block of finite values overflowed). A dimension that does not divide into blocks\n"
-        "ends in a shorter block (the same as padding with zeros).",
-        epilog=_EPILOG,
-        run=run,
-        output_options=True,
-    )
     p.add_argument("file", metavar="FILE.npy", help="the array (float64, float32, float16 or bfloat16)")
     p.add_argument(
         "-f",
@@ -120,7 +114,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="element rounding: rne (default), rna, rtz, rup, rdown, rodd, stochastic",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of stochastic rounding (default: 0)")
-    return p
 
 
 def load_array(path: str) -> np.ndarray:
@@ -279,3 +272,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     )
     ui.show(view)
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

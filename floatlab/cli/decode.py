@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, parse_code, parse_formats
+from floatlab.cli._common import UI, View, command_register, parse_code, parse_formats
 from floatlab.codec import decode
 from floatlab.formats import FloatFormat, get_format
 from floatlab.text import render
-
-if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
 
 __all__ = ["NAME", "decode_view", "register", "run"]
 
 NAME = "decode"
 
+_HELP = "show what one or more codes (bit patterns) mean"
+_DESCRIPTION = """\
+Decode codes (bit patterns) into sign, exponent, fraction and exact value.
+Without -f the width of a hex or binary literal picks the format: 4 hex digits
+(16 binary digits) fp16, 8 fp32, 16 fp64; other widths need -f."""
 _EPILOG = """\
 examples:
   floatlab decode 0x7bff                 largest finite fp16 (4 hex digits: fp16)
@@ -37,19 +38,7 @@ examples:
 """
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``decode`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="show what one or more codes (bit patterns) mean",
-        description="Decode codes (bit patterns) into sign, exponent, fraction and exact value.\n"
-        "Without -f the width of a hex or binary literal picks the format: 4 hex digits\n"
-        "(16 binary digits) fp16, 8 fp32, 16 fp64; other widths need -f.",
-        epilog=_EPILOG,
-        run=run,
-        output_options=True,
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "codes", nargs="+", metavar="CODE", help="hex (0x7bff), binary (0b...) or, with -f, decimal"
     )
@@ -62,7 +51,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="the format of every CODE (fp16, bf16, e4m3, e6m9, p3109_k8p3se, ...); repeat or separate "
         "by commas to read the codes in each",
     )
-    return p
 
 
 def decode_view(
@@ -104,3 +92,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     formats = parse_formats(args.fmts) if args.fmts else None
     ui.show(decode_view(args.codes, formats, color=ui.color))
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

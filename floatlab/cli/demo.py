@@ -15,17 +15,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, command_register
 from floatlab.text import style
-
-if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
 
 __all__ = ["NAME", "SECTIONS", "Section", "add_section", "demo_view", "register", "run"]
 
 NAME = "demo"
+
+_HELP = "a short tour of floatlab"
+_DESCRIPTION = """\
+A short tour of floatlab: what a code means, how a value is stored in each
+format, the formats side by side, and more."""
 
 
 @dataclass(frozen=True)
@@ -131,15 +132,4 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``demo`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="a short tour of floatlab",
-        description="A short tour of floatlab: what a code means, how a value is stored in each\n"
-        "format, the formats side by side, and more.",
-        run=run,
-        output_options=True,
-    )
-    return p
+register = command_register(NAME, _HELP, _DESCRIPTION, None, run)

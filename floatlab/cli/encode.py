@@ -14,13 +14,13 @@ import argparse
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from floatlab.cli._common import (
     UI,
     View,
-    add_command,
     add_saturation_options,
+    command_register,
     encoded_data,
     flag_names,
     fraction_text,
@@ -36,14 +36,16 @@ from floatlab.formats import FloatFormat
 from floatlab.rounding import MODE_DESCRIPTIONS, ROUNDING_MODES, check_rounding
 from floatlab.text import bold, hex_code, table
 
-if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
-
 __all__ = ["DEFAULT_FORMATS", "NAME", "encode_view", "register", "run"]
 
 NAME = "encode"
 DEFAULT_FORMATS: tuple[str, ...] = ("fp64", "fp32", "fp16", "bf16", "float8_e4m3fn", "float8_e5m2")
 
+_HELP = "show how a value is stored in one or more formats"
+_DESCRIPTION = """\
+Encode VALUE (parsed exactly) into each format: the stored code, its exact
+value and the rounding error. With a single -f and no --rounding: one row per
+rounding mode."""
 _EPILOG = """\
 examples:
   floatlab encode 0.1                      fp64, fp32, fp16, bf16 and two fp8 formats
@@ -56,20 +58,7 @@ values are parsed exactly: decimals (0.1, -1e-5), fractions (1/3), hex floats
 """
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``encode`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="show how a value is stored in one or more formats",
-        description="Encode VALUE (parsed exactly) into each format: the stored code, its exact\n"
-        "value and the rounding error. With a single -f and no --rounding: one row per\n"
-        "rounding mode.",
-        epilog=_EPILOG,
-        negative_numbers=True,
-        run=run,
-        output_options=True,
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("value", metavar="VALUE", help="the number: 0.1, -2.5e-3, 1/3, 0x1.8p-3, inf, nan")
     p.add_argument(
         "-f",
@@ -87,7 +76,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, metavar="N", help="seed for stochastic rounding (adds its row)")
     add_saturation_options(p)
-    return p
 
 
 def _float(q: Any) -> float:
@@ -202,3 +190,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     )
     ui.show(view)
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments, negative_numbers=True)

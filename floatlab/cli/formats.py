@@ -13,19 +13,30 @@ from __future__ import annotations
 import argparse
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from floatlab.cli._common import UI, View, add_command, aligned
+from floatlab.cli._common import UI, View, aligned, command_register
 from floatlab.codec import decode, encode
 from floatlab.formats import FORMATS, NAMING, FloatFormat, get_format
 from floatlab.text import bold, dim, hex_code, table
 
-if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
-
 __all__ = ["NAME", "block_format_view", "format_detail_view", "formats_table_view", "register", "run"]
 
 NAME = "formats"
+
+_HELP = "list the formats side by side, or show one in detail"
+_DESCRIPTION = """\
+Without FMT: a table of every registered format (layout, bias, range,
+precision, special values), then the block formats (the OCP MX formats, NVFP4). With
+FMT: all its properties and the codes of its landmark values (0, 1, max, smallest
+normal and subnormal, inf, NaN), or a block format's element, block and scales."""
+_EPILOG = """\
+examples:
+  floatlab formats
+  floatlab formats bf16
+  floatlab formats e4m3 --json
+  floatlab formats nvfp4
+"""
 
 _ENCODING_WORDS = {
     "ieee": "IEEE 754 style: the top exponent holds +-inf and NaNs",
@@ -34,25 +45,10 @@ _ENCODING_WORDS = {
 }
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``formats`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="list the formats side by side, or show one in detail",
-        description="Without FMT: a table of every registered format (layout, bias, range,\n"
-        "precision, special values), then the block formats (the OCP MX formats, NVFP4). With\n"
-        "FMT: all its properties and the codes of its landmark values (0, 1, max, smallest\n"
-        "normal and subnormal, inf, NaN), or a block format's element, block and scales.",
-        epilog="examples:\n  floatlab formats\n  floatlab formats bf16\n  floatlab formats e4m3 --json\n"
-        "  floatlab formats nvfp4\n",
-        run=run,
-        output_options=True,
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "fmt", nargs="?", metavar="FMT", help="a format name or alias (fp16, half, bfloat16, e4m3, ...)"
     )
-    return p
 
 
 def _g(x: float) -> str:
@@ -362,3 +358,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     else:
         ui.show(format_detail_view(args.fmt, color=ui.color))
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_command, add_max_bytes_option, parse_formats
+from floatlab.cli._common import UI, View, add_max_bytes_option, command_register, parse_formats
 from floatlab.io import (
     FIGURE_SUFFIXES,
     MAX_BYTES,
@@ -39,7 +39,6 @@ from floatlab.io import (
 from floatlab.text import bold, dim, parse_scale, percent, safe
 
 if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
     from floatlab.gradhist import GradHistogram
 
 __all__ = [
@@ -53,6 +52,13 @@ __all__ = [
 ]
 
 NAME = "histogram"
+
+_HELP = "count gradients by exponent: what flushes, turns subnormal or overflows in a format"
+_DESCRIPTION = (
+    "Count the values of .npy, .npz or torch .pt files by base-2 exponent (exactly, from the bit fields) "
+    "and say what a format does to them: the share that flushes to zero, turns subnormal or overflows, "
+    "unscaled and at a loss scale; --recommend picks the power-of-two scale that rescues the most values."
+)
 
 _CHUNK = 1 << 24  # values per update when streaming a memory-mapped .npy
 
@@ -255,20 +261,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``histogram`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="count gradients by exponent: what flushes, turns subnormal or overflows in a format",
-        description="Count the values of .npy, .npz or torch .pt files by base-2 exponent (exactly, "
-        "from the bit fields) and say what a format does to them: the share that flushes to zero, "
-        "turns subnormal or overflows, unscaled and at a loss scale; --recommend picks the "
-        "power-of-two scale that rescues the most values.",
-        epilog=_EPILOG,
-        run=run,
-        output_options=True,
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "files",
         nargs="+",
@@ -305,7 +298,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="OUT.png", help="write a figure (PNG, SVG or PDF by suffix)")
     p.add_argument("--width", type=int, default=40, metavar="N", help="width of the text bars (default 40)")
     add_max_bytes_option(p)
-    return p
 
 
 # ---- the tour -----------------------------------------------------------------------------------
@@ -339,3 +331,6 @@ def _demo_histogram(color: bool) -> View:
 demo.add_section(
     demo.Section("Gradient underflow in fp16, and the loss scale that rescues it", _demo_histogram)
 )
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

@@ -37,14 +37,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from floatlab.cli._common import UI, View, add_command, checked_number
+from floatlab.cli._common import UI, View, checked_number, command_register
 from floatlab.io import atomic_output
 from floatlab.text import bold, table
-
-if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
 
 __all__ = [
     "DEFAULT_DIR",
@@ -67,6 +64,11 @@ _PATTERN = "[0-9][0-9]-*.ipynb"
 #: the environment variable that holds the token JupyterLab asks for
 TOKEN_VARIABLE = "FLOATLAB_LESSONS_TOKEN"
 
+_HELP = "copy the Jupyter lessons into a folder and start JupyterLab there"
+_DESCRIPTION = """\
+Copy floatlab's Jupyter lessons into DIR (lessons already there are kept) and
+start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:
+pip install 'floatlab[lessons]'."""
 _EPILOG = """\
 examples:
   floatlab lessons                       copy into ./floatlab-lessons and start JupyterLab there
@@ -234,19 +236,7 @@ def _port(text: str) -> int:
     return checked_number(text, int, lambda port: 1 <= port <= 65535, error)
 
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``lessons`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="copy the Jupyter lessons into a folder and start JupyterLab there",
-        description="Copy floatlab's Jupyter lessons into DIR (lessons already there are kept) and\n"
-        "start JupyterLab on 127.0.0.1 in that folder. JupyterLab comes with the 'lessons' extra:\n"
-        "pip install 'floatlab[lessons]'.",
-        epilog=_EPILOG,
-        run=run,
-        output_options=True,
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "dir", nargs="?", default=DEFAULT_DIR, metavar="DIR", help=f"working folder (default {DEFAULT_DIR})"
     )
@@ -265,7 +255,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--token",
         help=f"the token JupyterLab asks for; it shows in ps: prefer the variable {TOKEN_VARIABLE}",
     )
-    return p
 
 
 def list_view(*, color: bool = False) -> View:
@@ -326,3 +315,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             "instead\n"
         )
     return subprocess.call(cmd, env=env)
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command
+from floatlab.cli._common import UI, View, command_register
 from floatlab.cli.train_cmds import _MODEL_SETTINGS, MODEL_NAMES, _shape_options, _switch_options
 from floatlab.text import bold, dim, percent, table
 
 if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
     from floatlab.train.analysis.memory import Ledger
     from floatlab.train.config import TrainConfig
 
@@ -29,30 +28,29 @@ __all__ = ["NAME", "config_from_memory_args", "memory_view", "register", "run"]
 
 NAME = "memory"
 
+_HELP = (
+    "the bytes of a training step (weights, master weights, gradients, optimizer state, "
+    "activations) in a policy's formats"
+)
+_DESCRIPTION = """\
+Count the memory of one training step as a real system stores it: the weights the
+model computes with, fp32 master weights, gradients (and master gradients), the optimizer's
+state, and the activations the forward pass keeps for a batch, each at the width of its format
+(floatlab itself holds every value in float32). The total is set against the same step in fp32.
+Where master weights and gradients live follows the framework: Apex O2's layout for the named
+policies, Apex O2 and fastai; autocast's (fp32 weights and gradients, fp16 casts) for
+torch-amp, Apex O1, Keras, the TF1 recipe and MindSpore. The optimizer's state takes the format
+of the weights it updates (fp16 under Apex O3), and BatchNorm keeps what its framework's keeps:
+its 16-bit input under PyTorch's recipes, fp32 values under Keras and MindSpore."""
+_EPILOG = """\
+examples:
+  floatlab memory --model transformer --precision mixed-fp16
+  floatlab memory --model transformer --preset torch-amp --optimizer adamw --batch-size 32
+  floatlab memory --model convnet --preset apex-O2 --json
+"""
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``memory`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="the bytes of a training step (weights, master weights, gradients, optimizer state, "
-        "activations) in a policy's formats",
-        description="Count the memory of one training step as a real system stores it: the weights the\n"
-        "model computes with, fp32 master weights, gradients (and master gradients), the optimizer's\n"
-        "state, and the activations the forward pass keeps for a batch, each at the width of its format\n"
-        "(floatlab itself holds every value in float32). The total is set against the same step in fp32.\n"
-        "Where master weights and gradients live follows the framework: Apex O2's layout for the named\n"
-        "policies, Apex O2 and fastai; autocast's (fp32 weights and gradients, fp16 casts) for\n"
-        "torch-amp, Apex O1, Keras, the TF1 recipe and MindSpore. The optimizer's state takes the format\n"
-        "of the weights it updates (fp16 under Apex O3), and BatchNorm keeps what its framework's keeps:\n"
-        "its 16-bit input under PyTorch's recipes, fp32 values under Keras and MindSpore.",
-        epilog="examples:\n"
-        "  floatlab memory --model transformer --precision mixed-fp16\n"
-        "  floatlab memory --model transformer --preset torch-amp --optimizer adamw --batch-size 32\n"
-        "  floatlab memory --model convnet --preset apex-O2 --json\n",
-        run=run,
-        output_options=True,
-    )
+
+def _arguments(p: argparse.ArgumentParser) -> None:
     step = p.add_argument_group("the step")
     step.add_argument(
         "--model", default="mlp", metavar="MODEL", help=f"{', '.join(MODEL_NAMES)} (default: mlp)"
@@ -76,7 +74,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     model = p.add_argument_group("model shape")
     _shape_options(model)
     _switch_options(p)
-    return p
 
 
 def config_from_memory_args(args: argparse.Namespace) -> TrainConfig:
@@ -158,3 +155,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
     ui.show(memory_view(ledger_for(config_from_memory_args(args)), color=ui.color))
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)

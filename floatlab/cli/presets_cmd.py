@@ -14,34 +14,32 @@ import argparse
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from floatlab.cli._common import UI, View, add_command, aligned
+from floatlab.cli._common import UI, View, aligned, command_register
 from floatlab.text import bold, dim, scale_text, table
 
 if TYPE_CHECKING:
-    from floatlab.cli._common import Subparsers
     from floatlab.train.precision.presets import Preset, PresetScaler
 
 __all__ = ["NAME", "preset_detail_view", "presets_table_view", "register", "run", "scaler_words"]
 
 NAME = "presets"
 
+_HELP = "list the frameworks' mixed-precision recipes (presets), or show one"
+_DESCRIPTION = """\
+Without NAME: a table of every preset (PyTorch AMP, Keras, the 2018 TF1 recipe,
+Apex O0-O3, fastai, MindSpore O0-O3 and its fixed loss scales): formats, master weights,
+BatchNorm, ops kept in fp32 and the loss scaler, with the source each follows.
+With NAME: that preset's policy, scaler and notes on what floatlab simulates."""
+_EPILOG = """\
+examples:
+  floatlab presets
+  floatlab presets apex-O2
+  floatlab presets --json
+"""
 
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add the ``presets`` command to ``subparsers``."""
-    p = add_command(
-        subparsers,
-        NAME,
-        help="list the frameworks' mixed-precision recipes (presets), or show one",
-        description="Without NAME: a table of every preset (PyTorch AMP, Keras, the 2018 TF1 recipe,\n"
-        "Apex O0-O3, fastai, MindSpore O0-O3 and its fixed loss scales): formats, master weights,\n"
-        "BatchNorm, ops kept in fp32 and the loss scaler, with the source each follows.\n"
-        "With NAME: that preset's policy, scaler and notes on what floatlab simulates.",
-        epilog="examples:\n  floatlab presets\n  floatlab presets apex-O2\n  floatlab presets --json\n",
-        run=run,
-        output_options=True,
-    )
+
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="a preset name (apex-O2, fastai, keras, ...)")
-    return p
 
 
 def _g(x: float) -> str:
@@ -157,3 +155,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     else:
         ui.show(preset_detail_view(args.name, color=ui.color))
     return 0
+
+
+register = command_register(NAME, _HELP, _DESCRIPTION, _EPILOG, run, _arguments)
