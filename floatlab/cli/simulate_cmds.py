@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from floatlab._signature import spelled_out
 from floatlab.cli import demo
 from floatlab.cli._common import (
     UI,
@@ -41,6 +43,7 @@ from floatlab.text import SCALE_RANGE_TEXT, as_scale, bold, hex_code, parse_scal
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+    from typing_extensions import Unpack
 
     from floatlab.cli._common import Subparsers
 
@@ -48,6 +51,7 @@ __all__ = [
     "MAX_TERMS",
     "NAME",
     "NAMES",
+    "SimulatorOptions",
     "accumulate_view",
     "add_view",
     "register",
@@ -87,7 +91,49 @@ def _parser(
     )
 
 
-def _rounding_args(args: argparse.Namespace, ui: UI) -> dict[str, Any]:
+class SimulatorOptions(TypedDict, total=False):
+    """The keyword options of the views of ``add``, ``round`` and ``underflow``, typed once: the
+    seed of stochastic rounding, what rounding does at the ends of the range, and colour (help()
+    shows them spelled out, with their defaults).
+
+    >>> sorted(SimulatorOptions(seed=1, saturate=True))
+    ['saturate', 'seed']
+    """
+
+    seed: int | None
+    saturate: bool
+    subnormals: bool
+    color: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Options:
+    """:class:`SimulatorOptions` with their defaults."""
+
+    seed: int | None = None
+    saturate: bool = False
+    subnormals: bool = True
+    color: bool = False
+
+    def knobs(self, mode: str) -> dict[str, Any]:
+        """The ``rng``, ``saturate`` and ``subnormals`` of the library's rounding in ``mode``."""
+        return {"rng": _rng(mode, self.seed), "saturate": self.saturate, "subnormals": self.subnormals}
+
+    def text(self, report: str, mode: str, header: str | None = None) -> str:
+        """``report`` (a library report, as it is) under a bold ``header`` line, and the notes for
+        these options below it.
+
+        >>> print(_Options(saturate=True).text("report", "rne", header="g.npy"))
+        g.npy:
+        report
+          (overflow saturates to the largest finite value)
+        """
+        notes = rounding_notes(self.saturate, self.subnormals, self.seed if mode == "stochastic" else None)
+        top = bold(f"{safe(header)}:", self.color) + "\n" if header else ""  # (a file name: escaped)
+        return top + with_notes(report, notes, self.color)
+
+
+def _rounding_args(args: argparse.Namespace, ui: UI) -> SimulatorOptions:
     """The options of :func:`_rounding_options` (and the colour) as a view's keyword arguments."""
     return {"seed": args.seed, "saturate": args.saturate, "subnormals": args.subnormals, "color": ui.color}
 
@@ -132,33 +178,10 @@ def _load(path: str) -> npt.NDArray[Any]:
     return result
 
 
-def _notes(saturate: bool, subnormals: bool, seed: int | None, mode: str) -> list[str]:
-    return rounding_notes(saturate, subnormals, seed if mode == "stochastic" else None)
-
-
-def _with_notes(text: str, notes: list[str], color: bool, header: str | None = None) -> str:
-    """``text`` (a library report, as it is) under a bold ``header`` line, and the notes below it.
-
-    >>> print(_with_notes("report", ["ftz"], False, header="g.npy"))
-    g.npy:
-    report
-      (ftz)
-    """
-    top = bold(f"{safe(header)}:", color) + "\n" if header else ""  # (a file name: escaped)
-    return top + with_notes(text, notes, color)
-
-
 # ---- add ----------------------------------------------------------------------------------------
+@spelled_out(_Options)
 def add_view(
-    a: str,
-    b: str,
-    fmt: str = "fp16",
-    rounding: str = "rne",
-    *,
-    seed: int | None = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    color: bool = False,
+    a: str, b: str, fmt: str = "fp16", rounding: str = "rne", **options: Unpack[SimulatorOptions]
 ) -> View:
     """``a + b`` in ``fmt``, explained (:func:`floatlab.simulate.explain_add`).
 
@@ -167,9 +190,10 @@ def add_view(
     """
     from floatlab.simulate import explain_add
 
+    o = _Options(**options)
     mode = check_rounding(rounding)
-    e = explain_add(a, b, fmt, mode, rng=_rng(mode, seed), saturate=saturate, subnormals=subnormals)
-    return View(_with_notes(render(e), _notes(saturate, subnormals, seed, mode), color), e.to_dict())
+    e = explain_add(a, b, fmt, mode, **o.knobs(mode))
+    return View(o.text(render(e), mode), e.to_dict())
 
 
 def run_add(args: argparse.Namespace, ui: UI) -> int:
@@ -179,15 +203,9 @@ def run_add(args: argparse.Namespace, ui: UI) -> int:
 
 
 # ---- round --------------------------------------------------------------------------------------
+@spelled_out(_Options)
 def round_value_view(
-    value: str,
-    fmt: str = "fp16",
-    rounding: str = "rne",
-    *,
-    seed: int | None = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    color: bool = False,
+    value: str, fmt: str = "fp16", rounding: str = "rne", **options: Unpack[SimulatorOptions]
 ) -> View:
     """One value (parsed exactly) rounded into ``fmt``: its code, stored value and error.
 
@@ -197,15 +215,16 @@ def round_value_view(
     """
     from floatlab.codec import encode, parse_value
 
+    o = _Options(**options)
     check_number_text(value)
     f = get_format(fmt)
     mode = check_rounding(rounding)
-    enc = encode(parse_value(value), f, mode, saturate=saturate, subnormals=subnormals, rng=_rng(mode, seed))
+    enc = encode(parse_value(value), f, mode, **o.knobs(mode))
     d = enc.decoded
     err, rel = enc.error, enc.relative_error
     flags = flag_names(enc.flags)
     title = f"{value.strip()} in {f.name}, {MODE_DESCRIPTIONS[mode]}"
-    lines = [bold(title, color), f"  stored as {hex_code(int(enc), f)} = {d.decimal}"]
+    lines = [bold(title, o.color), f"  stored as {hex_code(int(enc), f)} = {d.decimal}"]
     if err is not None:
         lines.append(f"  error {sci(err)} (relative {sci(rel)})" if err else "  exact: no rounding error")
     lines.append(f"  flags: {', '.join(flags) or 'none'}")
@@ -216,20 +235,18 @@ def round_value_view(
         "relative_error": None if rel is None else fraction_text(rel),
         "flags": flags,
     }
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+    return View(o.text("\n".join(lines), mode), data)
 
 
+@spelled_out(_Options, before="out")
 def round_array_view(
     path: str,
     fmt: str = "fp16",
     rounding: str = "rne",
     *,
-    seed: int | None = None,
-    saturate: bool = False,
-    subnormals: bool = True,
     out: str | None = None,
     force: bool = False,
-    color: bool = False,
+    **options: Unpack[SimulatorOptions],
 ) -> View:
     """Round the array in ``path`` (a .npy file) into ``fmt``; write it to ``out`` if given.
 
@@ -240,6 +257,7 @@ def round_array_view(
 
     from floatlab.rounding import round_array_with_flags
 
+    o = _Options(**options)
     f = get_format(fmt)
     mode = check_rounding(rounding)
     if out is not None and not force and same_file(path, out):
@@ -248,7 +266,7 @@ def round_array_view(
     # once it is complete, so a failed write leaves the input as it was)
     check_outputs([("-o", out)])
     x = _load(path)
-    kw: dict[str, Any] = {"rng": _rng(mode, seed), "saturate": saturate, "subnormals": subnormals}
+    kw = o.knobs(mode)
     if x.dtype.kind in "biu":
         from floatlab.simulate.accumulation import round_integers
 
@@ -269,7 +287,8 @@ def round_array_view(
     n = int(x.size)
     lines = [
         bold(
-            f"{safe(path)}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}", color
+            f"{safe(path)}: {n:,} values ({x.dtype}) rounded into {f.name}, {MODE_DESCRIPTIONS[mode]}",
+            o.color,
         ),
         *(f"  {k:<10}{v:>12,}  {percent(v, n)}" for k, v in counts.items()),
         f"  largest relative error {max_rel:.3g} (over {int(ok.sum()):,} finite nonzero values)",
@@ -286,7 +305,7 @@ def round_array_view(
         "max_relative_error": max_rel,
         "output": out,
     }
-    return View(_with_notes("\n".join(lines), _notes(saturate, subnormals, seed, mode), color), data)
+    return View(o.text("\n".join(lines), mode), data)
 
 
 def _exact_parts(x: npt.NDArray[Any]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -323,26 +342,24 @@ def run_round(args: argparse.Namespace, ui: UI) -> int:
 
 
 # ---- underflow ----------------------------------------------------------------------------------
+@spelled_out(_Options)
 def underflow_view(
     path: str,
     fmt: str = "fp16",
     rounding: str = "rne",
     *,
     scale: str | float = 1.0,
-    seed: int | None = None,
-    saturate: bool = False,
-    subnormals: bool = True,
-    color: bool = False,
+    **options: Unpack[SimulatorOptions],
 ) -> View:
     """Where the values of the array in ``path`` land in ``fmt`` (:func:`floatlab.simulate.underflow`)."""
     from floatlab.simulate import underflow
 
+    o = _Options(**options)
     mode = check_rounding(rounding)
     s = _scale(scale)
-    rng = _rng(mode, seed)
-    r = underflow(_load(path), fmt, scale=s, rounding=mode, rng=rng, saturate=saturate, subnormals=subnormals)
-    data = {"input": path, **r.to_dict()}
-    return View(_with_notes(render(r), _notes(saturate, subnormals, seed, mode), color, header=path), data)
+    knobs = o.knobs(mode)
+    r = underflow(_load(path), fmt, scale=s, rounding=mode, **knobs)
+    return View(o.text(render(r), mode, header=path), {"input": path, **r.to_dict()})
 
 
 def _scale(scale: str | float) -> float:
@@ -428,15 +445,15 @@ def accumulate_view(
     mode = check_rounding(rounding)
     x, what = _terms(source, value, f)
     rng = _rng(mode, seed)
-    notes = _notes(False, True, seed, mode)
+    o = _Options(seed=seed, color=color)
     if method is None and accumulator is None:
         cmp = compare_accumulation(x, f, wide=wide, rounding=mode, rng=rng)
         # the sequential run's findings (the table above already shows its result)
         detail = accumulation_findings(cmp.results[0])
         text = "\n".join([render(cmp), *(["", f"  sequential in {f.name}:", *detail] if detail else [])])
-        return View(_with_notes(text, notes, color, header=what), {"terms": what, **cmp.to_dict()})
+        return View(o.text(text, mode, header=what), {"terms": what, **cmp.to_dict()})
     r = accumulate(x, f, accumulator=accumulator, method=method or "sequential", rounding=mode, rng=rng)
-    return View(_with_notes(render(r), notes, color, header=what), {"terms": what, **r.to_dict()})
+    return View(o.text(render(r), mode, header=what), {"terms": what, **r.to_dict()})
 
 
 def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
