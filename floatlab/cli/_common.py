@@ -39,6 +39,7 @@ __all__ = [
     "View",
     "add_command",
     "add_common_options",
+    "add_formats_option",
     "add_max_bytes_option",
     "add_saturation_options",
     "aligned",
@@ -300,6 +301,17 @@ def add_color_options(group: argparse._ArgumentGroup) -> None:
         ("--no-color", "store_false", "never colour (also: set NO_COLOR); default: colour on a terminal"),
     ):
         group.add_argument(flag, dest="color", action=action, default=argparse.SUPPRESS, help=text)
+
+
+def add_formats_option(parser: argparse.ArgumentParser, help: str, dest: str = "fmts") -> None:
+    """Add ``-f``/``--format FMT`` into ``dest``: formats named in repeated options, each possibly
+    a comma-separated list (as :func:`parse_formats` reads them).
+
+    >>> p = argparse.ArgumentParser(); add_formats_option(p, "the formats")
+    >>> p.parse_args(["-f", "fp16,bf16", "--format", "e4m3"]).fmts
+    ['fp16,bf16', 'e4m3']
+    """
+    parser.add_argument("-f", "--format", dest=dest, metavar="FMT", action="append", help=help)
 
 
 def add_saturation_options(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from floatlab.cli._common import UI, View, comma_names, command_register
+from floatlab.cli._common import UI, View, add_formats_option, comma_names, command_register
 from floatlab.io import first_bytes, read_npy
 from floatlab.text import bold, dim, parse_scale, percent, safe, table
 
@@ -80,13 +80,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     ('g.npy', ['nvfp4'], (0, 1), 'rne')
     """
     p.add_argument("file", metavar="FILE.npy", help="the array (float64, float32, float16 or bfloat16)")
-    p.add_argument(
-        "-f",
-        "--format",
-        action="append",
-        metavar="FMT",
-        help="block formats, comma-separated or repeated (default: every one: mxfp8_e5m2, "
+    add_formats_option(
+        p,
+        "block formats, comma-separated or repeated (default: every one: mxfp8_e5m2, "
         "mxfp8_e4m3, mxfp6_e3m2, mxfp6_e2m3, mxfp4_e2m1, nvfp4)",
+        dest="format",
     )
     p.add_argument(
         "--axis",
@@ -258,18 +256,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             raise ValueError(f"--scale-mode {m!r}: expected one of {', '.join(SCALE_MODES)}")
     ts = None if args.tensor_scale is None else float(parse_scale(args.tensor_scale, "--tensor-scale"))
     x = load_array(args.file)
-    view = blockquant_view(
-        args.file,
-        x,
-        fmts,
-        axis=args.axis,
-        block_size=args.block_size,
-        scale_modes=modes,
-        tensor_scale=ts,
-        rounding=args.rounding,
-        seed=args.seed,
-        color=ui.color,
-    )
+    options = {k: getattr(args, k) for k in ("axis", "block_size", "rounding", "seed")}
+    view = blockquant_view(args.file, x, fmts, scale_modes=modes, tensor_scale=ts, **options, color=ui.color)
     ui.show(view)
     return 0
 

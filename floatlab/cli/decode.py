@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from floatlab.cli._common import UI, View, command_register, parse_code, parse_formats
+from floatlab.cli._common import UI, View, add_formats_option, command_register, parse_code, parse_formats
 from floatlab.codec import decode
 from floatlab.formats import FloatFormat, get_format
 from floatlab.text import render
@@ -42,13 +42,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "codes", nargs="+", metavar="CODE", help="hex (0x7bff), binary (0b...) or, with -f, decimal"
     )
-    p.add_argument(
-        "-f",
-        "--format",
-        dest="fmts",
-        metavar="FMT",
-        action="append",
-        help="the format of every CODE (fp16, bf16, e4m3, e6m9, p3109_k8p3se, ...); repeat or separate "
+    add_formats_option(
+        p,
+        "the format of every CODE (fp16, bf16, e4m3, e6m9, p3109_k8p3se, ...); repeat or separate "
         "by commas to read the codes in each",
     )
 

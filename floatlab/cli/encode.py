@@ -19,6 +19,7 @@ from typing import Any
 from floatlab.cli._common import (
     UI,
     View,
+    add_formats_option,
     add_saturation_options,
     command_register,
     encoded_data,
@@ -60,13 +61,8 @@ values are parsed exactly: decimals (0.1, -1e-5), fractions (1/3), hex floats
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("value", metavar="VALUE", help="the number: 0.1, -2.5e-3, 1/3, 0x1.8p-3, inf, nan")
-    p.add_argument(
-        "-f",
-        "--format",
-        dest="fmts",
-        metavar="FMT",
-        action="append",
-        help=f"a target format; repeat or separate by commas (default: {', '.join(DEFAULT_FORMATS)})",
+    add_formats_option(
+        p, f"a target format; repeat or separate by commas (default: {', '.join(DEFAULT_FORMATS)})"
     )
     p.add_argument(
         "-r",

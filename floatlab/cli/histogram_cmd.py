@@ -24,7 +24,14 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from floatlab.cli import demo
-from floatlab.cli._common import UI, View, add_max_bytes_option, command_register, parse_formats
+from floatlab.cli._common import (
+    UI,
+    View,
+    add_formats_option,
+    add_max_bytes_option,
+    command_register,
+    parse_formats,
+)
 from floatlab.io import (
     FIGURE_SUFFIXES,
     MAX_BYTES,
@@ -280,13 +287,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--chunk", type=int, default=1 << 24, metavar="N", help="values read at a time (default: 16777216)"
     )
     big.add_argument("--dask", action="store_true", help="with --shards: count the shards as Dask tasks")
-    p.add_argument(
-        "-f",
-        "--format",
-        dest="fmt",
-        action="append",
-        metavar="FMT",
-        help="target format(s): fp16, bf16, e4m3, ... (repeat or comma-separate; default fp16)",
+    add_formats_option(
+        p, "target format(s): fp16, bf16, e4m3, ... (repeat or comma-separate; default fp16)", dest="fmt"
     )
     group = p.add_mutually_exclusive_group()
     group.add_argument("--scale", metavar="S", help="a loss scale: 1024, 2^10, 0.5 (exact for powers of two)")
