@@ -78,6 +78,11 @@ def _on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r}: expected on or off")
 
 
+def _add_switch(group: Any, flag: str, help: str) -> None:
+    """Add the on|off option ``flag`` (on, yes, true, 1 or off, no, false, 0) to ``group``."""
+    group.add_argument(flag, type=_on_off, metavar="on|off", help=help)
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     return parse_sizes(text, "layer sizes such as 128,128")
 
@@ -184,7 +189,7 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
         "--forward", metavar="FMT", help="format of the forward pass (activations, weights in GEMMs)"
     )
     sw.add_argument("--backward", metavar="FMT", help="format of the backward pass (gradients)")
-    sw.add_argument("--master-weights", type=_on_off, metavar="on|off", help="fp32 master weights")
+    _add_switch(sw, "--master-weights", "fp32 master weights")
     sw.add_argument("--loss-scaling", choices=("none", "static", "dynamic"), help="loss scaling")
     sw.add_argument(
         "--scaler", metavar="PRESET", help="dynamic scaler preset: torch, keras, tf1, apex, mindspore"
@@ -192,17 +197,16 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--static-scale", metavar="S", help="the scale of static loss scaling: 65536, 2^16, 0.5, ..."
     )
-    sw.add_argument("--fp32-reductions", type=_on_off, metavar="on|off", help="accumulate reductions in fp32")
+    _add_switch(sw, "--fp32-reductions", "accumulate reductions in fp32")
     sw.add_argument(
         "--fp32-ops", metavar="LIST", help="ops kept in fp32: softmax,log,exp,sum,norm, all or none"
     )
     sw.add_argument("--rounding", metavar="MODE", help="rounding mode of every cast (default: rne)")
     sw.add_argument("--update-rounding", metavar="MODE", help="rounding of low-precision weight updates")
-    sw.add_argument(
+    _add_switch(
+        sw,
         "--update-compensation",
-        type=_on_off,
-        metavar="on|off",
-        help="Kahan-compensated updates of low-precision weights (a compensation buffer in their format)",
+        "Kahan-compensated updates of low-precision weights (a compensation buffer in their format)",
     )
     ls = p.add_argument_group(
         "dynamic loss scaler (torch.amp.GradScaler's names; default: the scaler preset's numbers)"
@@ -238,9 +242,7 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     fp8.add_argument(
         "--margin", type=int, metavar="M", help="delayed scaling: scale = fp8_max / amax / 2^M (default: 0)"
     )
-    fp8.add_argument(
-        "--pow2-scale", type=_on_off, metavar="on|off", help="round per-tensor scales down to a power of two"
-    )
+    _add_switch(fp8, "--pow2-scale", "round per-tensor scales down to a power of two")
     fp8.add_argument(
         "--accumulate",
         metavar="FMT",
@@ -259,18 +261,10 @@ def _switch_options(p: argparse.ArgumentParser) -> None:
     mx.add_argument(
         "--scale-mode", metavar="floor|rceil", help="MX block scales: OCP floor (default) or rceil"
     )
-    mx.add_argument(
-        "--hadamard",
-        type=_on_off,
-        metavar="on|off",
-        help="16x16 random Hadamard transform on the weight-gradient GEMM's inputs (nvfp4: on)",
+    _add_switch(
+        mx, "--hadamard", "16x16 random Hadamard transform on the weight-gradient GEMM's inputs (nvfp4: on)"
     )
-    mx.add_argument(
-        "--weight-tiles",
-        type=_on_off,
-        metavar="on|off",
-        help="weights in square blocks, once a step (nvfp4: on)",
-    )
+    _add_switch(mx, "--weight-tiles", "weights in square blocks, once a step (nvfp4: on)")
     mx.add_argument(
         "--gradient-rounding", metavar="rne|stochastic", help="rounding of the gradients (nvfp4: stochastic)"
     )
