@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -24,9 +23,9 @@ from floatlab.cli import demo
 from floatlab.cli._common import (
     UI,
     View,
-    add_command,
     add_saturation_options,
     check_number_text,
+    command_register,
     encoded_data,
     flag_names,
     fraction_text,
@@ -71,26 +70,6 @@ _SEED_HELP = "seed for stochastic rounding (needed with -r stochastic)"
 
 
 # ---- shared -------------------------------------------------------------------------------------
-def _parser(
-    subparsers: Subparsers,
-    name: str,
-    help_: str,
-    description: str,
-    epilog: str,
-    run: Callable[[argparse.Namespace, UI], int],
-) -> argparse.ArgumentParser:
-    return add_command(
-        subparsers,
-        name,
-        help=help_,
-        description=description,
-        epilog=epilog,
-        run=run,
-        output_options=True,
-        negative_numbers=True,
-    )
-
-
 class SimulatorOptions(TypedDict, total=False):
     """The keyword options of the views of ``add``, ``round`` and ``underflow``, typed once: the
     seed of stochastic rounding, what rounding does at the ends of the range, and colour (help()
@@ -464,53 +443,66 @@ def run_accumulate(args: argparse.Namespace, ui: UI) -> int:
 
 
 # ---- registration -------------------------------------------------------------------------------
-def register(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Add ``add``, ``round``, ``underflow`` and ``accumulate`` to ``subparsers``; return the last."""
-    p = _parser(
-        subparsers,
-        "add",
-        "explain a + b in a format: stored operands, exact sum, what rounding kept",
-        "Add A and B (parsed exactly) in a format, one rounding of the exact sum of the stored "
-        "operands, and explain why a small update next to a large weight vanishes.",
-        "examples:\n"
-        "  floatlab add 1 0.0001                  the update is swallowed in fp16\n"
-        "  floatlab add 1 0.0001 -f bf16 -r rup   ... unless rounding up\n"
-        "  floatlab add 1 -0.0003                 a negative update: the gap below 1 is half an ulp\n",
-        run=run_add,
-    )
+_HELP = {
+    "add": "explain a + b in a format: stored operands, exact sum, what rounding kept",
+    "round": "round a value, or a .npy array, into a format",
+    "underflow": "count the values of a .npy array that flush, turn subnormal or overflow in a format",
+    "accumulate": "sum N copies of a value (or a .npy array) in a format: stagnation and overflow",
+}
+_DESCRIPTION = {
+    "add": "Add A and B (parsed exactly) in a format, one rounding of the exact sum of the stored "
+    "operands, and explain why a small update next to a large weight vanishes.",
+    "round": "Round VALUE (parsed exactly) into a format and show the stored code, value and error; "
+    "or round every value of a .npy array and summarise the flags and the largest error.",
+    "underflow": "Store every value of a .npy array (times --scale, a loss scale) in a format and count "
+    "the ones that flush to zero, turn subnormal, overflow or stay normal, with a histogram of the "
+    "relative rounding error.",
+    "accumulate": "Sum the terms in a format: sequentially, pairwise, with Kahan's compensation, and with "
+    "a wider accumulator. Shows where a running sum stops changing (1.0 in fp16 stops at 2048) "
+    "and where it overflows. Sequential sums are serial: up to a million terms take seconds.",
+}
+_EPILOG = {
+    "add": """\
+examples:
+  floatlab add 1 0.0001                  the update is swallowed in fp16
+  floatlab add 1 0.0001 -f bf16 -r rup   ... unless rounding up
+  floatlab add 1 -0.0003                 a negative update: the gap below 1 is half an ulp
+""",
+    "round": """\
+examples:
+  floatlab round 0.1 -f bf16
+  floatlab round grads.npy -f e4m3 --saturate -o grads_e4m3.npy
+  floatlab round w.npy -f bf16 -r stochastic --seed 0 -o w_bf16.npy
+""",
+    "underflow": """\
+examples:
+  floatlab underflow grads.npy -f fp16
+  floatlab underflow grads.npy -f fp16 --scale 1024     with a loss scale of 2^10
+""",
+    "accumulate": """\
+examples:
+  floatlab accumulate 10000              1.0 ten thousand times in fp16
+  floatlab accumulate 1000 --value 100   past 65504 an fp16 sum is inf
+  floatlab accumulate 10000 -f bf16 -r stochastic --seed 0
+  floatlab accumulate losses.npy -f bf16 --method kahan
+""",
+}
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A", help="the first operand (the weight): 1, 0.1, 1/3, 0x1.8p-3, ...")
     p.add_argument("b", metavar="B", help="the second operand (the update)")
     _rounding_options(p)
 
-    p = _parser(
-        subparsers,
-        "round",
-        "round a value, or a .npy array, into a format",
-        "Round VALUE (parsed exactly) into a format and show the stored code, value and error; "
-        "or round every value of a .npy array and summarise the flags and the largest error.",
-        "examples:\n"
-        "  floatlab round 0.1 -f bf16\n"
-        "  floatlab round grads.npy -f e4m3 --saturate -o grads_e4m3.npy\n"
-        "  floatlab round w.npy -f bf16 -r stochastic --seed 0 -o w_bf16.npy\n",
-        run=run_round,
-    )
+
+def _round_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("value", metavar="VALUE|FILE.npy", help="a number, or a .npy file of numbers")
     _rounding_options(p)
     p.add_argument("-o", "--out", metavar="OUT.npy", help="write the rounded array here (the input's dtype)")
     p.add_argument("--force", action="store_true", help="allow -o to name the input file and overwrite it")
 
-    p = _parser(
-        subparsers,
-        "underflow",
-        "count the values of a .npy array that flush, turn subnormal or overflow in a format",
-        "Store every value of a .npy array (times --scale, a loss scale) in a format and count the "
-        "ones that flush to zero, turn subnormal, overflow or stay normal, with a histogram of the "
-        "relative rounding error.",
-        "examples:\n"
-        "  floatlab underflow grads.npy -f fp16\n"
-        "  floatlab underflow grads.npy -f fp16 --scale 1024     with a loss scale of 2^10\n",
-        run=run_underflow,
-    )
+
+def _underflow_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE.npy", help="a .npy file of numbers")
     _rounding_options(p)
     p.add_argument(
@@ -520,20 +512,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="multiply by S first: 1024 or 2^10 (exact for powers of two)",
     )
 
-    p = _parser(
-        subparsers,
-        "accumulate",
-        "sum N copies of a value (or a .npy array) in a format: stagnation and overflow",
-        "Sum the terms in a format: sequentially, pairwise, with Kahan's compensation, and with a "
-        "wider accumulator. Shows where a running sum stops changing (1.0 in fp16 stops at 2048) "
-        "and where it overflows. Sequential sums are serial: up to a million terms take seconds.",
-        "examples:\n"
-        "  floatlab accumulate 10000              1.0 ten thousand times in fp16\n"
-        "  floatlab accumulate 1000 --value 100   past 65504 an fp16 sum is inf\n"
-        "  floatlab accumulate 10000 -f bf16 -r stochastic --seed 0\n"
-        "  floatlab accumulate losses.npy -f bf16 --method kahan\n",
-        run=run_accumulate,
-    )
+
+def _accumulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="N|FILE.npy", help="how many copies of --value, or a .npy file of terms")
     _format_options(p)
     p.add_argument("--value", default="1.0", metavar="V", help="the term to repeat N times (default: 1.0)")
@@ -544,6 +524,18 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--wide", default="fp32", metavar="FMT", help="the wider accumulator to compare (default: fp32)"
     )
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add ``add``, ``round``, ``underflow`` and ``accumulate`` to ``subparsers``; return the last."""
+    for name, run, arguments in (
+        ("add", run_add, _add_arguments),
+        ("round", run_round, _round_arguments),
+        ("underflow", run_underflow, _underflow_arguments),
+        ("accumulate", run_accumulate, _accumulate_arguments),
+    ):
+        texts = _HELP[name], _DESCRIPTION[name], _EPILOG[name]
+        p = command_register(name, *texts, run, arguments, negative_numbers=True)(subparsers)
     return p
 
 
