@@ -30,10 +30,7 @@ class Kernels(NamedTuple):
     general: Loop
     decode: Loop
     gather: Loop
-    half_encode: Loop
-    half_round: Loop
-    bf16_encode: Loop
-    bf16_round: Loop
+    cast16: Loop
     round_count: Loop
     round_count_inplace: Loop
     sequential: Loop
@@ -44,7 +41,6 @@ class Kernels(NamedTuple):
     finite_amax: Loop
     # floatlab.rounding._scaled_kernels: the scaled casts, the block GEMM's sums, the tree sums
     scaled_round: Loop
-    scaled_round_t: Loop
     tile_cast: Loop
     fma_sum: Loop
     fma_one: Loop
@@ -81,10 +77,7 @@ def kernels() -> Kernels:
         general=k.general,
         decode=k.decode,
         gather=k.gather,
-        half_encode=k.half_encode,
-        half_round=k.half_round,
-        bf16_encode=k.bf16_encode,
-        bf16_round=k.bf16_round,
+        cast16=k.cast16,
         round_count=k.round_count,
         round_count_inplace=k.round_count_inplace,
         sequential=k.sequential,
@@ -93,7 +86,6 @@ def kernels() -> Kernels:
         e4m3_blocks=e.e4m3_blocks,
         finite_amax=b.finite_amax,
         scaled_round=s.scaled_round,
-        scaled_round_t=s.scaled_round_t,
         tile_cast=s.tile_cast,
         fma_sum=s.fma_sum,
         fma_one=s.fma_one,

@@ -257,20 +257,6 @@ def encode(x: Any, out: Any, z: Any, pt: Any) -> None:
         out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0).code
 
 
-@serial_loop
-def half_encode(x: Any, out: Any) -> None:
-    """float32 bits to fp16 codes, round to nearest even (the hardware conversion)."""
-    for i in prange(x.size):
-        out[i] = _half(x[i])
-
-
-@serial_loop
-def half_round(x: Any, out: Any) -> None:
-    """float32 bits rounded to fp16 and back, round to nearest even (the hardware conversion)."""
-    for i in prange(x.size):
-        out[i] = _unhalf(_half(x[i]))
-
-
 @element
 def _bf16(u: Any) -> Any:
     """bfloat16 code of the float32 with bit pattern ``u``, round to nearest even, in integer
@@ -283,20 +269,6 @@ def _bf16(u: Any) -> Any:
     return np.uint16(
         _shr(_u(u + np.uint32(0x7FFF) + (_shr(u, np.uint32(16)) & np.uint32(1)), z), np.uint32(16))
     )
-
-
-@serial_loop
-def bf16_encode(x: Any, out: Any) -> None:
-    """float32 bits to bfloat16 codes, round to nearest even (integer arithmetic)."""
-    for i in prange(x.size):
-        out[i] = _bf16(x[i])
-
-
-@serial_loop
-def bf16_round(x: Any, out: Any) -> None:
-    """float32 bits rounded to bfloat16 and back, round to nearest even (integer arithmetic)."""
-    for i in prange(x.size):
-        out[i] = np.uint32(_bf16(x[i])) << np.uint32(16)
 
 
 #: values a counting cast handles at a time: their non-zeros counted, rounded, their results'
@@ -325,9 +297,30 @@ def _cast16(u: Any, bf16: Any) -> Any:
     return _unhalf(_half(u))
 
 
+@element
+def _code16(u: Any, bf16: Any, back: Any) -> Any:
+    """The bfloat16 (``bf16`` not None) or fp16 (None) code of the float32 bits ``u``, rounded to
+    nearest even as :func:`_cast16` rounds; with ``back`` not None, :func:`_cast16`'s float32
+    bits of its value. Both are types: each cast is a loop of its own."""
+    if back is not None:
+        return _cast16(u, bf16)
+    if bf16 is not None:
+        return _bf16(u)
+    return _half(u)
+
+
+@serial_loop
+def cast16(x: Any, out: Any, bf16: Any, back: Any) -> None:
+    """float32 bits to bfloat16 (``bf16`` not None: integer arithmetic) or fp16 (None: the CPU's
+    conversion) codes, round to nearest even; with ``back`` not None, the rounded values' float32
+    bits (:func:`_code16`)."""
+    for i in prange(x.size):
+        out[i] = _code16(x[i], bf16, back)
+
+
 @serial_loop
 def round_count(x: Any, out: Any, bf16: Any) -> tuple[int, int]:
-    """:func:`half_round` (``bf16`` None) or :func:`bf16_round` (``bf16`` a number) and the
+    """:func:`cast16`'s rounded values (fp16 for ``bf16`` None, bfloat16 for a number) and the
     non-zero values of its input and of its result (a NaN is non-zero, -0 a zero), counted while
     each block is in the cache: what a rounding flushed."""
     nx = 0
@@ -345,7 +338,8 @@ def round_count(x: Any, out: Any, bf16: Any) -> tuple[int, int]:
 @serial_loop
 def round_count_inplace(x: Any, bf16: Any) -> tuple[int, int]:
     """:func:`round_count` in the input's own memory: ``x`` is overwritten by its rounded values
-    (one array: a second one that is the same memory keeps the loop scalar)."""
+    (one array: a second one that is the same memory keeps the loop scalar; and one loop for
+    both would type a read-only input's chunk as the values' too)."""
     nx = 0
     nr = 0
     for lo in range(0, x.size, _CHUNK):

@@ -99,82 +99,74 @@ def _cast_row(
     return cnt
 
 
-@parallel_loop
-def scaled_round(
-    x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any, rne: Any
-) -> Any:
-    """out = round(x * scale of its block) for the float32 values ``x`` of an (outer, R, C) array
-    (flat), ``scales`` flat over (outer, ceil(R / br), ceil(C / bc)); returns the counts
-    (overflowed, zero inputs, zero results, subnormal results)."""
-    p = EncodeParams(*pt)
-    d = DecodeParams(*dt)
-    outer, rows, cols = shape
-    br, bc = block
-    nbr = (rows + br - 1) // br
-    nbc = (cols + bc - 1) // bc
-    n_over = 0
-    n_zx = 0
-    n_zq = 0
-    n_sub = 0
-    n_sp = 0
-    for rr in prange(outer * rows):
-        o = rr // rows
-        s0 = (o * nbr + (rr - o * rows) // br) * nbc
-        srow = scales[s0 : s0 + nbc]
-        xs = x[rr * cols : rr * cols + cols]
-        qs = out[rr * cols : rr * cols + cols]
-        # (per row in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
-        c_over, c_zx, c_zq, c_sub, c_sp = _cast_row(xs, qs, srow, bc, nbc, z, p, d, tiny, rne)
-        n_over += np.int64(c_over)
-        n_zx += np.int64(c_zx)
-        n_zq += np.int64(c_zq)
-        n_sub += np.int64(c_sub)
-        n_sp += np.int64(c_sp)
-    return n_over, n_zx, n_zq, n_sub, n_sp
-
-
 #: rows of the result a task of the transposed loop gathers at once (16 float32: a cache line)
 GROUP = 16
 
 
-@parallel_loop
-def scaled_round_t(
-    xt: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any, rne: Any
-) -> Any:
-    """The loop above for an (R, C) array held transposed: ``xt`` is its (C, R) transpose,
-    C-contiguous (flat), and ``out`` gets the (R, C) values C-contiguous. A task is GROUP rows of
-    the result: gathered from xt into scratch a cache line at a time, then each cast as a row of
-    the loop above, so that no transposed copy of the whole input is made first."""
-    p = EncodeParams(*pt)
-    d = DecodeParams(*dt)
+@element
+def _scaled_task(
+    g: Any, x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, p: Any, d: Any, tiny: Any,
+    rne: Any, tr: Any,
+) -> Any:  # fmt: skip
+    """Task ``g`` of :func:`scaled_round`: its rows cast by :func:`_cast_row`, and their counts in
+    lane-wide integers. ``tr`` None: row g of the (outer, R, C) array; not None: GROUP rows of the
+    (R, C) array whose transpose ``x`` holds, gathered into scratch a cache line at a time."""
     _, rows, cols = shape
     br, bc = block
+    nbr = (rows + br - 1) // br
     nbc = (cols + bc - 1) // bc
+    if tr is None:
+        o = g // rows
+        s0 = (o * nbr + (g - o * rows) // br) * nbc
+        xs = x[g * cols : g * cols + cols]
+        qs = out[g * cols : g * cols + cols]
+        return _cast_row(xs, qs, scales[s0 : s0 + nbc], bc, nbc, z, p, d, tiny, rne)
+    r0 = g * GROUP
+    nr = min(GROUP, rows - r0)
+    buf = np.empty((nr, cols), np.float32)
+    # in squares of GROUP x GROUP, whose cache lines stay in the first-level cache
+    for c0 in range(0, cols, GROUP):
+        c1 = min(c0 + GROUP, cols)
+        for k in range(nr):
+            dst = buf[k, c0:c1]
+            for c in range(c1 - c0):
+                dst[c] = x[(c0 + c) * rows + r0 + k]
+    zero = _u(0, z)
+    cnt = (zero, zero, zero, zero, zero)
+    for k in range(nr):
+        r = r0 + k
+        s0 = (r // br) * nbc
+        qs = out[r * cols : r * cols + cols]
+        cnt = _add5(cnt, _cast_row(buf[k], qs, scales[s0 : s0 + nbc], bc, nbc, z, p, d, tiny, rne))
+    return cnt
+
+
+@parallel_loop
+def scaled_round(
+    x: Any, scales: Any, shape: Any, block: Any, out: Any, z: Any, pt: Any, dt: Any, tiny: Any,
+    rne: Any, tr: Any,
+) -> Any:  # fmt: skip
+    """out = round(x * scale of its block) for the float32 values ``x`` of an (outer, R, C) array
+    (flat), ``scales`` flat over (outer, ceil(R / br), ceil(C / bc)); returns the counts
+    (overflowed, zero inputs, zero results, subnormal results, infinities and NaNs among the
+    products). A task is one row. With ``tr`` not None (a type: a loop of its own) the array is
+    an (R, C) one held transposed: ``x`` is its (C, R) transpose, C-contiguous (flat), and
+    ``out`` gets the (R, C) values C-contiguous; a task is GROUP rows of the result, gathered
+    from x, so that no transposed copy of the whole input is made first."""
+    p = EncodeParams(*pt)
+    d = DecodeParams(*dt)
+    outer, rows, _ = shape
+    tasks = outer * rows if tr is None else (rows + GROUP - 1) // GROUP
     n_over = 0
     n_zx = 0
     n_zq = 0
     n_sub = 0
     n_sp = 0
-    for g in prange((rows + GROUP - 1) // GROUP):
-        r0 = g * GROUP
-        nr = min(GROUP, rows - r0)
-        buf = np.empty((nr, cols), np.float32)
-        # in squares of GROUP x GROUP, whose cache lines stay in the first-level cache
-        for c0 in range(0, cols, GROUP):
-            c1 = min(c0 + GROUP, cols)
-            for k in range(nr):
-                dst = buf[k, c0:c1]
-                for c in range(c1 - c0):
-                    dst[c] = xt[(c0 + c) * rows + r0 + k]
-        zero = _u(0, z)
-        cnt = (zero, zero, zero, zero, zero)
-        for k in range(nr):
-            r = r0 + k
-            s0 = (r // br) * nbc
-            srow = scales[s0 : s0 + nbc]
-            qs = out[r * cols : r * cols + cols]
-            cnt = _add5(cnt, _cast_row(buf[k], qs, srow, bc, nbc, z, p, d, tiny, rne))
-        c_over, c_zx, c_zq, c_sub, c_sp = cnt
+    for g in prange(tasks):
+        # (per task in lane-wide integers: a 64-bit sum of 32-bit lanes' flags halves the vector work)
+        c_over, c_zx, c_zq, c_sub, c_sp = _scaled_task(
+            g, x, scales, shape, block, out, z, p, d, tiny, rne, tr
+        )
         n_over += np.int64(c_over)
         n_zx += np.int64(c_zx)
         n_zq += np.int64(c_zq)

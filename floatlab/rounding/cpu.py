@@ -150,8 +150,7 @@ def run_half(bits: np.ndarray, back: bool) -> np.ndarray:
     [15360, 31744]
     """
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
-    k = kernels()
-    (k.half_round if back else k.half_encode)(bits, out)
+    kernels().cast16(bits, out, None, _ON if back else None)
     return out
 
 
@@ -164,8 +163,7 @@ def run_bf16(bits: np.ndarray, back: bool) -> np.ndarray:
     [1.0, 1.015625, inf, -inf]
     """
     out = np.empty(bits.size, np.uint32 if back else np.uint16)
-    k = kernels()
-    (k.bf16_round if back else k.bf16_encode)(bits, out)
+    kernels().cast16(bits, out, _ON, _ON if back else None)
     return out
 
 
@@ -527,16 +525,17 @@ def run_scaled_round(
     ([2.0, 0.0, 448.0, 0.0], (1, 1, 2, 0))
     """
     out = np.empty(x.size, np.float32)
-    loop = kernels().scaled_round_t if transposed else kernels().scaled_round
+    loop = kernels().scaled_round
     args = (x, scales, shape, block, out, zero(32), tuple(p), tuple(d), np.float32(tiny))
+    tr = _ON if transposed else None
     # round to nearest even with saturation (the fp8 recipes' cast) has a loop of its own, four
     # times as fast, whose results are the door's for every finite product: where a product is
     # an infinity or a NaN (a step that overflowed), the array is cast again by the door's loop
     nearest = in_place(p) and p.overflow_to_max and p.in_bits == 32
     with loop_threads(x.size):
-        counts = loop(*args, _ON) if nearest else (0, 0, 0, 0, 1)
+        counts = loop(*args, _ON, tr) if nearest else (0, 0, 0, 0, 1)
         if counts[4]:
-            counts = loop(*args, None)
+            counts = loop(*args, None, tr)
     return out, (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
 
 
