@@ -18,7 +18,9 @@ What keeps the element loops vectorised (each point cost a factor of two or more
   and the values loop are separate passes (``mx_round`` needs the values alone: one pass);
 * the counts are summed in lane-wide integers (a 64-bit sum of a 32-bit lane's flags doubles
   the vector work), per work item;
-* the loops are written out in the kernels, not in helpers.
+* a helper that holds loops is inlined into the kernel (:func:`~floatlab.rounding._intrinsics.element`),
+  and where a work item chooses between two roundings (in place or general) each is a copy of
+  the passes of its own, picked by a type (None or not), never a flag read inside an element loop.
 
 The E4M3-scaled loop (NVFP4) is in :mod:`floatlab.rounding._e4m3_kernels`, on the tiling and the
 block maxima here. Every loop carries the fingerprint of the kernel files in its name
@@ -44,7 +46,7 @@ NAN_SHIFT = 128
 
 @element
 def _tile(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
-    """Work item ``it``: (its strip's first value, rows r0..r1, columns c0..c1, first scale)."""
+    """Work item ``it``: (its strip's first value, rows r0..r1, its width in columns, first scale)."""
     _, rows, cols = shape
     br, bc = block
     nbr = (rows + br - 1) // br
@@ -59,10 +61,21 @@ def _tile(it: Any, shape: Any, block: Any, chunk: Any) -> Any:
         o * rows * cols + c0,
         r0,
         min(r0 + br, rows),
-        c0,
-        min(c0 + chunk, cols),
+        min(c0 + chunk, cols) - c0,
         (o * nbr + bi) * nbc + c0 // bc,
     )
+
+
+@element
+def _spread(per_block: Any, bc: Any, w: Any) -> Any:
+    """The per-block numbers ``per_block`` spread over a strip's ``w`` columns, blocks ``bc``
+    wide (for bc == 1, ``per_block`` itself)."""
+    if bc == 1:
+        return per_block
+    out = np.empty(w, per_block.dtype)
+    for b in range(per_block.size):
+        out[b * bc : b * bc + bc] = per_block[b]
+    return out
 
 
 @element
@@ -118,7 +131,15 @@ def _value(code: Any, shift: Any, z: Any, p: Any) -> Any:
     bits = _shl(_u(biased, z), m) if biased > zero else _shl(one, _s(max(_s(m - 1, z) + biased, zero), z))
     v = _itof(sig) * _float(bits)
     v = -v if _shr(code, p.sign_bit) != 0 else v
-    return v if shift != NAN_SHIFT else _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
+    return v if shift != NAN_SHIFT else _nan_value(z, p)
+
+
+@element
+def _nan_value(z: Any, p: Any) -> Any:
+    """The value of a block with the NaN scale: the input format's quiet NaN, a float of z's width."""
+    m = p.in_mantissa_bits
+    one = _u(1, z)
+    return _float(_u(_shl(_u(p.in_exponent_mask, z), m) | _shl(one, m - 1), z))
 
 
 @element
@@ -159,6 +180,90 @@ def _moved_round(u: Any, sh: Any, i: Any, z: Any, p: Any, lo_bias: Any, how: Any
     return a, eb, rm, over
 
 
+@element
+def _e8m0_code(u: Any, sh: Any, i: Any, z: Any, p: Any, lo_bias: Any, how: Any, ip: Any) -> Any:
+    """(the element code, the flags (nonzero, flushed, subnormal, inexact, saturated)) of the input
+    bits ``u`` (flat index ``i``) in a block of shift ``sh`` in the E8M0 loop: rounded in place
+    (``ip`` not None, the fast path; see :func:`_moved_round`) or by the general element rounding
+    (``ip`` None, a type: each is a loop of its own). The NaN scale gives code 0 and no flags."""
+    stochastic, key0, key1, _rmask, mag_mask = how
+    zero = _u(0, z)
+    one = _u(1, z)
+    m_in = p.in_mantissa_bits
+    m_t = p.mantissa_bits
+    ok = sh != NAN_SHIFT
+    if ip is not None:
+        a, eb, rm, over = _moved_round(u, sh, i, z, p, lo_bias, how)
+        neg = _u((u & _u(~mag_mask, z)) != zero, z)
+        code = _u(_nearest_code(rm, z, m_in, m_t, eb) | _shl(neg, p.sign_bit), z)
+        nonzero = ok & (a != zero)
+        below = (rm != zero) & (rm < _shl(_u(eb, z), m_in))  # (below the moved range)
+        flags = (nonzero, nonzero & (rm == zero), ok & below, ok & (rm != a), ok & over)
+        return (code if ok else zero), flags
+    rnd = _random32(i, key0, key1) if stochastic else np.uint32(0)
+    res = _encode_one(u, z, rnd, p, sh)
+    code = res.code if ok else zero
+    mag = _u(code & _u(_shl(one, p.sign_bit) - one, z), z)
+    nonzero = ok & ((u & mag_mask) != 0)
+    flags = (
+        nonzero,
+        nonzero & (mag == 0),
+        ok & (mag != 0) & (_shr(mag, m_t) == 0),
+        ok & (res.inexact | res.overflow),
+        ok & res.overflow,
+    )
+    return code, flags
+
+
+@element
+def _e8m0_value(u: Any, sh: Any, i: Any, z: Any, p: Any, lo_bias: Any, how: Any, ip: Any) -> Any:
+    """The element value times 2^sh (in the input's format) of the input bits ``u`` (flat index
+    ``i``) in the E8M0 loop, rounded as :func:`_e8m0_code` rounds."""
+    stochastic, key0, key1, _rmask, mag_mask = how
+    if ip is not None:
+        _a, _eb, rm, _over = _moved_round(u, sh, i, z, p, lo_bias, how)
+        v = _float(_u(rm | _u(u & _u(~mag_mask, z), z), z))
+        return v if sh != NAN_SHIFT else _nan_value(z, p)
+    rnd = _random32(i, key0, key1) if stochastic else np.uint32(0)
+    return _value(_encode_one(u, z, rnd, p, sh).code, sh, z, p)
+
+
+@element
+def _e8m0_passes(
+    x: Any, codes: Any, values: Any, counts: Any, it: Any, base: Any, r0: Any, r1: Any, cols: Any,
+    w: Any, shift: Any, z: Any, p: Any, lo_bias: Any, how: Any, ip: Any,
+) -> None:  # fmt: skip
+    """The element passes of work item ``it`` of the E8M0 loop, its shifts spread over the
+    columns, rounded as ``ip`` says (:func:`_e8m0_code`): the codes and counts, then the values,
+    read off the codes where the general routine made them, else rounded from the input."""
+    zero = _u(0, z)
+    if codes.size > 0:
+        cnt = (zero, zero, zero, zero, zero)
+        for r in range(r0, r1):
+            row = base + r * cols
+            xs = x[row : row + w]
+            cs = codes[row : row + w]
+            for c in range(w):
+                code, flags = _e8m0_code(_u(xs[c], z), shift[c], row + c, z, p, lo_bias, how, ip)
+                cs[c] = code
+                cnt = _add5(cnt, flags)
+        for j in range(5):
+            counts[it, j] = cnt[j]
+    if values.size > 0:
+        from_codes = (ip is None) & (codes.size > 0)
+        for r in range(r0, r1):
+            row = base + r * cols
+            vs = values[row : row + w]
+            if from_codes:
+                cs = codes[row : row + w]
+                for c in range(w):
+                    vs[c] = _value(_u(cs[c], z), shift[c], z, p)
+            else:
+                xs = x[row : row + w]
+                for c in range(w):
+                    vs[c] = _e8m0_value(_u(xs[c], z), shift[c], row + c, z, p, lo_bias, how, ip)
+
+
 @parallel_loop
 def e8m0_blocks(
     x: Any, shape: Any, block: Any, chunk: Any, rule: Any, codes: Any, scales: Any, values: Any,
@@ -184,8 +289,6 @@ def e8m0_blocks(
     bc = block[1]
     one = _u(1, z)
     mag_mask = _shr(_u(_u(0, z) - one, z), 1)
-    code_mag = _u(_shl(one, p.sign_bit) - one, z)
-    m_t = p.mantissa_bits
     stochastic = sr is not None
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
@@ -196,13 +299,9 @@ def e8m0_blocks(
     plain = (p.ftz == 0) & (p.fnuz == 0) & (p.daz == 0)
     nearest = plain & ((m_in == 23) if stochastic else (p.mode_rne != 0))
     how = (stochastic, key0, key1, rmask, mag_mask)
-    sign_mask = _u(~mag_mask, z)
     lo_bias = _s(p.emin + p.in_bias, z)  # the element's smallest normal, biased, at shift 0
-    nan_value = _float(_u(_shl(_u(p.in_exponent_mask, z), m_in) | _shl(one, m_in - 1), z))
-    zero = _u(0, z)
     for it in prange(counts.shape[0]):
-        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
-        w = c1 - c0
+        base, r0, r1, w, s0 = _tile(it, shape, block, chunk)
         nb = (w + bc - 1) // bc
         bmax = _block_amax(x, base, r0, r1, cols, w, bc, z, mag_mask)
         # the rule, one block per lane; the scales; the shifts spread over the columns
@@ -212,10 +311,7 @@ def e8m0_blocks(
         sc = scales[s0 : s0 + nb]
         for b in range(nb):
             sc[b] = shift_b[b] + 127  # (NAN_SHIFT + 127 is the NaN code, 255)
-        shift = shift_b if bc == 1 else np.empty(w, np.int32)
-        if bc > 1:
-            for b in range(nb):
-                shift[b * bc : b * bc + bc] = shift_b[b]
+        shift = _spread(shift_b, bc, w)
         # in place where each block's moved element range lies in the input's normal numbers
         # (its smallest normal and its largest value; a block of zeros or the NaN scale passes)
         fast = nearest
@@ -224,80 +320,9 @@ def e8m0_blocks(
             inside = (sb + p.emin + p.in_bias >= 1) & (sb + p.emax + p.in_bias <= 2 * p.in_bias)
             fast = fast & ((sb == NAN_SHIFT) | (bmax[b] == 0) | inside)
         if fast:
-            if codes.size > 0:
-                cnt = (zero, zero, zero, zero, zero)
-                for r in range(r0, r1):
-                    row = base + r * cols
-                    xs = x[row : row + w]
-                    cs = codes[row : row + w]
-                    for c in range(w):
-                        u = _u(xs[c], z)
-                        sh = shift[c]
-                        ok = sh != NAN_SHIFT
-                        a, eb, rm, over = _moved_round(u, sh, row + c, z, p, lo_bias, how)
-                        neg = _u((u & sign_mask) != zero, z)
-                        code = _u(_nearest_code(rm, z, m_in, m_t, eb) | _shl(neg, p.sign_bit), z)
-                        cs[c] = code if ok else zero
-                        nonzero = ok & (a != zero)
-                        below = (rm != zero) & (rm < _shl(_u(eb, z), m_in))  # (below the moved range)
-                        cnt = _add5(
-                            cnt, (nonzero, nonzero & (rm == zero), ok & below, ok & (rm != a), ok & over)
-                        )
-                for j in range(5):
-                    counts[it, j] = cnt[j]
-            if values.size > 0:
-                for r in range(r0, r1):
-                    row = base + r * cols
-                    xs = x[row : row + w]
-                    vs = values[row : row + w]
-                    for c in range(w):
-                        u = _u(xs[c], z)
-                        sh = shift[c]
-                        _a, _eb, rm, _over = _moved_round(u, sh, row + c, z, p, lo_bias, how)
-                        v = _float(_u(rm | _u(u & sign_mask, z), z))
-                        vs[c] = v if sh != NAN_SHIFT else nan_value
-        elif codes.size > 0:
-            cnt = (zero, zero, zero, zero, zero)
-            for r in range(r0, r1):
-                row = base + r * cols
-                xs = x[row : row + w]
-                cs = codes[row : row + w]
-                for c in range(w):
-                    u = _u(xs[c], z)
-                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    sh = shift[c]
-                    res = _encode_one(u, z, rnd, p, sh)
-                    ok = sh != NAN_SHIFT
-                    code = res.code if ok else zero
-                    cs[c] = code
-                    mag = _u(code & code_mag, z)
-                    nonzero = ok & ((u & mag_mask) != 0)
-                    flags = (
-                        nonzero,
-                        nonzero & (mag == 0),
-                        ok & (mag != 0) & (_shr(mag, m_t) == 0),
-                        ok & (res.inexact | res.overflow),
-                        ok & res.overflow,
-                    )
-                    cnt = _add5(cnt, flags)
-            for j in range(5):
-                counts[it, j] = cnt[j]
-            if values.size > 0:
-                for r in range(r0, r1):
-                    row = base + r * cols
-                    cs = codes[row : row + w]
-                    vs = values[row : row + w]
-                    for c in range(w):
-                        vs[c] = _value(_u(cs[c], z), shift[c], z, p)
-        elif values.size > 0:
-            for r in range(r0, r1):
-                row = base + r * cols
-                xs = x[row : row + w]
-                vs = values[row : row + w]
-                for c in range(w):
-                    rnd = _random32(row + c, key0, key1) if stochastic else np.uint32(0)
-                    sh = shift[c]
-                    vs[c] = _value(_encode_one(_u(xs[c], z), z, rnd, p, sh).code, sh, z, p)
+            _e8m0_passes(x, codes, values, counts, it, base, r0, r1, cols, w, shift, z, p, lo_bias, how, 1)
+        else:
+            _e8m0_passes(x, codes, values, counts, it, base, r0, r1, cols, w, shift, z, p, lo_bias, how, None)
 
 
 @parallel_loop

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from floatlab.rounding._block_kernels import _block_amax, _tile
+from floatlab.rounding._block_kernels import _block_amax, _spread, _tile
 from floatlab.rounding._inplace import _add5, _nearest, _nearest_code, _stochastic
 from floatlab.rounding._intrinsics import (
     _bits32,
@@ -229,8 +229,7 @@ def e4m3_blocks(
     vl = tv[0]
     sub = _f32(_u(_shl(_u(p.emin - m_t + 127, z), 23), z))  # 2^(emin - m_t), a normal float32
     for it in prange(counts.shape[0]):
-        base, r0, r1, c0, c1, s0 = _tile(it, shape, block, chunk)
-        w = c1 - c0
+        base, r0, r1, w, s0 = _tile(it, shape, block, chunk)
         nb = (w + bc - 1) // bc
         bmax = _block_amax(x, base, r0, r1, cols, w, bc, z, mag_mask)
         # the rule, one block per lane: the clamped scale is a normal E4M3 number's float32, so
@@ -251,12 +250,8 @@ def e4m3_blocks(
             s8_b[b] = s8
             rcp_b[b] = inv_t / s8  # the recipe multiplies by this reciprocal, rounded once
         # the reciprocals and scales spread over the columns
-        rcp = rcp_b if bc == 1 else np.empty(w, np.float32)
-        s8c = s8_b if bc == 1 else np.empty(w, np.float32)
-        if bc > 1:
-            for b in range(nb):
-                rcp[b * bc : b * bc + bc] = rcp_b[b]
-                s8c[b * bc : b * bc + bc] = s8_b[b]
+        rcp = _spread(rcp_b, bc, w)
+        s8c = _spread(s8_b, bc, w)
         if codes.size > 0 or counts.shape[1] > 0:
             # the codes and the counts, or (no codes wanted) the values and the counts: the same
             # element work, written to one array each (a loop writing both was slower)
