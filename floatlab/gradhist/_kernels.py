@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from floatlab.formats import FloatFormat
+from floatlab.rounding.bound import compile_bound
 from floatlab.rounding.threads import loop_threads
 
 __all__ = [
@@ -245,13 +246,8 @@ def count_codes(codes: npt.NDArray[Any], fmt: FloatFormat) -> Counts:
     return _fold(kind, sign, E, c, per_code, int(per_code[is_sub].sum()))
 
 
-# ---- the compiled loops (plain Python until _compile wraps them) ------------------------------
-prange: Any = range
-_cell52_one: Any = None
-_rare: Any = None
-_run32: Any = None
-_run64: Any = None
-_part: Any = None
+# ---- the compiled loops: plain Python, compiled against each other by _compile -----------------
+prange: Any = range  # (numba's prange in the compiled loops)
 
 _U32 = np.uint32
 _F32 = _U32(0x7FFFFF)
@@ -267,7 +263,7 @@ _S31_32 = _U32(31)
 _SP_ZERO, _SP_INF, _SP_NAN, _SP_SUB = 0, 2, 4, 5
 
 
-def _cell52_one_py(f52: Any) -> Any:
+def _cell52_one(f52: Any) -> Any:
     """Cell of one 52-bit fraction (int64); the scalar twin of :func:`_cell52`."""
     t8 = f52 >> 44
     if t8 < 255:
@@ -279,7 +275,7 @@ def _cell52_one_py(f52: Any) -> Any:
     return 510 + 2 * (51 - msb - 8) + np.int64((f52 & ((np.int64(1) << msb) - 1)) != 0)
 
 
-def _rare_py(
+def _rare(
     s: Any, mag: Any, p: Any, eb: Any, bias: Any, e_lo: Any, n_e: Any, det: Any, touched: Any, spec: Any
 ) -> None:
     """One value off the fast path: a subnormal, a top-of-binade significand, inf or NaN.
@@ -312,7 +308,7 @@ def _rare_py(
     det[row * NCELL + _cell52_one(f52)] += 1
 
 
-def _run32_py(bits: Any, lo: Any, hi: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
+def _run32(bits: Any, lo: Any, hi: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
     """float32 bit patterns ``bits[lo:hi]`` into one thread's counters: ``h``, a 2^18 table of
     (point?, sign, exponent, top 8 bits), and the rows ``d`` of the rare values."""
     for i in range(lo, hi):
@@ -328,7 +324,7 @@ def _run32_py(bits: Any, lo: Any, hi: Any, h: Any, d: Any, tc: Any, sp: Any) -> 
             h[(b >> _T32) | (_U32((b & _L32) == 0) << _S17_32)] += _1_32
 
 
-def _run64_py(bits: Any, lo: Any, hi: Any, ebase: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
+def _run64(bits: Any, lo: Any, hi: Any, ebase: Any, h: Any, d: Any, tc: Any, sp: Any) -> None:
     """float64 bit patterns ``bits[lo:hi]`` into one thread's counters: the fast table ``h``
     covers the exponent fields ebase+1 .. ebase+255."""
     for i in range(lo, hi):
@@ -347,21 +343,21 @@ def _run64_py(bits: Any, lo: Any, hi: Any, ebase: Any, h: Any, d: Any, tc: Any, 
             h[(pt << 17) | (s << 16) | (er << 8) | t8] += _1_32
 
 
-def _part_py(t: Any, n: Any, nth: Any) -> tuple[Any, Any]:
+def _part(t: Any, n: Any, nth: Any) -> tuple[Any, Any]:
     """The elements [lo, hi) of n that thread t of nth counts."""
     chunk = (n + nth - 1) // nth
     lo = t * chunk
     return lo, min(n, lo + chunk)
 
 
-def _count32_py(bits: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
+def _count32(bits: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
     """float32 bit patterns, a part per thread, each into the thread's own counters."""
     for t in prange(hot.shape[0]):
         lo, hi = _part(t, bits.size, hot.shape[0])
         _run32(bits, lo, hi, hot[t], det[t], touched[t], spec[t])
 
 
-def _count64_py(bits: Any, ebase: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
+def _count64(bits: Any, ebase: Any, hot: Any, det: Any, touched: Any, spec: Any) -> None:
     """float64 bit patterns, a part per thread, each into the thread's own counters."""
     for t in prange(hot.shape[0]):
         lo, hi = _part(t, bits.size, hot.shape[0])
@@ -373,23 +369,20 @@ _compiled: dict[str, Any] = {}
 
 
 def _compile() -> dict[str, Any]:
-    """Import numba and compile the loops (once per process; cached on disk)."""
+    """Import numba and compile the loops, each against the others' compiled selves (once per
+    process; cached on disk)."""
     with _lock:
         if _compiled:
             return _compiled
         import numba
 
-        g = globals()
-        g["prange"] = numba.prange
+        table = dict(globals(), prange=numba.prange)
         helper = numba.njit(nogil=True, error_model="numpy", cache=True)
-        g["_cell52_one"] = helper(_cell52_one_py)
-        g["_rare"] = helper(_rare_py)
-        g["_run32"] = helper(_run32_py)
-        g["_run64"] = helper(_run64_py)
-        g["_part"] = helper(_part_py)
+        compile_bound(table, ("_cell52_one", "_rare", "_run32", "_run64", "_part"), helper)
         loop = numba.njit(parallel=True, nogil=True, error_model="numpy", cache=True)
-        _compiled["32"] = loop(_count32_py)
-        _compiled["64"] = loop(_count64_py)
+        compile_bound(table, ("_count32", "_count64"), loop)
+        _compiled["32"] = table["_count32"]
+        _compiled["64"] = table["_count64"]
         return _compiled
 
 

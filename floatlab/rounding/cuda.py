@@ -38,7 +38,6 @@ import os
 import re
 import tempfile
 import threading
-import types
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -50,6 +49,7 @@ from floatlab.formats import FP16, FP32, FP64, FloatFormat
 from floatlab.rounding import _kernels as k
 from floatlab.rounding._intrinsics import _half, _shl, _shr, _u, _unhalf
 from floatlab.rounding._kernels import _bf16, _decode_one, _encode_one, _flags_one, _random32
+from floatlab.rounding.bound import compile_bound, rebind
 from floatlab.rounding.cpu import zero
 from floatlab.rounding.options import FORMAT_OF_DTYPE_NAME, RoundingOptions, RoundingStats
 from floatlab.rounding.params import decode_params, encode_params
@@ -71,32 +71,24 @@ __all__ = [
 
 THREADS_PER_BLOCK = 256
 
-# The names that only each target's globals table binds (_bind): numba.cuda, and this module's
-# element functions compiled for the target.
+# numba.cuda in the CUDA target's globals table (_bind), where the element functions below stand
+# for their compiled selves
 cuda: Any = None
-_encode_at: Any = None
-_round_at: Any = None
-_general_at: Any = None
-_full_at: Any = None
-_half_code: Any = None
-_half_bits: Any = None
-_cast_code_at: Any = None
-_cast_round_at: Any = None
 
 
 # ---- one element (the loop bodies of floatlab.rounding._kernels, written per index) ------------
-def _encode_at_py(i: Any, x: Any, out: Any, z: Any, p: Any) -> None:
+def _encode_at(i: Any, x: Any, out: Any, z: Any, p: Any) -> None:
     """Deterministic modes: the code of x[i]."""
     out[i] = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0).code
 
 
-def _round_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
+def _round_at(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any) -> None:
     """Deterministic modes: x[i] rounded to the target and back into x's format."""
     r = _encode_one(_u(x[i], z), z, np.uint32(0), p, 0)
     out[i] = _decode_one(r.code, r.sign, z, d, True)
 
 
-def _general_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+def _general_at(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
     """Any mode without flags; the random word of element i (used by stochastic only)."""
     key0 = _u(p.key0, np.uint32(0))
     key1 = _u(p.key1, np.uint32(0))
@@ -107,7 +99,7 @@ def _general_at_py(i: Any, x: Any, out: Any, z: Any, p: Any, d: Any, to_input: A
         out[i] = r.code
 
 
-def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
+def _full_at(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_input: Any) -> None:
     """Any mode with the IEEE flags of element i in fl[i]: 1 inexact, 2 underflow, 4 overflow,
     8 invalid (the per-element terms that the CPU's flag loop adds up)."""
     code, sgn, flags = _flags_one(x[i], i, z, p)
@@ -120,7 +112,7 @@ def _full_at_py(i: Any, x: Any, out: Any, fl: Any, z: Any, p: Any, d: Any, to_in
 
 # the plain casts of mixed precision (float32 to fp16 or bfloat16, nearest even, no flags), which
 # the CPU runs in loops of their own: one short element function each, not the general one
-def _half_code_py(u: Any) -> Any:
+def _half_code(u: Any) -> Any:
     """The fp16 code of the float32 with bit pattern ``u``: the target's own conversion (IEEE
     nearest even, subnormals kept, overflow to inf), and a NaN as the CPU's conversion gives it
     (sign kept, made quiet, the payload's top bits kept), which a GPU does not promise."""
@@ -130,7 +122,7 @@ def _half_code_py(u: Any) -> Any:
     return _half(u)
 
 
-def _half_bits_py(c: Any) -> Any:
+def _half_bits(c: Any) -> Any:
     """The float32 bit pattern of the fp16 code ``c`` (exact), a NaN made quiet, payload kept."""
     c32 = np.uint32(c)
     if (c32 & np.uint32(0x7FFF)) > np.uint32(0x7C00):
@@ -139,12 +131,12 @@ def _half_bits_py(c: Any) -> Any:
     return _unhalf(c)
 
 
-def _cast_code_at_py(i: Any, x: Any, out: Any, bf16: Any) -> None:
+def _cast_code_at(i: Any, x: Any, out: Any, bf16: Any) -> None:
     """The fp16 or bfloat16 code of x[i] (float32 bits), nearest even."""
     out[i] = _bf16(x[i]) if bf16 else _half_code(x[i])
 
 
-def _cast_round_at_py(i: Any, x: Any, out: Any, bf16: Any) -> None:
+def _cast_round_at(i: Any, x: Any, out: Any, bf16: Any) -> None:
     """x[i] (float32 bits) rounded to fp16 or bfloat16, nearest even, and back (float32 bits)."""
     if bf16:
         out[i] = _shl(np.uint32(_bf16(x[i])), np.uint32(16))
@@ -323,15 +315,10 @@ class GpuKernels(NamedTuple):
 
 
 _NAMES = GpuKernels._fields
+#: this module's element functions, compiled for each target beside floatlab.rounding._kernels' own
+_ELEMENTS = ("_half_code", "_half_bits", *(f"_{name}_at" for name in _NAMES))
 _lock = threading.Lock()
 _built: dict[str, GpuKernels] = {}
-
-
-def _rebind(fn: Callable[..., Any], table: dict[str, Any]) -> Callable[..., Any]:
-    """``fn`` with its global names looked up in ``table`` (the same code, another binding)."""
-    out = types.FunctionType(fn.__code__, table, fn.__name__, fn.__defaults__, fn.__closure__)
-    out.__doc__ = fn.__doc__
-    return out
 
 
 def _numba() -> Any:
@@ -350,7 +337,8 @@ def _bind(target: str) -> dict[str, Any]:
     """A globals table where the element functions are compiled for ``target`` ("cuda", "cpu")."""
     numba = _numba()
     table = dict(vars(k))
-    table.update({name: obj for name, obj in globals().items() if name.endswith("_py")})
+    table.update({fn.__name__: fn.py_func for fn in k.ELEMENT_FUNCTIONS})
+    table.update({name: globals()[name] for name in _ELEMENTS})
     table["np"] = np
     table["k"] = k
     if target == "cuda" and simulated():
@@ -361,13 +349,7 @@ def _bind(target: str) -> dict[str, Any]:
         device = numba_cuda.jit(device=True, inline=True)
     else:
         device = numba.njit(nogil=True, error_model="numpy", forceinline=True)
-    for fn in k.ELEMENT_FUNCTIONS:
-        table[fn.__name__] = device(_rebind(fn.py_func, table))
-    for name in ("_half_code", "_half_bits"):
-        table[name] = device(_rebind(globals()[name + "_py"], table))
-    for name in _NAMES:
-        table[f"_{name}_at"] = device(_rebind(globals()[f"_{name}_at_py"], table))
-    return table
+    return compile_bound(table, [*(fn.__name__ for fn in k.ELEMENT_FUNCTIONS), *_ELEMENTS], device)
 
 
 def kernels(target: str = "cuda") -> GpuKernels:
@@ -388,7 +370,7 @@ def kernels(target: str = "cuda") -> GpuKernels:
         table = _bind(target)
         wrap = _numba_cuda().jit if target == "cuda" else _numba().njit(nogil=True, error_model="numpy")
         _built[target] = GpuKernels(
-            *(wrap(_rebind(globals()[f"_{name}_{target}_py"], table)) for name in _NAMES)
+            *(wrap(rebind(globals()[f"_{name}_{target}_py"], table)) for name in _NAMES)
         )
         return _built[target]
 
