@@ -11,7 +11,7 @@ rounding itself, which runs at memory speed.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -20,8 +20,11 @@ from floatlab.backend import get_xp, host_ints
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import cpu
 from floatlab.rounding.arrays import round_array
-from floatlab.rounding.options import RNG
+from floatlab.rounding.options import RoundingKnobs, knob_signature
 from floatlab.rounding.plan import plain_cast_plan
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Flushed", "pairwise_sums", "round_flushed", "round_owned"]
 
@@ -42,8 +45,7 @@ def _one_pass(
     x: ArrayLike,
     f: FloatFormat,
     rounding: str,
-    saturate: bool,
-    subnormals: bool,
+    knobs: RoundingKnobs,
     *,
     overwrite: bool,
     owned: bool,
@@ -51,7 +53,7 @@ def _one_pass(
     """The one-pass cast and count of :func:`round_flushed` (with ``overwrite``, in x's own memory
     where x is writeable), or None where it does not apply; with ``owned``, None too where x is
     not writeable (:func:`round_owned` then rounds through the door)."""
-    plan = plain_cast_plan(x, f, rounding, saturate, subnormals)
+    plan = plain_cast_plan(x, f, rounding, **knobs)
     if plan is None:
         return None
     a = np.asarray(x)
@@ -65,15 +67,14 @@ def _one_pass(
     return Flushed(a if overwrite else out.view(np.float32).reshape(a.shape), nx, nx - nr)
 
 
+@knob_signature
 def round_flushed(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
     *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
     overwrite: bool = False,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Flushed:
     """``round_array(x, fmt, rounding, ...)`` and how many of x's non-zero values became zeros
     (rounding keeps a zero a zero, so these are the values underflow flushed). A C-contiguous
@@ -92,23 +93,21 @@ def round_flushed(
     (True, [0.333984375, 0.0], 1)
     """
     f = get_format(fmt)
-    got = _one_pass(x, f, rounding, saturate, subnormals, overwrite=overwrite, owned=False)
+    got = _one_pass(x, f, rounding, knobs, overwrite=overwrite, owned=False)
     if got is not None:
         return got
-    r = round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
+    r = round_array(x, f, rounding, **knobs)
     xp = get_xp(x)
     nonzero, kept = host_ints([xp.count_nonzero(x), xp.count_nonzero(r)])
     return Flushed(r, nonzero, nonzero - kept)
 
 
+@knob_signature
 def round_owned(
     x: ArrayLike,
     fmt: FloatFormat | str,
     rounding: str = "rne",
-    *,
-    rng: RNG = None,
-    saturate: bool = False,
-    subnormals: bool = True,
+    **knobs: Unpack[RoundingKnobs],
 ) -> Any:
     """``round_array(x, fmt, rounding, ...)`` for a caller that owns ``x`` and gives it up (a
     GEMM's fresh output, stored in its format): where the one-pass cast applies (as in
@@ -120,10 +119,10 @@ def round_owned(
     (True, [0.333251953125, inf])
     """
     f = get_format(fmt)
-    got = _one_pass(x, f, rounding, saturate, subnormals, overwrite=True, owned=True)
+    got = _one_pass(x, f, rounding, knobs, overwrite=True, owned=True)
     if got is not None:
         return got.values
-    return round_array(x, f, rounding, rng=rng, saturate=saturate, subnormals=subnormals)
+    return round_array(x, f, rounding, **knobs)
 
 
 def pairwise_sums(
@@ -152,7 +151,8 @@ def pairwise_sums(
     >>> pairwise_sums(np.float32([1.0, 2.0]), 0, "bf16", "rtz") is None
     True
     """
-    plan = plain_cast_plan(x, get_format(fmt), rounding, saturate, subnormals, contiguous=False)
+    f = get_format(fmt)
+    plan = plain_cast_plan(x, f, rounding, contiguous=False, saturate=saturate, subnormals=subnormals)
     if plan is None or not plan.cast:
         return None
     a: np.ndarray = np.asarray(x)

@@ -14,14 +14,17 @@ differ only in where the loop runs.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
 from floatlab.formats import BF16, FP16, FP32, FloatFormat
-from floatlab.rounding.options import RoundingOptions
+from floatlab.rounding.options import RoundingKnobs, RoundingOptions
 from floatlab.rounding.params import DecodeParams, EncodeParams, code_dtype, decode_params, encode_params
 from floatlab.rounding.spec import check_rounding
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["UINT_OF_BITS", "Plan", "make_plan", "plain_cast_plan", "round_target", "widen16"]
 
@@ -175,24 +178,25 @@ def widen16(bits: Any, src: FloatFormat, subnormals: bool, xp: Any) -> Any:
 
 
 def plain_cast_plan(
-    x: Any, f: FloatFormat, rounding: str, saturate: bool, subnormals: bool, contiguous: bool = True
+    x: Any, f: FloatFormat, rounding: str, *, contiguous: bool = True, **knobs: Unpack[RoundingKnobs]
 ) -> Plan | None:
     """The plan of rounding ``x`` (a float32 NumPy array, C-contiguous unless ``contiguous`` is
     False) into ``f`` and back to nearest even: the stores whose plain float32 to bfloat16 or
     fp16 casts (``plan.cast``) the CPU runs in one pass, fused with counting, summing or a GEMM's
     epilogue; None for another ``x`` or mode (only nearest even: a stochastic mode would draw its
-    key here and again in the door, moving ``rng`` on twice).
+    key here and again in the door, moving ``rng`` on twice). The knobs are the door's, checked
+    as it checks them.
 
     >>> from floatlab.formats import BF16
-    >>> plain_cast_plan(np.zeros(2, np.float32), BF16, "rne", False, True).cast
+    >>> plain_cast_plan(np.zeros(2, np.float32), BF16, "rne").cast
     'fp32->bf16'
-    >>> plain_cast_plan(np.zeros(2, np.float64), BF16, "rne", False, True) is None
+    >>> plain_cast_plan(np.zeros(2, np.float64), BF16, "rne", saturate=True) is None
     True
     """
     if check_rounding(rounding) != "rne" or type(x) is not np.ndarray:
         return None
     if x.dtype != np.float32 or (contiguous and not x.flags.c_contiguous):
         return None
-    options = RoundingOptions.make(rounding, saturate=saturate, subnormals=subnormals)
+    options = RoundingOptions.make(rounding, **knobs)
     target, specials = round_target(FP32, f, x.dtype)
     return make_plan(FP32, target, options, back=True, flags=False, specials=specials)

@@ -94,7 +94,7 @@ def fma_sum_flushed(
     ([[1.0, 0.0]], 2, 1)
     """
     pa, sa, sb = _fma_operands(partials, a_scale, b_scale)
-    plan = plain_cast_plan(pa, get_format(fmt), rounding, saturate, subnormals)
+    plan = plain_cast_plan(pa, get_format(fmt), rounding, saturate=saturate, subnormals=subnormals)
     b = None if bias is None else np.asarray(bias)
     if plan is None or (b is not None and (b.dtype != np.float32 or b.shape != (pa.shape[2],))):
         return None

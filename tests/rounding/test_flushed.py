@@ -34,6 +34,7 @@ def _patterns(n: int, seed: int) -> np.ndarray:
         ("fp16", {"subnormals": False}),
         ("bf16", {"rounding": "rtz"}),
         ("fp16", {"rounding": "stochastic", "rng": 7}),
+        ("bf16", {"rounding": "stochastic", "rng": 7, "random_bits": 3}),
         ("e4m3fn", {"saturate": True}),
         ("e5m2", {}),
     ],
@@ -75,10 +76,18 @@ def test_a_generator_moves_on_as_in_the_door(mode: str) -> None:
 
 
 def test_bad_input_is_the_doors_error() -> None:
+    from floatlab.rounding import round_owned
+
     with pytest.raises(ValueError, match="rounding"):
         round_flushed(np.ones(3, np.float32), "bf16", "upward")
     with pytest.raises(ValueError, match="format"):
         round_flushed(np.ones(3, np.float32), "bf17")
+    # the knobs are the door's, checked as the door checks them, in the one-pass cast too
+    for f in (round_flushed, round_owned):
+        with pytest.raises(ValueError, match="saturate"):
+            f(np.ones(3, np.float32), "bf16", saturate=1)
+        with pytest.raises(ValueError, match="random_bits"):
+            f(np.ones(3, np.float32), "bf16", random_bits=0)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
