@@ -85,7 +85,7 @@ def test_bad_input_is_the_doors_error() -> None:
     # the knobs are the door's, checked as the door checks them, in the one-pass cast too
     for f in (round_flushed, round_owned):
         with pytest.raises(ValueError, match="saturate"):
-            f(np.ones(3, np.float32), "bf16", saturate=1)
+            f(np.ones(3, np.float32), "bf16", saturate=1)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="random_bits"):
             f(np.ones(3, np.float32), "bf16", random_bits=0)
 
