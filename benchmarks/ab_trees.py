@@ -82,6 +82,7 @@ def main() -> None:
     p.add_argument("--new", type=Path, default=Path("."))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "ab-trees.md")
+    p.add_argument("--title", default="the core redesign against the commit before it")
     a = p.parse_args()
     trees = {"base": a.base.resolve(), "new": a.new.resolve()}
     best: dict[str, dict[str, float]] = {"base": {}, "new": {}}
@@ -101,14 +102,15 @@ def main() -> None:
         return subprocess.run(git, capture_output=True, text=True).stdout.strip()
 
     lines = [
-        "# Two trees side by side: the core redesign against the commit before it",
+        f"# Two trees side by side: {a.title}",
         "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- machine: {platform.machine()}, {os.cpu_count()} logical cores, "
         f"Python {platform.python_version()}",
         f"- base: {rev('base')}, new: {rev('new')}; {a.rounds} interleaved rounds, best of each "
         "(times: lower is better)",
-        f"- command: `python benchmarks/ab_trees.py --base BASE_TREE --new . --rounds {a.rounds}`",
+        "- command: `python benchmarks/ab_trees.py --base BASE_TREE --new . "
+        f"--rounds {a.rounds} --title '{a.title}'`",
         "",
         "| probe | base | new | new / base |",
         "|---|---|---|---|",
