@@ -3,7 +3,9 @@
 Each command lives in a module with ``NAME``, ``register(subparsers)`` (adds its parser and sets
 ``run`` as its default) and ``run(args, ui) -> int``; a module may hold several commands. A new
 command is one module and one :class:`Command` in :data:`COMMANDS`: its name, its module and its
-one-line help. The list names modules without importing them: ``floatlab --help`` shows every
+one-line help. A command that prints one answer builds its ``register`` with
+:func:`~floatlab.cli._common.command_register` from its texts and a function that adds its own
+arguments. The list names modules without importing them: ``floatlab --help`` shows every
 command from the list alone, and :func:`main` imports only the module of the command it runs (or
 whose ``--help`` it prints), so that ``floatlab decode`` never loads the trainer. Command modules
 import only light things at module level; anything heavy (numba kernels, matplotlib, sympy) is
