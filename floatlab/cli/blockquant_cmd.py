@@ -256,8 +256,18 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             raise ValueError(f"--scale-mode {m!r}: expected one of {', '.join(SCALE_MODES)}")
     ts = None if args.tensor_scale is None else float(parse_scale(args.tensor_scale, "--tensor-scale"))
     x = load_array(args.file)
-    options = {k: getattr(args, k) for k in ("axis", "block_size", "rounding", "seed")}
-    view = blockquant_view(args.file, x, fmts, scale_modes=modes, tensor_scale=ts, **options, color=ui.color)
+    view = blockquant_view(
+        args.file,
+        x,
+        fmts,
+        axis=args.axis,
+        block_size=args.block_size,
+        scale_modes=modes,
+        tensor_scale=ts,
+        rounding=args.rounding,
+        seed=args.seed,
+        color=ui.color,
+    )
     ui.show(view)
     return 0
 
