@@ -322,11 +322,12 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(
             f"seeds {text!r}: {listed} seeds, more than a sweep's runs: expected at most {MAX_RUNS}"
         )
-    seeds = list(dict.fromkeys(itertools.chain.from_iterable(spans)))
-    if len(seeds) < listed:
-        twice = next(s for i, s in enumerate(itertools.chain.from_iterable(spans)) if i != seeds.index(s))
-        raise ValueError(f"seeds {text!r}: seed {twice} given twice: expected each seed once")
-    return seeds
+    seeds: dict[int, None] = {}
+    for seed in itertools.chain.from_iterable(spans):
+        if seed in seeds:
+            raise ValueError(f"seeds {text!r}: seed {seed} given twice: expected each seed once")
+        seeds[seed] = None
+    return list(seeds)
 
 
 def load_grid_file(path: str | os.PathLike[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
