@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from floatlab._signature import unexpected_keyword
 from floatlab.backend import is_cupy
 from floatlab.exact import pow2
 from floatlab.formats import FP32, FP64, MXINT8_ELEMENT, FloatFormat, get_format
@@ -131,7 +132,11 @@ def _public_door(
     :class:`Counted`) when ``flags``."""
     if _is_tensor(x):
         return _through_tensor(door, x, fmt, back, rounding, knobs)
-    result, stats = _door(x, fmt, RoundingOptions.make(rounding, **knobs), back=back, flags=flags)
+    try:
+        options = RoundingOptions.make(rounding, **knobs)
+    except TypeError as e:  # a misspelt knob: the error names the public function called
+        raise unexpected_keyword(e) from None
+    result, stats = _door(x, fmt, options, back=back, flags=flags)
     return Counted(result, stats) if flags else result
 
 
@@ -269,7 +274,10 @@ def running_sums(
     2048.0
     """
     f = get_format(fmt)
-    options = RoundingOptions.make(rounding, **knobs)
+    try:
+        options = RoundingOptions.make(rounding, **knobs)
+    except TypeError as e:  # a misspelt knob: the error names the public function called
+        raise unexpected_keyword(e) from None
     t = np.ascontiguousarray(terms, dtype=np.float64).reshape(-1)
     p = encode_params(FP64, f, options, lanes=64)
     d = decode_params(f, FP64, 64)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from floatlab._signature import unexpected_keyword
 from floatlab.backend import get_xp, host_ints
 from floatlab.formats import FloatFormat, get_format
 from floatlab.rounding import cpu
@@ -53,7 +54,10 @@ def _one_pass(
     """The one-pass cast and count of :func:`round_flushed` (with ``overwrite``, in x's own memory
     where x is writeable), or None where it does not apply; with ``owned``, None too where x is
     not writeable (:func:`round_owned` then rounds through the door)."""
-    plan = plain_cast_plan(x, f, rounding, **knobs)
+    try:
+        plan = plain_cast_plan(x, f, rounding, **knobs)
+    except TypeError as e:  # a misspelt knob: the error names the public function called
+        raise unexpected_keyword(e) from None
     if plan is None:
         return None
     a = np.asarray(x)

@@ -150,9 +150,16 @@ class RoundingKnobs(TypedDict, total=False):
     """The keyword-only knobs of every function that rounds, typed once: a function takes them as
     ``**knobs: Unpack[RoundingKnobs]`` and hands them to :meth:`RoundingOptions.make`, whose
     defaults they have (:func:`knob_signature` spells them out for help() and the API reference).
+    A name that is not a knob is refused by a TypeError that names the function called and the
+    closest knob.
 
     >>> RoundingOptions.make("rne", **RoundingKnobs(saturate=True)).saturate
     True
+    >>> import floatlab as fl
+    >>> fl.round_array(np.ones(2), "fp16", sturate=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: round_array() got an unexpected keyword argument 'sturate': did you mean saturate?
     """
 
     rng: RNG
