@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     for v in VARIANTS:
         for t in lp.runs[v]:
             assert t.config is not None
-            judge = ft.Trainer.from_config(dataclasses.replace(t.config, precision="fp32", policy={}), text)
+            fp32 = dataclasses.replace(t.config, precision="fp32", overrides={})
+            judge = ft.Trainer.from_config(fp32, text)
             judge.start_from(t.params)
             in_fp32[v].append(judge.evaluate(text.x_test, text.y_test)[0] / math.log(2))
     wall = time.perf_counter() - started
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.late_steps} steps, seed 100 + the seed, in each variant. Validation: the last 10% of the "
         "text (256 windows). Variants: pure bf16 (weights, activations, gradients, updates in bf16) with "
         "round-to-nearest updates, with stochastic rounding of the update "
-        "(`policy={'update_rounding': 'stochastic'}`) and with Kahan-compensated updates, the "
-        "compensation buffer in bf16 (`policy={'update_compensation': True}`).",
+        "(`overrides={'update_rounding': 'stochastic'}`) and with Kahan-compensated updates, the "
+        "compensation buffer in bf16 (`overrides={'update_compensation': True}`).",
         "## Final validation loss in the run's own precision, bits per character (lesson 09's measure)\n\n"
         "A pure-bf16 run's loss is a bf16 value: on a grid about 0.011 bits/char apart here.\n\n"
         + per_run.markdown(),

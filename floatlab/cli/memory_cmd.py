@@ -99,7 +99,7 @@ def config_from_memory_args(args: argparse.Namespace) -> TrainConfig:
         model=args.model,
         data=data,
         precision=args.preset or args.precision,
-        policy=_overrides(args),
+        overrides=_overrides(args),
         batch_size=args.batch_size,
         optimizer=args.optimizer,
         momentum=args.momentum,

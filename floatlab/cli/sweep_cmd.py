@@ -154,12 +154,12 @@ def build_grid(args: argparse.Namespace) -> Grid:
         axes[key] = [*axes.get(key, []), *values] if key in axes else values
         made.add(key)
     cfg = config_from_args(filled, "fp32")  # the trainer options, parsed as `train` parses them
-    cli = {k: v for k, v in cfg.to_dict().items() if k not in ("precision", "policy")}
-    cli.update(cfg.policy)  # (only the switches given)
+    cli = {k: v for k, v in cfg.to_dict().items() if k not in ("precision", "overrides")}
+    cli.update(cfg.overrides)  # (only the switches given)
     if filled.backend != "numpy" or "backend" in given:
         cli["backend"] = filled.backend
     for k, v in cli.items():
-        if k in given or k in cfg.policy:  # an option given on the command line
+        if k in given or k in cfg.overrides:  # an option given on the command line
             if k in made:
                 flag = "--seed" if k == "seed" else f"--{k.replace('_', '-')}"
                 raise ValueError(

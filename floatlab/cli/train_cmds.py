@@ -344,7 +344,7 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
     >>> _ = register(parser.add_subparsers())
     >>> args = parser.parse_args(["train", "--loss-scaling", "none", "--epochs", "3"])
     >>> cfg = config_from_args(args, "mixed-fp16")
-    >>> cfg.epochs, cfg.policy, cfg.make_policy().loss_scaling
+    >>> cfg.epochs, cfg.overrides, cfg.make_policy().loss_scaling
     (3, {'loss_scaling': 'none'}, 'none')
     >>> args = parser.parse_args(["train", "--model", "transformer", "--data", "text", "--layers", "2"])
     >>> cfg = config_from_args(args, "fp32"); cfg.layers, cfg.heads, cfg.context, cfg.d_model
@@ -354,7 +354,7 @@ def config_from_args(args: argparse.Namespace, precision: str) -> TrainConfig:
 
     settings = {name: getattr(args, name) for name in _RUN_SETTINGS}
     settings.update({k: v for k in _MODEL_SETTINGS if (v := getattr(args, k, None)) is not None})
-    return TrainConfig(precision=precision, policy=_overrides(args), **settings)
+    return TrainConfig(precision=precision, overrides=_overrides(args), **settings)
 
 
 def _backend(args: argparse.Namespace) -> Any:

@@ -28,7 +28,7 @@ def _override_lines(trainer: Trainer, color: bool) -> list[str]:
     from floatlab.train.precision.presets import get_preset, preset_overrides
 
     cfg = trainer.config
-    if cfg is None or not cfg.policy:
+    if cfg is None or not cfg.overrides:
         return []
     try:
         preset = get_preset(cfg.precision)

@@ -2,7 +2,7 @@
 
 An axis is a :class:`~floatlab.train.TrainConfig` field (``precision``, ``seed``, ``lr``,
 ``hidden``, ...) or a field of the precision policy (``loss_scaling``, ``static_scale``,
-``rounding``, ``amax_history``, ...), which goes into the config's ``policy`` overrides. A
+``rounding``, ``amax_history``, ...), which goes into the config's ``overrides``. A
 precision names a policy or a framework preset alike. Every configuration is built and its policy
 resolved when the grid is made, so that an unknown key or value is one line naming it and the
 choices, before any run starts.
@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from floatlab.train.config import TrainConfig
+from floatlab.train.config import RENAMED_SETTINGS, TrainConfig
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -58,8 +58,10 @@ MAX_FILE_BYTES = 1 << 20
 #: file may hold: a few hundred bytes of nested YAML aliases stand for billions
 MAX_FILE_VALUES = 100_000
 
-#: the TrainConfig fields a sweep may vary or fix (``policy`` is filled from :data:`POLICY_KEYS`)
-CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "policy")
+#: the TrainConfig fields a sweep may vary or fix (``overrides`` is filled from :data:`POLICY_KEYS`)
+CONFIG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "overrides")
+#: a renamed setting's first name (what :func:`run_key` hashes, so that a run keeps its name)
+OLD_NAMES: dict[str, str] = {new: old for old, new in RENAMED_SETTINGS.items()}
 #: where a run's arrays live: the one setting outside TrainConfig
 _EXTRA_KEYS = ("backend",)
 #: the table's configuration columns (:meth:`Task.columns`): every TrainConfig field, the policy
@@ -127,7 +129,7 @@ class Task:
         """
         out: dict[str, Any] = {}
         for k, v in self.config.to_dict().items():
-            if k == "policy":
+            if k == "overrides":
                 out[k] = json.dumps(v, sort_keys=True, default=str)
             elif isinstance(v, list):
                 out[k] = ",".join(str(x) for x in v)
@@ -145,9 +147,9 @@ def run_key(config: TrainConfig, backend: str = "numpy") -> str:
     """
     from floatlab import __version__
 
-    blob = json.dumps(
-        {"config": config.to_dict(), "backend": backend, "floatlab": __version__}, sort_keys=True, default=str
-    )
+    hashed = {OLD_NAMES.get(k, k): v for k, v in config.to_dict().items()}
+    settings = {"config": hashed, "backend": backend, "floatlab": __version__}
+    blob = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -198,20 +200,20 @@ class Grid:
 
     @staticmethod
     def _config(settings: Mapping[str, Any]) -> tuple[TrainConfig, str]:
-        policy = dict(settings.get("policy", {}))
+        overrides: dict[str, Any] = {}
         config: dict[str, Any] = {}
         backend = "numpy"
         for k, v in settings.items():
             if k == "backend":
                 backend = str(v)
             elif k in POLICY_KEYS:
-                policy[k] = v
+                overrides[k] = v
             elif k == "precision" and isinstance(v, str):
                 config[k] = _precision_name(v)
-            elif k != "policy":
+            else:
                 config[k] = tuple(v) if isinstance(v, list) else v
         try:
-            cfg = TrainConfig(policy=policy, **config)
+            cfg = TrainConfig(overrides=overrides, **config)
         except TypeError as e:  # a value of the wrong kind for its field
             raise ValueError(f"sweep settings {dict(settings)!r}: {e}") from None
         cfg.make_policy()  # an unknown precision, preset or policy value: one line, before any run

@@ -1,7 +1,7 @@
 """A sweep's results as one tidy table: one row per run and evaluation.
 
 The columns are the run's key (``run_id``), its configuration (every TrainConfig field, the
-policy overrides as JSON, the backend), the floatlab version, what became of it (``status``: ok,
+policy's ``overrides`` as JSON, the backend), the floatlab version, what became of it (``status``: ok,
 stopped (its loss turned inf or NaN with no scaler to catch it) or failed, and ``reason``), the
 run's totals (``steps_run``, ``skipped_steps``, ``final_scale``, ``mean_flushed``,
 ``mean_swallowed``) and one evaluation's metrics (``eval``, ``step``, ``epoch``, ``train_loss``,
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from floatlab.io import atomic_output, first_bytes
 from floatlab.sweeps.curves import CURVE_COLUMNS, curves_frame, curves_path, read_curves_file, whole
 from floatlab.sweeps.grid import CONFIG_COLUMNS
+from floatlab.train.config import RENAMED_SETTINGS
 
 if TYPE_CHECKING:
     from floatlab.sweeps.grid import Task
@@ -58,7 +59,7 @@ RUN_COLUMNS: tuple[str, ...] = (
 #: one evaluation
 EVAL_COLUMNS: tuple[str, ...] = ("eval", "step", "epoch", "train_loss", "test_loss", "test_accuracy")
 #: the columns a CSV table keeps as text, besides the configuration's text fields (see _text_columns)
-_TEXT = ("run_id", "model", "data", "precision", "policy", "optimizer", "schedule", "hidden", "activation",
+_TEXT = ("run_id", "model", "data", "precision", "overrides", "optimizer", "schedule", "hidden", "activation",
          "channels", "histogram_steps", "backend", "floatlab", "status", "reason")  # fmt: skip
 _FLOATS = ("final_scale", "mean_flushed", "mean_swallowed", "train_loss", "test_loss", "test_accuracy")
 #: what may become of a run
@@ -267,8 +268,10 @@ def read_runs(path: str | os.PathLike[str]) -> Any:
     kept = _whole_runs(rows, cut)
     if kind == ".parquet":
         whole = {r["run_id"] for r in kept}
-        return df[df["run_id"].isin(whole)].reset_index(drop=True) if len(kept) < len(rows) else df
-    return to_frame(kept) if kept else pd.DataFrame(columns=header)
+        df = df[df["run_id"].isin(whole)].reset_index(drop=True) if len(kept) < len(rows) else df
+    else:
+        df = to_frame(kept) if kept else pd.DataFrame(columns=header)
+    return df.rename(columns=RENAMED_SETTINGS)  # (a table an earlier floatlab wrote)
 
 
 def _read_csv(name: str) -> tuple[list[str], list[dict[str, Any]], set[str]]:
@@ -316,13 +319,13 @@ def _read_csv(name: str) -> tuple[list[str], list[dict[str, Any]], set[str]]:
 
 def _text_columns() -> frozenset[str]:
     """The columns that hold text: :data:`_TEXT` and every configuration field written as text (a
-    string, a tuple of sizes, the policy overrides)."""
+    string, a tuple of sizes, the policy's overrides, under their names old and new)."""
     from floatlab.train.config import TrainConfig
 
     typed = (
         f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith(("str", "tuple", "dict"))
     )
-    return frozenset((*_TEXT, *typed))
+    return frozenset((*_TEXT, *typed, *RENAMED_SETTINGS))
 
 
 def _csv_row(header: list[str], fields: list[str], text: frozenset[str]) -> dict[str, Any] | None:

@@ -1,5 +1,15 @@
-"""Module addresses that moved when floatlab.train was grouped by concept: the old address still
-imports, as the module at its new home (one line each, gathered here)."""
+"""Names that moved, one line each, gathered here: module addresses that moved when floatlab.train
+was grouped by concept (the old address still imports, as the module at its new home), and the
+settings of a run that were renamed (a checkpoint, a sweep table or a call that uses the old key
+is read under the new one).
+
+>>> renamed_settings({"precision": "bf16", "policy": {"loss_scaling": "none"}})
+{'precision': 'bf16', 'overrides': {'loss_scaling': 'none'}}
+>>> renamed_settings({"policy": {}, "overrides": {}})
+Traceback (most recent call last):
+...
+ValueError: settings give both 'policy' and 'overrides': expected 'overrides' only ('policy' is its old name)
+"""
 
 from __future__ import annotations
 
@@ -7,9 +17,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "RENAMED_SETTINGS", "install", "renamed_settings"]
 
 #: old address -> new home
 MOVED: dict[str, str] = {
@@ -30,6 +42,24 @@ MOVED: dict[str, str] = {
     "floatlab.train.transformer": "floatlab.train.models.transformer",
     "floatlab.train.update": "floatlab.train.precision.update",
 }
+
+#: a run's settings (TrainConfig fields, sweep table columns): old key -> new key
+RENAMED_SETTINGS: dict[str, str] = {
+    "policy": "overrides",
+}
+
+
+def renamed_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with each old key of :data:`RENAMED_SETTINGS` under its new name, in place."""
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        new = RENAMED_SETTINGS.get(k, k)
+        if new != k and new in settings:
+            raise ValueError(
+                f"settings give both {k!r} and {new!r}: expected {new!r} only ({k!r} is its old name)"
+            )
+        out[new] = v
+    return out
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -22,10 +22,11 @@ from floatlab.train._checks import (
     want_real_or_none,
     want_str,
 )
+from floatlab.train._moved import RENAMED_SETTINGS, renamed_settings
 from floatlab.train.models.base import model_name
 from floatlab.train.precision.policy import Policy, get_policy
 
-__all__ = ["DEFAULT_LR", "TrainConfig"]
+__all__ = ["DEFAULT_LR", "RENAMED_SETTINGS", "TrainConfig", "renamed_settings"]
 
 DEFAULT_LR = {"sgd": 0.05, "adamw": 2e-3}
 
@@ -36,8 +37,8 @@ class TrainConfig:
 
     ``lr`` is the learning rate for the *unweighted* loss: on a data set whose loss is weighted
     by ``w`` the trainer gives SGD ``lr / w`` and AdamW ``eps * w``, so that the weighted run
-    trains at the pace of the unweighted one. ``policy`` overrides fields of the named
-    ``precision`` (``{"loss_scaling": "none"}``).
+    trains at the pace of the unweighted one. ``precision`` names the policy (or a framework
+    preset) and ``overrides`` replaces some of its fields (``{"loss_scaling": "none"}``).
 
     >>> TrainConfig(precision="bf16", epochs=3).make_policy().name
     'bf16'
@@ -46,7 +47,7 @@ class TrainConfig:
     model: str = "mlp"
     data: str = "digits"
     precision: str = "mixed-fp16"
-    policy: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     epochs: int = 20
     batch_size: int = 64
     optimizer: str = "sgd"
@@ -77,7 +78,7 @@ class TrainConfig:
         set_ = object.__setattr__
         for name in ("model", "data", "precision", "optimizer", "schedule", "activation"):
             want_str(name, getattr(self, name))
-        set_(self, "policy", dict(want_dict("policy", self.policy)))
+        set_(self, "overrides", dict(want_dict("overrides", self.overrides)))
         for name, lo in (("epochs", 0), ("batch_size", 1), ("warmup", 0), ("seed", 0), ("data_seed", 0)):
             set_(self, name, want_int(name, getattr(self, name), lo))
         for name in ("layers", "heads", "context"):
@@ -124,13 +125,13 @@ class TrainConfig:
 
     def make_policy(self) -> Policy:
         """The run's policy: :attr:`precision` names a policy or a framework preset (``"apex-O2"``),
-        and :attr:`policy` overrides its fields.
+        and :attr:`overrides` replaces some of its fields.
 
-        >>> TrainConfig(precision="apex-O3", policy={"master_weights": True}).make_policy().name
+        >>> TrainConfig(precision="apex-O3", overrides={"master_weights": True}).make_policy().name
         'apex-O3*'
         """
         base = get_policy(self.precision)
-        return base.replace(**self.policy) if self.policy else base
+        return base.replace(**self.overrides) if self.overrides else base
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -140,9 +141,13 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """The config :meth:`to_dict` wrote (a field it lacks takes its default).
+        """The config :meth:`to_dict` wrote (a field it lacks takes its default); a key an earlier
+        floatlab wrote under another name (:data:`~floatlab.train._moved.RENAMED_SETTINGS`) is read
+        under its new one.
 
         >>> TrainConfig.from_dict({"precision": "bf16", "hidden": [4]}).hidden
         (4,)
+        >>> TrainConfig.from_dict({"precision": "bf16", "policy": {"loss_scaling": "none"}}).overrides
+        {'loss_scaling': 'none'}
         """
-        return cls(**want_fields("train config", d, cls))
+        return cls(**want_fields("train config", renamed_settings(want_dict("train config", d)), cls))

@@ -673,7 +673,8 @@ def train(
     (32, True)
     """
     name = data.name if isinstance(data, Dataset) else data
-    cfg = TrainConfig(model=model, data=name, precision=precision, epochs=epochs, seed=seed, **kwargs)
+    settings = {"model": model, "data": name, "precision": precision, "epochs": epochs, "seed": seed}
+    cfg = TrainConfig.from_dict({**settings, **kwargs})
     trainer = Trainer.from_config(cfg, data if isinstance(data, Dataset) else None, backend=backend)
     if label is not None:
         trainer.history.label = label

@@ -31,7 +31,7 @@ CONFIGS = {
         precision="bf16",
         epochs=2,
         hidden=(16,),
-        policy={"rounding": "stochastic", "update_rounding": "stochastic"},
+        overrides={"rounding": "stochastic", "update_rounding": "stochastic"},
     ),
     "mixed-fp8": TrainConfig(data="underflow", precision="mixed-fp8", epochs=2, hidden=(16,)),
     "attention": TrainConfig(

@@ -507,7 +507,7 @@ def test_the_dynamic_scalers_of_the_scale_and_flush_figure_never_move() -> None:
         ("torch", 2.0**16, default),
     ):
         h = ft.train(
-            "mlp", "underflow", "mixed-fp16", epochs=3, seed=0, policy={"scaler": scaler}, hidden=hidden
+            "mlp", "underflow", "mixed-fp16", epochs=3, seed=0, overrides={"scaler": scaler}, hidden=hidden
         )
         assert ft.LossScaler.preset(scaler).growth_interval == 2000
         assert h.summary()["steps"] == 96

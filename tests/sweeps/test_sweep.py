@@ -5,6 +5,7 @@ SciPy's Student t."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -103,6 +104,26 @@ def test_an_interrupted_sweep_resumes_to_the_same_table(serial: pd.DataFrame, tm
     assert again[-1].total == 0  # nothing left to run
 
 
+def test_a_run_keeps_its_name_and_an_older_table_resumes(tmp_path: Path) -> None:
+    # the run's key hashes its settings under the names the first tables were written with
+    task = Grid({"seed": [0]}, {**FIXED, "static_scale": 8.0, "precision": "mixed-fp16"}).tasks[0]
+    settings = task.config.to_dict()
+    settings["policy"] = settings.pop("overrides")
+    blob = json.dumps({"config": settings, "backend": "numpy", "floatlab": floatlab.__version__},
+                      sort_keys=True, default=str)  # fmt: skip
+    assert task.run_id == hashlib.sha256(blob.encode()).hexdigest()[:16]
+    # a table with the overrides' column under its old name is read under the new one, and resumed
+    out = tmp_path / "runs.csv"
+    first = sweep({"seed": [0, 1]}, {**FIXED, "static_scale": 8.0}, executor="serial", out=out)
+    header, body = out.read_text().split("\n", 1)
+    out.write_text(header.replace(",overrides,", ",policy,") + "\n" + body)
+    assert ",policy," in out.read_text()
+    pd.testing.assert_frame_equal(read_table(out), first)
+    again: list[SweepEvent] = []
+    sweep({"seed": [0, 1]}, {**FIXED, "static_scale": 8.0}, executor="serial", out=out, callback=again.append)
+    assert (again[0].skipped, again[-1].total) == (2, 0)  # nothing ran again
+
+
 def test_a_killed_command_line_sweep_resumes(tmp_path: Path) -> None:
     out = tmp_path / "runs.csv"
     argv = ["sweep", "--precision", "fp32", "--seeds", "0-3", "--data", "underflow", "--hidden", "8",
@@ -176,7 +197,7 @@ def test_the_summary_interval_is_students(serial: pd.DataFrame) -> None:
 
 def test_loss_scales_and_grid_options_are_axes(tmp_path: Path) -> None:
     g = Grid({"static_scale": [2.0**8, 2.0**16], "hidden": [(4,), (4, 4)]}, {"loss_scaling": "static"})
-    assert [(t.config.policy["static_scale"], t.config.hidden) for t in g] == [
+    assert [(t.config.overrides["static_scale"], t.config.hidden) for t in g] == [
         (256.0, (4,)), (256.0, (4, 4)), (65536.0, (4,)), (65536.0, (4, 4)),
     ]  # fmt: skip
     assert g.tasks[0].config.make_policy().static_scale == 256.0

@@ -51,7 +51,7 @@ def _same(a: Trainer, b: Trainer) -> None:
             precision="bf16",
             epochs=3,
             hidden=(16,),
-            policy={"update_rounding": "stochastic", "rounding": "stochastic"},
+            overrides={"update_rounding": "stochastic", "rounding": "stochastic"},
         ),
         TrainConfig(
             data="underflow",

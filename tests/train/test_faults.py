@@ -227,7 +227,7 @@ def test_trainer_reports_a_collapsing_scale() -> None:
 def test_trainer_reports_a_scale_stuck_at_the_fp32_limit() -> None:
     # fp32 compute with dynamic scaling and tiny (weighted) gradients: nothing ever overflows,
     # so the scale grows until fp32 cannot hold the next step
-    tr = _trainer("fp32", policy={"loss_scaling": "dynamic"})
+    tr = _trainer("fp32", overrides={"loss_scaling": "dynamic"})
     tr.scaler = LossScaler(init_scale=2.0**126, growth_interval=1)
     with pytest.warns(TrainingFaultWarning) as record:
         faults = [_step(tr, *_batch()).fault for _ in range(3)]

@@ -26,8 +26,8 @@ def underflow_task(weight: float = 2.0**-20) -> ft.Dataset:
 @functools.cache
 def run(precision: str, data: str = "digits", **kw: Any) -> History:
     ds = digits() if data == "digits" else underflow_task()
-    policy = dict(kw.pop("policy", ()))
-    return ft.train("mlp", ds, precision, seed=0, policy=policy, **kw)
+    overrides = dict(kw.pop("overrides", ()))
+    return ft.train("mlp", ds, precision, seed=0, overrides=overrides, **kw)
 
 
 def acc(h: History) -> float:
@@ -131,16 +131,17 @@ def test_underflow_task_pure_fp16_stalls_and_mixed_recovers() -> None:
 
 def test_each_switch_alone_on_the_underflow_task() -> None:
     # loss scaling is the technique that saves these gradients ...
-    no_scaling = run("mixed-fp16", "underflow", epochs=3, policy=(("loss_scaling", "none"),))
+    no_scaling = run("mixed-fp16", "underflow", epochs=3, overrides=(("loss_scaling", "none"),))
     assert acc(no_scaling) < 40
-    both = run("fp16", "underflow", epochs=3, policy=(("loss_scaling", "dynamic"), ("master_weights", True)))
+    dynamic_masters = (("loss_scaling", "dynamic"), ("master_weights", True))
+    both = run("fp16", "underflow", epochs=3, overrides=dynamic_masters)
     assert acc(both) > 95
     # a static scale works as well as a dynamic one here
     static = run(
         "fp16",
         "underflow",
         epochs=3,
-        policy=(("loss_scaling", "static"), ("static_scale", 2.0**16), ("master_weights", True)),
+        overrides=(("loss_scaling", "static"), ("static_scale", 2.0**16), ("master_weights", True)),
     )
     assert acc(static) > 95
 
@@ -216,7 +217,7 @@ def test_stochastic_update_rounding_beats_swallowing() -> None:
     kw = {"epochs": 10, "lr": 0.01, "momentum": 0.0}
     fp32 = run("fp32", **kw).summary()["test_loss"]
     rne = run("bf16", **kw).summary()["test_loss"]
-    sr = run("bf16", policy=(("update_rounding", "stochastic"),), **kw).summary()["test_loss"]
+    sr = run("bf16", overrides=(("update_rounding", "stochastic"),), **kw).summary()["test_loss"]
     assert rne > fp32 + 0.02
     assert abs(sr - fp32) < 0.01
 

@@ -315,7 +315,7 @@ def scale_and_flush() -> Figure:
     left, right = fig.subplots(1, 2, width_ratios=(3, 2))
     finals = []
     for label, policy, colour in runs:
-        h = ft.train("mlp", "underflow", "mixed-fp16", epochs=3, seed=0, policy=policy, hidden=(64,))
+        h = ft.train("mlp", "underflow", "mixed-fp16", epochs=3, seed=0, overrides=policy, hidden=(64,))
         left.plot(h.column("step"), 100 * h.column("flushed"), color=colour, lw=1.6, label=label)
         finals.append(100 * float(h.final["test_accuracy"]))
     left.set_xlabel("training step")

@@ -161,7 +161,7 @@ def run_seeds(
         twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
         if twice is not None:
             raise ValueError(f"{what} {twice!r} given twice: expected each {what} once")
-    base = TrainConfig(**config)
+    base = TrainConfig.from_dict(config)
     configs = {(p, s): dataclasses.replace(base, precision=p, seed=s) for p in policies for s in seeds}
     for cfg in configs.values():
         cfg.make_policy()  # (an unknown policy or a bad override: refused before any run)
@@ -173,7 +173,7 @@ def run_seeds(
             )
         from floatlab.sweeps import Grid, run_histories
 
-        fixed = {k: v for k, v in config.items() if k != "policy"} | dict(config.get("policy") or {})
+        fixed = {k: v for k, v in base.to_dict().items() if k in config and k != "overrides"} | base.overrides
         grid = Grid({"precision": policies, "seed": seeds}, fixed)
         ran = run_histories(grid, executor=executor, workers=workers, scheduler=scheduler, progress=progress)
         done = iter(ran)
@@ -237,7 +237,7 @@ def late_phase(
     same weights with ``config`` and ``late`` (phase 2: typically a tenth of the learning rate) once
     per variant. Every variant starts phase 2 from the same point, so the seed's luck cancels and
     what is left is the format. ``variants`` are policy names, or labels mapped to ``(precision,
-    policy overrides)``; phase 2 of seed ``s`` uses seed ``100 + s`` (a fresh batch order).
+    overrides)``; phase 2 of seed ``s`` uses seed ``100 + s`` (a fresh batch order).
     ``callback(seed, so_far)`` is called after each seed.
 
     >>> lp = late_phase(["fp32", "bf16"], [0, 1], first={"steps": 4}, late={"steps": 2},
@@ -248,7 +248,7 @@ def late_phase(
     from floatlab.train.trainer import TrainConfig, Trainer
 
     plan = {v: (v, {}) for v in variants} if not isinstance(variants, Mapping) else dict(variants)
-    base = TrainConfig(**{**config, **first})
+    base = TrainConfig.from_dict({**config, **first})
     shared = (
         dataset if dataset is not None else get_data(base.data, seed=base.data_seed, context=base.context)
     )
@@ -257,10 +257,9 @@ def late_phase(
         start = Trainer.from_config(dataclasses.replace(base, precision="fp32", seed=seed), shared)
         start.run()
         out.phase1.append(start)
-        for label, (precision, policy) in plan.items():
-            cfg = TrainConfig(
-                **{**config, **late, "precision": precision, "seed": 100 + seed, "policy": policy}
-            )
+        for label, (precision, overrides) in plan.items():
+            phase2 = {"precision": precision, "seed": 100 + seed, "overrides": overrides}
+            cfg = TrainConfig.from_dict({**config, **late, **phase2})
             trainer = Trainer.from_config(cfg, shared)
             trainer.start_from(start.params, start.buffers)
             trainer.run()

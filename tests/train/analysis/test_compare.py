@@ -22,7 +22,7 @@ pytest.importorskip("pandas")
 def runs() -> dict[str, list[History]]:
     return ft.run_seeds(
         ["fp32", "bf16", "mixed-fp16"], [0, 1, 2], model="mlp", data="digits", hidden=(16,), steps=40,
-        eval_every=10, progress=False, policy={},
+        eval_every=10, progress=False, overrides={},
     )  # fmt: skip
 
 

@@ -171,7 +171,7 @@ def _old_apply(tr: Trainer, deltas: dict[str, Any]) -> tuple[float, bool]:
 def test_without_low_precision_compensation_training_is_bit_identical_to_before(
     precision: str, changes: dict[str, Any]
 ) -> None:
-    cfg = TrainConfig(data="underflow", precision=precision, hidden=(8,), epochs=2, policy=changes)
+    cfg = TrainConfig(data="underflow", precision=precision, hidden=(8,), epochs=2, overrides=changes)
     data = ft.make_underflow_task(n_train=192, n_test=64)
     new, old = Trainer.from_config(cfg, data), Trainer.from_config(cfg, data)
     old._apply = lambda deltas: _old_apply(old, deltas)  # type: ignore[method-assign]
@@ -222,7 +222,7 @@ def test_the_switch_is_a_checked_policy_field() -> None:
     old = ft.get_policy("bf16").to_dict()
     del old["update_compensation"]
     assert Policy.from_dict(old) == ft.get_policy("bf16")
-    cfg = TrainConfig(precision="bf16", policy={"update_compensation": True})
+    cfg = TrainConfig(precision="bf16", overrides={"update_compensation": True})
     assert cfg.make_policy().update_compensation
     assert TrainConfig.from_dict(cfg.to_dict()).make_policy() == cfg.make_policy()
 
@@ -278,14 +278,14 @@ def test_the_buffers_are_checked_before_anything_is_loaded() -> None:
             hidden=(16,),
             optimizer="adamw",
             lr=1e-3,
-            policy={"update_compensation": True},
+            overrides={"update_compensation": True},
         ),
         TrainConfig(
             data="underflow",
             precision="bf16",
             epochs=3,
             hidden=(16,),
-            policy={"update_compensation": True, "update_rounding": "stochastic"},
+            overrides={"update_compensation": True, "update_rounding": "stochastic"},
         ),
         # BatchNorm's affine parameters in fp32 have no buffer; the others have one in fp16
         TrainConfig(
@@ -294,7 +294,7 @@ def test_the_buffers_are_checked_before_anything_is_loaded() -> None:
             precision="fp16",
             epochs=3,
             channels=(4,),
-            policy={"update_compensation": True, "batchnorm_fp32": True},
+            overrides={"update_compensation": True, "batchnorm_fp32": True},
         ),
     ],
     ids=["bf16-adamw", "bf16-stochastic", "convnet-fp16"],

@@ -516,7 +516,7 @@ def test_bad_knobs_are_one_line_naming_the_value(knob: str, value: Any, message:
 def test_knobs_given_to_a_policy_without_dynamic_scaling_stay_unused() -> None:
     # (so that one setting can go to fp32, bf16 and mixed-fp16 alike in a comparison)
     for name in ("bf16", "tf1-static-128"):
-        p = ft.TrainConfig(precision=name, policy={"growth_interval": 10}).make_policy()
+        p = ft.TrainConfig(precision=name, overrides={"growth_interval": 10}).make_policy()
         plain = make_scaler(ft.get_policy(name))
         assert make_scaler(p).state_dict() == plain.state_dict()
     with pytest.raises(ValueError, match="growth_interval=0: expected an integer >= 1"):
@@ -526,7 +526,7 @@ def test_knobs_given_to_a_policy_without_dynamic_scaling_stay_unused() -> None:
 def test_the_scale_grows_and_backs_off_within_a_hundred_steps() -> None:
     h = ft.train(
         "mlp", "digits", "mixed-fp16", epochs=1, steps=100, hidden=(32,), seed=0,
-        policy={"growth_interval": 10, "init_scale": 2.0**12},
+        overrides={"growth_interval": 10, "init_scale": 2.0**12},
     )  # fmt: skip
     scales = h.column("scale")
     assert scales.max() > 2.0**12  # it grew

@@ -48,7 +48,7 @@ def main(monkeypatch: pytest.MonkeyPatch) -> Main:
 
 
 def _trainer(precision: str, data: Any, steps: int = 4, **policy: Any) -> ft.Trainer:
-    cfg = ft.TrainConfig(precision=precision, steps=steps, policy=policy, **SMALL_LM)  # type: ignore[arg-type]
+    cfg = ft.TrainConfig(precision=precision, steps=steps, overrides=policy, **SMALL_LM)  # type: ignore[arg-type]
     return ft.Trainer.from_config(cfg, data)
 
 

@@ -305,7 +305,7 @@ def _cfg(precision: str, steps: int, **policy: Any) -> ft.TrainConfig:
     return ft.TrainConfig(
         model="transformer", data="text", layers=2, d_model=32, heads=2, context=16, batch_size=8,
         optimizer="adamw", lr=3e-3, precision=precision, steps=steps, eval_every=steps, seed=0,
-        policy=policy,
+        overrides=policy,
     )  # fmt: skip
 
 
