@@ -38,7 +38,7 @@ from floatlab.rounding.options import (
     as_float_array,
     knob_signature,
 )
-from floatlab.rounding.params import decode_params, encode_params
+from floatlab.rounding.params import EncodeParams, decode_params, encode_params
 from floatlab.rounding.plan import UINT_OF_BITS, make_plan, round_target
 from floatlab.rounding.spec import check_rounding
 
@@ -638,6 +638,7 @@ def _run_blocks(
     scale_shape = (*lead, -(-r // br), -(-c // bc)) if two_d else (*lead, -(-c // bc))
     t = 1.0
     rule: tuple[Any, ...]
+    ps: EncodeParams | None  # the E4M3 scales' rounding; None: E8M0 scales
     if scale == "e4m3":
         bits = (
             rows.reshape(-1).view(np.uint32)
@@ -650,17 +651,7 @@ def _run_blocks(
         rule = (t32, np.float32(1) / t32, np.float32(element.max), lo, hi, np.float32(1) if split else t32)
         p = encode_params(FP32, element, options, lanes=32)
         ps = encode_params(FP32, _E4M3, RoundingOptions(), lanes=32)
-        out = cpu.run_blocks(
-            bits,
-            (outer, r, c),
-            (br, bc),
-            rule,
-            p,
-            rows.dtype if values else None,
-            codes=codes and not count_only,
-            ps=ps,
-            count=count_only,
-        )
+        form_codes, count = codes and not count_only, count_only
     else:
         src = FP32 if rows.dtype == np.float32 else FP64
         # the element max's significand, as a fraction in the input's fraction bits (rceil's test)
@@ -669,15 +660,19 @@ def _run_blocks(
         # (the moved exponent range reaches below the input's: subnormal inputs need their true exponent)
         p = encode_params(src, element, options, lanes=src.bits, full=True)
         bits = rows.reshape(-1).view(np.uint32 if src is FP32 else np.uint64)
-        out = cpu.run_blocks(
-            bits,
-            (outer, r, c),
-            (br, bc),
-            rule,
-            p,
-            rows.dtype if values else None,
-            codes=codes,
-        )
-        if element is MXINT8_ELEMENT:  # -2.0 and the two's complement codes
-            out = mxint8_blocks(rows, out, (br, bc), scale_shape, options)
+        ps = None
+        form_codes, count = codes, False  # the E8M0 loop counts as it forms codes (no count-only pass)
+    out = cpu.run_blocks(
+        bits,
+        (outer, r, c),
+        (br, bc),
+        rule,
+        p,
+        rows.dtype if values else None,
+        codes=form_codes,
+        ps=ps,
+        count=count,
+    )
+    if element is MXINT8_ELEMENT:  # -2.0 and the two's complement codes (E8M0 scales only)
+        out = mxint8_blocks(rows, out, (br, bc), scale_shape, options)
     return (*out, t, scale_shape)
