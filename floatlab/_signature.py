@@ -35,13 +35,15 @@ import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import CodeType, FrameType
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from floatlab.registry import Registry
 
-__all__ = ["Decorator", "spelled_out", "unexpected_keyword"]
+__all__ = ["Decorator", "passing_on", "spelled_out", "unexpected_keyword"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: every function given a signature by :func:`spelled_out`, by its code: what
 #: :func:`unexpected_keyword` finds on the stack
@@ -110,6 +112,29 @@ def unexpected_keyword(error: TypeError) -> TypeError:
     close = names.closest(name)
     hint = f"did you mean {close}?" if close is not None else names.listing()
     return TypeError(f"{fn.__name__}() got an unexpected keyword argument {name!r}: {hint}")
+
+
+def passing_on(callee: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
+    """``callee(*args, **options)``, called by a function shown by :func:`spelled_out` to pass its
+    ``**options`` on: a misspelt one is :func:`unexpected_keyword`'s error (where a call is hot,
+    write the ``try`` inline instead and save the extra call).
+
+    >>> def make(*, scale: float = 1.0) -> float:
+    ...     return scale
+    >>> @spelled_out(make)
+    ... def h(**options: float) -> float:
+    ...     return passing_on(make, **options)
+    >>> h(scale=2.0)
+    2.0
+    >>> h(scal=2.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: h() got an unexpected keyword argument 'scal': did you mean scale?
+    """
+    try:
+        return callee(*args, **options)
+    except TypeError as e:
+        raise unexpected_keyword(e) from None
 
 
 def _keyword_names(fn: Callable[..., Any]) -> list[str]:

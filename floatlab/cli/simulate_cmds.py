@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from floatlab._signature import spelled_out
+from floatlab._signature import passing_on, spelled_out
 from floatlab.cli import demo
 from floatlab.cli._common import (
     UI,
@@ -169,7 +169,7 @@ def add_view(
     """
     from floatlab.simulate import explain_add
 
-    o = _Options(**options)
+    o = passing_on(_Options, **options)
     mode = check_rounding(rounding)
     e = explain_add(a, b, fmt, mode, **o.knobs(mode))
     return View(o.text(render(e), mode), e.to_dict())
@@ -194,7 +194,7 @@ def round_value_view(
     """
     from floatlab.codec import encode, parse_value
 
-    o = _Options(**options)
+    o = passing_on(_Options, **options)
     check_number_text(value)
     f = get_format(fmt)
     mode = check_rounding(rounding)
@@ -236,7 +236,7 @@ def round_array_view(
 
     from floatlab.rounding import round_array_with_flags
 
-    o = _Options(**options)
+    o = passing_on(_Options, **options)
     f = get_format(fmt)
     mode = check_rounding(rounding)
     if out is not None and not force and same_file(path, out):
@@ -333,7 +333,7 @@ def underflow_view(
     """Where the values of the array in ``path`` land in ``fmt`` (:func:`floatlab.simulate.underflow`)."""
     from floatlab.simulate import underflow
 
-    o = _Options(**options)
+    o = passing_on(_Options, **options)
     mode = check_rounding(rounding)
     s = _scale(scale)
     knobs = o.knobs(mode)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from floatlab._signature import passing_on
 from floatlab.sweeps.curves import curves_frame
 from floatlab.sweeps.grid import CONFIG_COLUMNS, Grid, Task, load_grid_file, parse_seeds, sweep_keys
 from floatlab.sweeps.histories import run_histories
@@ -112,7 +113,7 @@ def sweep(
     elif fixed:
         raise ValueError("sweep of a Grid with fixed settings: expected the settings inside the Grid")
     path = None if out is None else os.fspath(out)
-    rows, curves = _run_grid(grid, path, **options)
+    rows, curves = passing_on(_run_grid, grid, path, **options)
     in_grid = {t.run_id for t in grid.tasks}
     df = to_frame([r for r in rows if r["run_id"] in in_grid])
     if curves is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from floatlab._signature import spelled_out
+from floatlab._signature import spelled_out, unexpected_keyword
 from floatlab.sweeps.grid import Grid, Task
 from floatlab.sweeps.run import (
     Outcome,
@@ -55,6 +55,11 @@ def run_histories(grid: Grid, **options: Unpack[RunOptions]) -> list[History]:
     from floatlab.train.history import History
 
     given: dict[str, Any] = dict(options)
+    unknown = [k for k in given if k not in RunOptions.__annotations__]
+    if unknown:  # (the options are read one by one below: a misspelt one would pass unseen)
+        raise unexpected_keyword(
+            TypeError(f"run_histories() got an unexpected keyword argument {unknown[0]!r}")
+        ) from None
     for k in _TABLE_ONLY:
         if k in given:
             allowed = ", ".join(n for n in RunOptions.__annotations__ if n not in _TABLE_ONLY)

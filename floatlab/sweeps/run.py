@@ -40,7 +40,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from floatlab._signature import spelled_out
+from floatlab._signature import passing_on, spelled_out
 from floatlab.sweeps.curves import CurvesFile, curves_path, read_curves_file, whole
 from floatlab.sweeps.grid import Grid, Task
 from floatlab.sweeps.order import TaskQueue
@@ -617,4 +617,4 @@ def run_grid(grid: Grid, out: str | None = None, **options: Unpack[RunOptions]) 
     >>> [(r["seed"], r["status"]) for r in rows]
     [(0, 'ok'), (1, 'ok')]
     """
-    return _run_grid(grid, out, **options)[0]
+    return passing_on(_run_grid, grid, out, **options)[0]

@@ -91,7 +91,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from floatlab._signature import spelled_out
+from floatlab._signature import passing_on, spelled_out
 from floatlab.errors import FloatlabWarning
 from floatlab.formats import FloatFormat
 from floatlab.rounding import round_array
@@ -676,4 +676,4 @@ def simulate(
     >>> sim.calls["linear"]
     1
     """
-    return Simulation(model, policy, **options)
+    return passing_on(Simulation, model, policy, **options)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 from numpy.typing import NDArray
 
-from floatlab._signature import spelled_out
+from floatlab._signature import passing_on, spelled_out
 from floatlab.backend import gemm_stacks
 from floatlab.formats import FP32, FloatFormat, get_format
 from floatlab.rounding import accumulate_products, check_rounding, odd_sum, round_array
@@ -204,7 +204,7 @@ def accumulate_matmul(a: Any, b: Any, **options: Unpack[AccumulateOptions]) -> N
     promote_every=None: 4.5e-03, 6.6e-02
     promote_every=128: 4.9e-05, 6.8e-04
     """
-    a32, b32, f, n_every, mode = _checked(a, b, **options)
+    a32, b32, f, n_every, mode = passing_on(_checked, a, b, **options)
     if f.encoding != "ieee":
         return _numpy_sums(a32, b32, f, n_every, mode)
     lead, a3, b3 = gemm_stacks(a32, b32)
@@ -227,7 +227,7 @@ def accumulate_matmul_reference(a: Any, b: Any, **options: Unpack[AccumulateOpti
     >>> float(accumulate_matmul_reference(a, b, accumulate=ACC14, promote_every=128)[0, 0])
     64.0
     """
-    return _numpy_sums(*_checked(a, b, **options))
+    return _numpy_sums(*passing_on(_checked, a, b, **options))
 
 
 def _numpy_sums(
