@@ -8,10 +8,11 @@ mixed-fp16, mixed-bf16, pure bf16 and pure fp16. Every policy starts phase 2 fro
 so the seed's luck cancels and what is left is the format. Writes the final validation loss in
 bits per character for every run, each policy's mean, and its paired difference from fp32 with a
 95% Student-t interval (``floatlab.train.analysis.seeds.paired_gap``) to
-``benchmarks/results/lm-policies.md`` (and ``.json``).
+``benchmarks/results/<name>.md`` (and ``.json``; ``--name``, lm-policies unless given).
 
-    python benchmarks/lm_policies.py                                   # the committed configuration
-    python benchmarks/lm_policies.py --seeds 3 --steps 300 --late-steps 200   # the lesson's
+    python benchmarks/lm_policies.py                                   # results/lm-policies.md
+    python benchmarks/lm_policies.py --context 32 --name lm-policies-context32   # the lesson's model
+    python benchmarks/lm_policies.py --seeds 4 --steps 300 --late-steps 150 --context 32   # the lesson's runs
 """
 
 from __future__ import annotations
