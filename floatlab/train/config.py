@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from floatlab.train._checks import (
@@ -73,9 +73,15 @@ class TrainConfig:
     #: on any CPU and BLAS build
     #: (see :mod:`floatlab.train.hostmath`); off, they depend on the BLAS kernel and NumPy's dispatch
     deterministic: bool = False
+    #: the old name of :attr:`overrides`, taken by the constructor only (the attribute reads None; see
+    #: :data:`~floatlab.train._moved.RENAMED_SETTINGS`)
+    policy: InitVar[dict[str, Any] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, policy: dict[str, Any] | None) -> None:
         set_ = object.__setattr__
+        if policy is not None:  # the old name: read as overrides (given both: one line)
+            both = {"overrides": self.overrides} if self.overrides else {}
+            set_(self, "overrides", renamed_settings({"policy": policy, **both})["overrides"])
         for name in ("model", "data", "precision", "optimizer", "schedule", "activation"):
             want_str(name, getattr(self, name))
         set_(self, "overrides", dict(want_dict("overrides", self.overrides)))

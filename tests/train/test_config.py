@@ -31,8 +31,11 @@ def test_the_old_key_reads_as_the_new_one() -> None:
     old = TrainConfig.from_dict({"precision": "bf16", "policy": {"update_rounding": "stochastic"}})
     new = TrainConfig(precision="bf16", overrides={"update_rounding": "stochastic"})
     assert old == new
+    assert TrainConfig(precision="bf16", policy={"update_rounding": "stochastic"}) == new
     with pytest.raises(ValueError, match=r"^settings give both 'policy' and 'overrides'"):
         TrainConfig.from_dict({"policy": {}, "overrides": {}})
+    with pytest.raises(ValueError, match=r"^settings give both 'policy' and 'overrides'"):
+        TrainConfig(policy={"rounding": "rtz"}, overrides={"rounding": "rne"})
 
 
 def test_train_takes_the_old_keyword_as_the_new_one() -> None:
