@@ -50,7 +50,11 @@ RENAMED_SETTINGS: dict[str, str] = {
 
 
 def renamed_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` with each old key of :data:`RENAMED_SETTINGS` under its new name, in place."""
+    """``settings`` with each old key of :data:`RENAMED_SETTINGS` under its new name, in place.
+
+    >>> renamed_settings({"seed": 1, "policy": {"rounding": "rtz"}})
+    {'seed': 1, 'overrides': {'rounding': 'rtz'}}
+    """
     out: dict[str, Any] = {}
     for k, v in settings.items():
         new = RENAMED_SETTINGS.get(k, k)
