@@ -94,6 +94,13 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
     hidden, batch = ((1024, 1024), 1024) if quick else ((4096, 4096), 4096)
     policies = ["fp32", "mixed-fp16", "mixed-bf16"]
     gpu = measure_train(be, policies, hidden=hidden, batch_size=batch, steps=steps)
+    # the transformer language model at a size where its GEMMs dominate the step
+    lm = {"model": "transformer", "data": "text", "layers": 2, "d_model": 256, "heads": 4, "context": 64}
+    if not quick:
+        lm.update(layers=4, d_model=1024, heads=16, context=256)
+    lm_batch = 32 if quick else 64
+    lm_rows = measure_train(be, policies, batch_size=lm_batch, steps=steps, model=lm)
+    lm_shape = f"transformer {lm['layers']} x {lm['d_model']}, context {lm['context']}, batch {lm_batch}"
     cpu_hidden, cpu_batch = (512, 512), 256
     cpu = measure_train(
         "numpy", policies[:2], hidden=cpu_hidden, batch_size=cpu_batch, steps=max(3, steps // 4)
@@ -101,6 +108,7 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
     t = Table(["backend", "model", "policy", "ms/step (median)", "ms/step (best)", "vs fp32"])
     for rows, shape in (
         (gpu, f"64-{hidden[0]}-{hidden[1]}-10, batch {batch}"),
+        (lm_rows, lm_shape),
         (cpu, f"64-512-512-10, batch {cpu_batch}"),
     ):
         base = rows[0].median_ms
@@ -115,12 +123,8 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
             )
     # where the GPU step's time goes: each phase timed to its end on the device (see step_phases)
     phases = {p: step_phases(be, p, hidden=hidden, batch_size=batch, steps=steps) for p in policies}
-    w = Table(["phase of the step", *(f"{p} ms" for p in policies), *(f"{p} share" for p in policies)])
-    for row in [*STEP_PHASES, "gemm", "total"]:
-        name = {"gemm": "of which GEMMs (forward and backward)", "total": "whole step"}.get(row, row)
-        ms = [f"{phases[p][row]:.2f}" for p in policies]
-        share = [f"{100 * phases[p][row] / phases[p]['total']:.0f} %" for p in policies]
-        w.add(name, *ms, *share)
+    lm_phases = {p: step_phases(be, p, batch_size=lm_batch, steps=steps, model=lm) for p in policies}
+    w, lm_w = (_phase_table(ph, policies) for ph in (phases, lm_phases))
     return "\n\n".join(
         [
             "## Trainer step time",
@@ -135,8 +139,22 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
             "beforehand, and the whole step can read a little above the table's. A GEMM's time holds "
             "its operands' conversion, the cuBLAS call, its epilogue and its output's store.",
             w.markdown(),
+            f"The same for the {lm_shape} (SGD with momentum, as above; the GEMMs are the attention's and the "
+            "MLP blocks' projections, the element-wise passes softmax, layer norm and GELU):",
+            lm_w.markdown(),
         ]
     )
+
+
+def _phase_table(phases: dict[str, dict[str, float]], policies: list[str]) -> Table:
+    """Milliseconds and shares of the step per phase, a column pair per policy."""
+    w = Table(["phase of the step", *(f"{p} ms" for p in policies), *(f"{p} share" for p in policies)])
+    for row in [*STEP_PHASES, "gemm", "total"]:
+        name = {"gemm": "of which GEMMs (forward and backward)", "total": "whole step"}.get(row, row)
+        ms = [f"{phases[p][row]:.2f}" for p in policies]
+        share = [f"{100 * phases[p][row] / phases[p]['total']:.0f} %" for p in policies]
+        w.add(name, *ms, *share)
+    return w
 
 
 def rounding_section(be: Backend, n: int) -> str:

@@ -21,11 +21,14 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from floatlab.backend import Backend, get_backend
+
+if TYPE_CHECKING:
+    from floatlab.train.trainer import Trainer
 
 __all__ = [
     "GEMM_COMPUTES",
@@ -300,36 +303,31 @@ def measure_train(
     steps: int = 10,
     warmup: int = 2,
     seed: int = 0,
+    model: dict[str, Any] | None = None,
 ) -> list[TrainResult]:
     """Time ``steps`` training steps of an MLP (64 inputs, ``hidden``, 10 classes) on the
-    synthetic underflow task for each policy, after ``warmup`` untimed steps.
+    synthetic underflow task for each policy, after ``warmup`` untimed steps; with ``model``, of
+    the model and data set those :class:`~floatlab.train.TrainConfig` settings name instead
+    (``{"model": "transformer", "data": "text", "d_model": 256, "context": 64}``).
 
     >>> r = measure_train("numpy", ["fp32"], hidden=(16,), batch_size=8, steps=2, warmup=1)
     >>> r[0].policy, r[0].steps, r[0].median_ms > 0
     ('fp32', 2, True)
+    >>> lm = {"model": "transformer", "data": "text", "layers": 1, "d_model": 16, "context": 8}
+    >>> measure_train("numpy", ["bf16"], batch_size=4, steps=1, warmup=0, model=lm)[0].final_loss > 0
+    True
     """
-    from floatlab.train.data import make_underflow_task
-    from floatlab.train.trainer import TrainConfig, Trainer
-
     be = get_backend(backend)
-    if steps < 1 or warmup < 0 or batch_size < 1:
-        raise ValueError(f"steps={steps}, warmup={warmup}, batch_size={batch_size}: expected positive sizes")
-    n = batch_size * (steps + warmup)
-    data = make_underflow_task(n_train=n, n_test=batch_size, seed=seed)
     device = be.device_name()
     results = []
     for policy in policies:
-        cfg = TrainConfig(
-            data="underflow", precision=policy, hidden=tuple(hidden), batch_size=batch_size, seed=seed
-        )
-        tr = Trainer.from_config(cfg, data, backend=be)
+        tr, batches = _timed_run(be, policy, hidden, batch_size, steps, warmup, seed, model)
         times = []
         loss = float("nan")
-        for i in range(steps + warmup):
-            sl = slice(i * batch_size, (i + 1) * batch_size)
+        for i, (x, y) in enumerate(batches):
             be.synchronize()
             t0 = time.perf_counter()
-            loss = tr.train_step(data.x_train[sl], data.y_train[sl]).loss
+            loss = tr.train_step(x, y).loss
             be.synchronize()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
@@ -341,6 +339,38 @@ def measure_train(
     return results
 
 
+def _timed_run(
+    be: Backend,
+    policy: str,
+    hidden: Sequence[int],
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    seed: int,
+    model: dict[str, Any] | None,
+) -> tuple[Trainer, list[tuple[Any, Any]]]:
+    """The trainer a timing runs and its ``warmup + steps`` batches (on the host; a data set with
+    fewer examples is gone through again)."""
+    from floatlab.train.data import get_data, make_underflow_task
+    from floatlab.train.trainer import TrainConfig, Trainer
+
+    if steps < 1 or warmup < 0 or batch_size < 1:
+        raise ValueError(f"steps={steps}, warmup={warmup}, batch_size={batch_size}: expected positive sizes")
+    settings = dict(model) if model else {"data": "underflow", "hidden": tuple(hidden)}
+    cfg = TrainConfig.from_dict({**settings, "precision": policy, "batch_size": batch_size, "seed": seed})
+    n = batch_size * (steps + warmup)
+    if cfg.data == "underflow":
+        data = make_underflow_task(n_train=n, n_test=batch_size, seed=seed)
+    else:
+        data = get_data(cfg.data, seed=cfg.data_seed, context=cfg.context)
+    rows = np.arange(n) % len(data.x_train)
+    batches = [
+        (data.x_train[rows[i : i + batch_size]], data.y_train[rows[i : i + batch_size]])
+        for i in range(0, n, batch_size)
+    ]
+    return Trainer.from_config(cfg, data, backend=be), batches
+
+
 def step_phases(
     backend: Backend | str = "numpy",
     policy: str = "mixed-fp16",
@@ -350,6 +380,7 @@ def step_phases(
     steps: int = 10,
     warmup: int = 2,
     seed: int = 0,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Where a training step of :func:`measure_train`'s MLP goes: milliseconds per step (the
     median over ``steps``) in each phase of :data:`floatlab.train.trainer.STEP_PHASES`, then
@@ -357,31 +388,17 @@ def step_phases(
     store; inside forward and backward), and ``"total"``. The device is synchronised at the end
     of every phase and around every GEMM, so a phase's time holds its device work, and the phases
     do not overlap: the total is a little above :func:`measure_train`'s. The batches are put on
-    the device before the timed steps.
+    the device before the timed steps. ``model``: as in :func:`measure_train`.
 
     >>> t = step_phases("numpy", "fp32", hidden=(16,), batch_size=8, steps=2, warmup=1)
     >>> list(t)
     ['cast', 'forward', 'backward', 'unscale', 'check', 'update', 'close', 'gemm', 'total']
     """
-    from floatlab.train.data import make_underflow_task
-    from floatlab.train.trainer import STEP_PHASES, TrainConfig, Trainer
+    from floatlab.train.trainer import STEP_PHASES
 
     be = get_backend(backend)
-    if steps < 1 or warmup < 0 or batch_size < 1:
-        raise ValueError(f"steps={steps}, warmup={warmup}, batch_size={batch_size}: expected positive sizes")
-    n = batch_size * (steps + warmup)
-    data = make_underflow_task(n_train=n, n_test=batch_size, seed=seed)
-    cfg = TrainConfig(
-        data="underflow", precision=policy, hidden=tuple(hidden), batch_size=batch_size, seed=seed
-    )
-    tr = Trainer.from_config(cfg, data, backend=be)
-    batches = [
-        (
-            be.asarray(data.x_train[i * batch_size : (i + 1) * batch_size]),
-            be.asarray(data.y_train[i * batch_size : (i + 1) * batch_size]),
-        )
-        for i in range(steps + warmup)
-    ]
+    tr, on_host = _timed_run(be, policy, hidden, batch_size, steps, warmup, seed, model)
+    batches = [(be.asarray(x), be.asarray(y)) for x, y in on_host]
     rows = [*STEP_PHASES, "gemm"]
     now: dict[str, float] = dict.fromkeys(rows, 0.0)
     last = [0.0]

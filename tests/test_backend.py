@@ -371,22 +371,40 @@ def test_cupy_matmul_checks_the_device_once_per_format(fake_cupy: Any) -> None:
         matmul(a, b, "tf32", be)
 
 
-def test_trainer_on_the_cupy_code_path_follows_numpy(fake_cupy: Any, tmp_path: Any) -> None:
+#: the models on the CuPy code path: the MLP, the transformer language model, the conv net with
+#: BatchNorm, and an fp8 recipe's scaled GEMMs (small sizes: the GPU run trains them at full size)
+CUPY_PATH_RUNS: dict[str, dict[str, Any]] = {
+    "mlp": {"data": "underflow", "precision": "mixed-fp16", "hidden": (16,), "epochs": 2},
+    "transformer": {"model": "transformer", "data": "text", "precision": "mixed-bf16", "layers": 1,
+                    "d_model": 16, "heads": 2, "context": 8, "steps": 6},
+    "convnet": {"model": "convnet", "data": "digits", "precision": "mixed-fp16", "channels": (4, 8),
+                "steps": 6},
+    "fp8": {"model": "transformer", "data": "text", "precision": "fp8-delayed", "layers": 1, "d_model": 16,
+            "heads": 2, "context": 8, "steps": 6},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("run", list(CUPY_PATH_RUNS))
+def test_trainer_on_the_cupy_code_path_follows_numpy(fake_cupy: Any, tmp_path: Any, run: str) -> None:
     """The trainer's backend calls (arrays to the device, GEMMs in the policy's GEMM format,
     checkpoints brought to the host) with NumPy posing as CuPy: the loss curve of the NumPy
     backend, up to the GEMMs' summation order."""
     from floatlab.train import TrainConfig, Trainer
-    from floatlab.train.data import make_underflow_task
+    from floatlab.train.data import get_data, make_underflow_task
 
-    data = make_underflow_task(n_train=128, n_test=64)
-    cfg = TrainConfig(data="underflow", precision="mixed-fp16", hidden=(16,), batch_size=32, epochs=2)
+    cfg = TrainConfig(batch_size=32, **CUPY_PATH_RUNS[run])
+    if cfg.data == "underflow":
+        data = make_underflow_task(n_train=128, n_test=64)
+    else:
+        data = get_data(cfg.data, context=cfg.context)
     losses = []
     for backend in ("numpy", "cupy"):
         tr = Trainer.from_config(cfg, data, backend=backend)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            losses.append(np.asarray(tr.fit(cfg.epochs).column("loss"), np.float64))
+            losses.append(np.asarray(tr.run().column("loss"), np.float64))
     assert tr.backend.is_gpu
+    assert losses[0].size == losses[1].size == cfg.total_steps(tr.n_batches)
     assert np.allclose(losses[1], losses[0], rtol=1e-3, atol=1e-6)
     back = Trainer.resume(tr.save(tmp_path / "ck.npz"), data, backend="cupy")
     assert all(np.array_equal(to_numpy(back.params[k]), to_numpy(tr.params[k])) for k in tr.params)

@@ -155,6 +155,41 @@ def test_training_on_the_gpu_follows_the_cpu_loss_curve(policy: str, model: str)
     assert abs(histories[0].final["test_accuracy"] - histories[1].final["test_accuracy"]) <= 0.05
 
 
+#: the transformer language model and the conv net with BatchNorm under each kind of policy
+LARGER_RUNS: dict[str, dict[str, Any]] = {
+    "transformer": {"model": "transformer", "data": "text", "layers": 2, "d_model": 64, "heads": 4,
+                    "context": 32, "steps": 40, "optimizer": "adamw"},
+    "convnet": {"model": "convnet", "data": "digits", "channels": (8, 16), "steps": 40},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "policy"),
+    [("transformer", p) for p in ("fp32", "mixed-fp16", "mixed-bf16", "bf16", "fp16", "fp8-delayed", "mxfp8")]
+    + [("convnet", p) for p in ("fp32", "mixed-fp16", "bf16")],
+)
+def test_the_transformer_and_the_convnet_on_the_gpu_follow_the_cpu(model: str, policy: str) -> None:
+    """Every policy trains both on CuPy, and its loss curve follows the CPU run's: the same first
+    loss up to the GEMMs' summation order, then the same curve within rounding drift."""
+    from floatlab.train import TrainConfig, Trainer
+    from floatlab.train.data import get_data
+
+    cfg = TrainConfig(precision=policy, batch_size=32, **LARGER_RUNS[model])
+    data = get_data(cfg.data, context=cfg.context)
+    losses = []
+    for backend in ("numpy", "cupy"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses.append(np.asarray(Trainer.from_config(cfg, data, backend=backend).run().column("loss")))
+    cpu, gpu = losses
+    assert cpu.shape == gpu.shape == (40,)
+    assert np.isfinite(gpu).all()
+    assert abs(gpu[0] - cpu[0]) <= 1e-2 * abs(cpu[0])
+    kernel = np.ones(8) / 8
+    drift = np.convolve(gpu, kernel, mode="valid") - np.convolve(cpu, kernel, mode="valid")
+    assert np.max(np.abs(drift)) <= 0.1 * max(float(cpu[0]), 1.0)
+
+
 @pytest.mark.parametrize("policy", ["mixed-fp16", "mixed-bf16", "fp16"])
 def test_flush_counts_on_the_gpu_equal_the_cpus(cp: Any, policy: str) -> None:
     """A backward pass's gradient stores count the values flushed to zero; on a GPU the counts
