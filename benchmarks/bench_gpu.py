@@ -139,8 +139,8 @@ def train_section(be: Backend, steps: int, quick: bool) -> str:
             "beforehand, and the whole step can read a little above the table's. A GEMM's time holds "
             "its operands' conversion, the cuBLAS call, its epilogue and its output's store.",
             w.markdown(),
-            f"The same for the {lm_shape} (SGD with momentum, as above; the GEMMs are the attention's and the "
-            "MLP blocks' projections, the element-wise passes softmax, layer norm and GELU):",
+            f"The same for the {lm_shape} (SGD with momentum, as above; the GEMMs are the attention's "
+            "and the MLP blocks' projections, the element-wise passes softmax, layer norm and GELU):",
             lm_w.markdown(),
         ]
     )
