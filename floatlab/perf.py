@@ -21,14 +21,18 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from floatlab._signature import passing_on, spelled_out
 from floatlab.backend import Backend, get_backend
 
 if TYPE_CHECKING:
-    from floatlab.train.trainer import Trainer
+    from typing_extensions import Unpack
+
+    from floatlab.train.config import TrainConfig
+    from floatlab.train.data import Dataset
 
 __all__ = [
     "GEMM_COMPUTES",
@@ -36,6 +40,7 @@ __all__ = [
     "GemmResult",
     "Peak",
     "TrainResult",
+    "Workload",
     "measure_gemm",
     "measure_train",
     "peak_for",
@@ -294,16 +299,70 @@ class TrainResult:
         return asdict(self)
 
 
+class Workload(TypedDict, total=False):
+    """What :func:`measure_train` and :func:`step_phases` time, typed once: the model (an MLP of
+    ``hidden`` widths on the synthetic underflow task, or the model and data set that the
+    :class:`~floatlab.train.TrainConfig` settings ``model`` name), the batch size, the timed and
+    the untimed steps, and the seed (help() shows them spelled out, with their defaults).
+
+    >>> sorted(Workload(steps=3, model={"model": "transformer", "data": "text"}))
+    ['model', 'steps']
+    """
+
+    hidden: Sequence[int]
+    batch_size: int
+    steps: int
+    warmup: int
+    seed: int
+    model: dict[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Workload:
+    """:class:`Workload` with its defaults, checked; the data set, its batches and each policy's
+    trainer."""
+
+    hidden: Sequence[int] = (512, 512)
+    batch_size: int = 256
+    steps: int = 10
+    warmup: int = 2
+    seed: int = 0
+    model: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.warmup < 0 or self.batch_size < 1:
+            sizes = f"steps={self.steps}, warmup={self.warmup}, batch_size={self.batch_size}"
+            raise ValueError(f"{sizes}: expected positive sizes")
+
+    def config(self, policy: str) -> TrainConfig:
+        """The run's settings under ``policy``."""
+        from floatlab.train.config import TrainConfig
+
+        settings = dict(self.model) if self.model else {"data": "underflow", "hidden": tuple(self.hidden)}
+        return TrainConfig.from_dict(
+            {**settings, "precision": policy, "batch_size": self.batch_size, "seed": self.seed}
+        )
+
+    def data(self) -> tuple[Dataset, list[tuple[Any, Any]]]:
+        """The data set and the ``warmup + steps`` batches (on the host; a data set with fewer
+        examples is gone through again)."""
+        from floatlab.train.data import get_data, make_underflow_task
+
+        cfg, n = self.config("fp32"), self.batch_size * (self.steps + self.warmup)
+        if cfg.data == "underflow":
+            data = make_underflow_task(n_train=n, n_test=self.batch_size, seed=self.seed)
+        else:
+            data = get_data(cfg.data, seed=cfg.data_seed, context=cfg.context)
+        rows = np.arange(n) % len(data.x_train)
+        cut = [rows[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        return data, [(data.x_train[r], data.y_train[r]) for r in cut]
+
+
+@spelled_out(_Workload)
 def measure_train(
     backend: Backend | str = "numpy",
     policies: Sequence[str] = ("fp32", "mixed-fp16"),
-    *,
-    hidden: Sequence[int] = (512, 512),
-    batch_size: int = 256,
-    steps: int = 10,
-    warmup: int = 2,
-    seed: int = 0,
-    model: dict[str, Any] | None = None,
+    **workload: Unpack[Workload],
 ) -> list[TrainResult]:
     """Time ``steps`` training steps of an MLP (64 inputs, ``hidden``, 10 classes) on the
     synthetic underflow task for each policy, after ``warmup`` untimed steps; with ``model``, of
@@ -317,11 +376,15 @@ def measure_train(
     >>> measure_train("numpy", ["bf16"], batch_size=4, steps=1, warmup=0, model=lm)[0].final_loss > 0
     True
     """
+    from floatlab.train.trainer import Trainer
+
     be = get_backend(backend)
+    w = passing_on(_Workload, **workload)
     device = be.device_name()
+    data, batches = w.data()
     results = []
     for policy in policies:
-        tr, batches = _timed_run(be, policy, hidden, batch_size, steps, warmup, seed, model)
+        tr = Trainer.from_config(w.config(policy), data, backend=be)
         times = []
         loss = float("nan")
         for i, (x, y) in enumerate(batches):
@@ -329,75 +392,40 @@ def measure_train(
             t0 = time.perf_counter()
             loss = tr.train_step(x, y).loss
             be.synchronize()
-            if i >= warmup:
+            if i >= w.warmup:
                 times.append(time.perf_counter() - t0)
         results.append(
             TrainResult(
-                be.name, device, policy, 1e3 * statistics.median(times), 1e3 * min(times), steps, loss
+                be.name, device, policy, 1e3 * statistics.median(times), 1e3 * min(times), w.steps, loss
             )
         )
     return results
 
 
-def _timed_run(
-    be: Backend,
-    policy: str,
-    hidden: Sequence[int],
-    batch_size: int,
-    steps: int,
-    warmup: int,
-    seed: int,
-    model: dict[str, Any] | None,
-) -> tuple[Trainer, list[tuple[Any, Any]]]:
-    """The trainer a timing runs and its ``warmup + steps`` batches (on the host; a data set with
-    fewer examples is gone through again)."""
-    from floatlab.train.data import get_data, make_underflow_task
-    from floatlab.train.trainer import TrainConfig, Trainer
-
-    if steps < 1 or warmup < 0 or batch_size < 1:
-        raise ValueError(f"steps={steps}, warmup={warmup}, batch_size={batch_size}: expected positive sizes")
-    settings = dict(model) if model else {"data": "underflow", "hidden": tuple(hidden)}
-    cfg = TrainConfig.from_dict({**settings, "precision": policy, "batch_size": batch_size, "seed": seed})
-    n = batch_size * (steps + warmup)
-    if cfg.data == "underflow":
-        data = make_underflow_task(n_train=n, n_test=batch_size, seed=seed)
-    else:
-        data = get_data(cfg.data, seed=cfg.data_seed, context=cfg.context)
-    rows = np.arange(n) % len(data.x_train)
-    batches = [
-        (data.x_train[rows[i : i + batch_size]], data.y_train[rows[i : i + batch_size]])
-        for i in range(0, n, batch_size)
-    ]
-    return Trainer.from_config(cfg, data, backend=be), batches
-
-
+@spelled_out(_Workload)
 def step_phases(
     backend: Backend | str = "numpy",
     policy: str = "mixed-fp16",
-    *,
-    hidden: Sequence[int] = (512, 512),
-    batch_size: int = 256,
-    steps: int = 10,
-    warmup: int = 2,
-    seed: int = 0,
-    model: dict[str, Any] | None = None,
+    **workload: Unpack[Workload],
 ) -> dict[str, float]:
-    """Where a training step of :func:`measure_train`'s MLP goes: milliseconds per step (the
+    """Where a training step of :func:`measure_train`'s workload goes: milliseconds per step (the
     median over ``steps``) in each phase of :data:`floatlab.train.trainer.STEP_PHASES`, then
     ``"gemm"``, the step's GEMMs (operand conversion, the GEMM, its epilogue and its output's
     store; inside forward and backward), and ``"total"``. The device is synchronised at the end
     of every phase and around every GEMM, so a phase's time holds its device work, and the phases
     do not overlap: the total is a little above :func:`measure_train`'s. The batches are put on
-    the device before the timed steps. ``model``: as in :func:`measure_train`.
+    the device before the timed steps.
 
     >>> t = step_phases("numpy", "fp32", hidden=(16,), batch_size=8, steps=2, warmup=1)
     >>> list(t)
     ['cast', 'forward', 'backward', 'unscale', 'check', 'update', 'close', 'gemm', 'total']
     """
-    from floatlab.train.trainer import STEP_PHASES
+    from floatlab.train.trainer import STEP_PHASES, Trainer
 
     be = get_backend(backend)
-    tr, on_host = _timed_run(be, policy, hidden, batch_size, steps, warmup, seed, model)
+    w = passing_on(_Workload, **workload)
+    data, on_host = w.data()
+    tr = Trainer.from_config(w.config(policy), data, backend=be)
     batches = [(be.asarray(x), be.asarray(y)) for x, y in on_host]
     rows = [*STEP_PHASES, "gemm"]
     now: dict[str, float] = dict.fromkeys(rows, 0.0)
@@ -428,7 +456,7 @@ def step_phases(
         be.synchronize()
         last[0] = time.perf_counter()
         tr.train_step(x, y)
-        if i >= warmup:
+        if i >= w.warmup:
             for row in rows:
                 per_step[row].append(now[row])
             per_step["total"].append(sum(now[p] for p in STEP_PHASES))

@@ -20,6 +20,7 @@ import floatlab.sweeps as sweeps
 from floatlab._signature import spelled_out, unexpected_keyword
 from floatlab.blocks.arrays import mx_quantize, mx_round
 from floatlab.cli.simulate_cmds import add_view, round_value_view
+from floatlab.perf import measure_train, step_phases
 from floatlab.rounding.arrays import running_sums
 from floatlab.rounding.flushed import round_flushed, round_owned
 from floatlab.rounding.integers import round_integers
@@ -69,6 +70,8 @@ OWN: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "round_value_view": (round_value_view, lambda **o: round_value_view("0.1", "bf16", **o)),
     "sweep": (sweeps.sweep, lambda **o: sweeps.sweep({"seed": [0]}, SWEEP, **o)),
     "run_grid": (sweeps.run_grid, lambda **o: sweeps.run_grid(sweeps.Grid({"seed": [0]}, SWEEP), **o)),
+    "measure_train": (measure_train, lambda **o: measure_train("numpy", ["fp32"], **o)),
+    "step_phases": (step_phases, lambda **o: step_phases("numpy", "fp32", **o)),
     "run_histories": (
         sweeps.run_histories,
         lambda **o: sweeps.run_histories(sweeps.Grid({"seed": [0]}, SWEEP), **o),
