@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from floatlab._signature import spelled_out, unexpected_keyword
+from floatlab._signature import passing_on, spelled_out
 from floatlab.blocks.formats import E8M0_BIAS, E8M0_NAN, SCALE_MODES, BlockFormat, get_mx_format
 from floatlab.codec import decode_array
 from floatlab.formats import MXINT8_ELEMENT, get_format
@@ -303,15 +303,6 @@ class _Layout:
         return np.ascontiguousarray(moved)
 
 
-def _layout(x: npt.ArrayLike, fmt: BlockFormat | str, options: BlockOptions) -> _Layout:
-    """The :class:`_Layout` of :func:`mx_quantize`'s or :func:`mx_round`'s call; a misspelt option
-    is named as the function called, with the closest it takes."""
-    try:
-        return _Layout(x, fmt, **options)
-    except TypeError as e:
-        raise unexpected_keyword(e) from None
-
-
 #: mx_quantize's and mx_round's ``**options``, shown as the layout's keyword-only parameters
 _block_signature = spelled_out(_Layout)
 
@@ -343,7 +334,7 @@ def mx_quantize(x: npt.ArrayLike, fmt: BlockFormat | str, **options: Unpack[Bloc
     >>> mx_quantize(np.ones((32, 48)), "nvfp4", axis=(0, 1)).scale_codes.shape   # 16 x 16 tiles
     (2, 3)
     """
-    lay = _layout(x, fmt, options)
+    lay = passing_on(_Layout, x, fmt, **options)
     f = lay.format
     b = lay.blocks(encode_blocks)
     scales = lay.back(b.scale_codes, f.block_size)
@@ -380,7 +371,7 @@ def mx_round(x: npt.ArrayLike, fmt: BlockFormat | str, **options: Unpack[BlockOp
     array([1., 0., 8.], dtype=float32)
     """
     a, src = as_float_array(x)  # integers and booleans become float64
-    lay = _layout(a, fmt, options)
+    lay = passing_on(_Layout, a, fmt, **options)
     values = lay.blocks(round_blocks)
     out = lay.back(values, 1).reshape(a.shape)
     if out.dtype != a.dtype:  # float16 or bfloat16: the float32 values rounded into it, as a cast

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from floatlab._signature import unexpected_keyword
+from floatlab._signature import passing_on, unexpected_keyword
 from floatlab.backend import is_cupy
 from floatlab.exact import pow2
 from floatlab.formats import FP32, FP64, MXINT8_ELEMENT, FloatFormat, get_format
@@ -134,7 +134,7 @@ def _public_door(
         return _through_tensor(door, x, fmt, back, rounding, knobs)
     try:
         options = RoundingOptions.make(rounding, **knobs)
-    except TypeError as e:  # a misspelt knob: the error names the public function called
+    except TypeError as e:  # a misspelt knob (inline, not passing_on: the hot path)
         raise unexpected_keyword(e) from None
     result, stats = _door(x, fmt, options, back=back, flags=flags)
     return Counted(result, stats) if flags else result
@@ -274,10 +274,7 @@ def running_sums(
     2048.0
     """
     f = get_format(fmt)
-    try:
-        options = RoundingOptions.make(rounding, **knobs)
-    except TypeError as e:  # a misspelt knob: the error names the public function called
-        raise unexpected_keyword(e) from None
+    options = passing_on(RoundingOptions.make, rounding, **knobs)
     t = np.ascontiguousarray(terms, dtype=np.float64).reshape(-1)
     p = encode_params(FP64, f, options, lanes=64)
     d = decode_params(f, FP64, 64)

@@ -56,7 +56,7 @@ def _one_pass(
     not writeable (:func:`round_owned` then rounds through the door)."""
     try:
         plan = plain_cast_plan(x, f, rounding, **knobs)
-    except TypeError as e:  # a misspelt knob: the error names the public function called
+    except TypeError as e:  # a misspelt knob (inline, not passing_on: the hot path)
         raise unexpected_keyword(e) from None
     if plan is None:
         return None
